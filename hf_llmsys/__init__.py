@@ -1,0 +1,14 @@
+"""hf-llmsys: modern LLM architectures as a transformers plugin.
+
+Importing the package registers every architecture with transformers' Auto classes (AutoConfig, AutoModel,
+AutoModelForCausalLM) and for remote code, so saved folders also load with ``trust_remote_code=True`` where
+hf_llmsys is not installed.
+"""
+
+from .models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
+from .registration import register_all
+
+register_all()
+
+__version__ = "0.1.0"
+__all__ = ["LlmsysLlamaConfig", "LlmsysLlamaForCausalLM", "LlmsysLlamaModel", "register_all"]

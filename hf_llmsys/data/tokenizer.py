@@ -1,0 +1,60 @@
+"""Byte-level BPE tokenizer (GPT-2 style) trained with the `tokenizers` library.
+
+Every byte is in the initial alphabet and the pre-tokenizer adds no prefix space, so
+`decode(encode(x)) == x` for any Unicode string. Wrapped as a transformers `PreTrainedTokenizerFast`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+SPECIAL_TOKENS = (EOS_TOKEN, PAD_TOKEN)
+
+
+def _raw_bpe() -> Tokenizer:
+    """An untrained byte-level BPE `tokenizers.Tokenizer` (no normaliser: text must round-trip)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _check_vocab_size(vocab_size: int) -> None:
+    """Byte-level BPE needs room for 256 byte symbols plus the special tokens."""
+    minimum = 256 + len(SPECIAL_TOKENS)
+    if vocab_size < minimum:
+        raise ValueError(f"vocab_size must be >= {minimum} (256 bytes + special tokens), got {vocab_size}")
+
+
+def train_bpe_tokenizer(
+    texts: Iterable[str], vocab_size: int, min_frequency: int = 2, model_max_length: int = 2048
+) -> PreTrainedTokenizerFast:
+    """Train a reversible byte-level BPE on `texts`; `<|endoftext|>` is bos and eos, `<|pad|>` pads.
+
+    `split_special_tokens=True`: a literal "<|endoftext|>" in plain text is encoded as ordinary bytes, so only
+    code that appends `eos_token_id` explicitly can produce a special token.
+    """
+    _check_vocab_size(vocab_size)
+    tok = _raw_bpe()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=True,
+    )

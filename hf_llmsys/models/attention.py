@@ -1,0 +1,105 @@
+"""Grouped-query self-attention shared by every hf-llmsys decoder (and, as self-attention, by the encoder).
+
+Legend: B batch, S query length, K key length, H query heads, G key/value heads (H % G == 0), D head_dim.
+num_key_value_heads G = H is multi-head attention (Vaswani et al. 2017), G = 1 multi-query (Shazeer 2019),
+1 < G < H grouped-query (Ainslie et al. 2023). D is independent of hidden_size / H.
+
+q, k and v come from ONE fused projection ``qkv_proj`` (rows: H*D query, G*D key, G*D value), so a decoding step
+costs one matmul instead of three; checkpoints with separate ``q_proj`` / ``k_proj`` / ``v_proj`` are fused when
+loaded (``weight_conversion.py``). The kernel is picked through transformers' attention interface from
+``config._attn_implementation`` (eager, sdpa, flex_attention, flash_attention_2, or a registered custom one); the
+KV cache is any transformers ``Cache``; masks come from transformers' masking utilities.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.integrations.sdpa_attention import repeat_kv
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .positions import PositionState
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scaling + bias + mask) v, in plain PyTorch ops.
+
+    query (B, H, S, D), key/value (B, G, K, D), attention_mask additive (B, 1, S, K) or None,
+    position_bias additive (B or 1, H, S, K) or None. Returns output (B, S, H, D) and probabilities (B, H, S, K).
+    """
+    key = repeat_kv(key, module.num_key_value_groups)  # (B, H, K, D)
+    value = repeat_kv(value, module.num_key_value_groups)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, S, K)
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, S, H, D)
+    return output, probs
+
+
+class GroupedQueryAttention(nn.Module):
+    """Self-attention with H query heads sharing G key/value heads, a fused qkv projection and a KV cache."""
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = True):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        bias = config.attention_bias
+        fused_heads = self.num_heads + 2 * self.num_key_value_heads
+        self.qkv_proj = nn.Linear(config.hidden_size, fused_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        positions: PositionState,
+        attention_mask: torch.Tensor | None = None,
+        cache=None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states (B, S, hidden) -> (B, S, hidden), attention probabilities (eager only) or None."""
+        batch, seq_len, _ = hidden_states.shape
+        heads_qk = self.num_heads + self.num_key_value_heads
+        qkv = self.qkv_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)  # (B, S, H+2G, D)
+        qk = positions.rotate(qkv[:, :, :heads_qk])  # rotate q and k heads in one call: (B, S, H+G, D)
+        query = qk[:, :, : self.num_heads].transpose(1, 2)  # (B, H, S, D)
+        key = qk[:, :, self.num_heads :].transpose(1, 2)  # (B, G, S, D)
+        value = qkv[:, :, heads_qk:].transpose(1, 2)  # (B, G, S, D)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
+
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        if positions.attention_bias is not None:
+            kwargs["position_bias"] = positions.attention_bias
+        output, probs = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(batch, seq_len, -1)  # (B, S, H*D)
+        return self.o_proj(output), probs

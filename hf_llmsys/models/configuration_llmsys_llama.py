@@ -1,0 +1,143 @@
+"""Configuration of the LLaMA-style decoder (Touvron et al. 2023): RMSNorm pre-norm, MHA/MQA/GQA, SwiGLU, RoPE.
+
+Field names follow transformers' ``LlamaConfig``, so a Llama ``config.json`` loads as is; Meta's ``ModelArgs``
+names (dim, n_layers, n_heads, n_kv_heads, norm_eps, max_seq_len, multiple_of, ffn_dim_multiplier) are accepted
+too. ``intermediate_size=None`` applies LLaMA's rule (2/3 of 4d, times ffn_dim_multiplier, rounded up to
+multiple_of: dim 4096 -> 11008).
+"""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+from transformers.activations import ACT2FN
+from transformers.configuration_utils import PreTrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from .feed_forward import GATED_VARIANTS, llama_intermediate_size
+from .norms import NORM_CLASSES
+from .positions import POSITIONAL_ENCODINGS
+
+# Meta's llama/model.py ModelArgs name -> our (transformers) field name.
+META_ARG_NAMES = {
+    "dim": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "norm_eps": "rms_norm_eps",
+    "max_seq_len": "max_position_embeddings",
+}
+
+
+@strict
+class LlmsysLlamaConfig(PreTrainedConfig):
+    """LLaMA-style decoder configuration (defaults: LLaMA-7B shapes)."""
+
+    model_type = "llmsys_llama"
+    keys_to_ignore_at_inference = ["cache"]
+    attribute_map = dict(META_ARG_NAMES)
+    base_model_tp_plan = {
+        "layers.*.self_attn.qkv_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.gate_up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int | None = None
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    mlp_gated: bool = True
+    mlp_bias: bool = False
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    norm_type: str = "rmsnorm"
+    norm_bias: bool = False
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 2048
+    position_embedding_type: str = "rope"
+    rope_parameters: dict | None = None
+    rope_interleaved: bool = False
+    initializer_range: float = 0.02
+    z_loss_coefficient: float = 0.0
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self, **kwargs):
+        kwargs.pop("model_type", None)  # a transformers Llama config.json says "llama"; this class is llmsys_llama
+        for meta_name, field_name in META_ARG_NAMES.items():
+            if meta_name in kwargs:
+                setattr(self, field_name, kwargs.pop(meta_name))
+        for name in ("hidden_size", "num_attention_heads"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.intermediate_size is None:
+            self.intermediate_size = llama_intermediate_size(
+                self.hidden_size, self.multiple_of, self.ffn_dim_multiplier
+            )
+        super().__post_init__(**kwargs)
+
+    def validate_sizes(self):
+        """Every size is a positive integer."""
+        for name in (
+            "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings", "multiple_of",
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if self.rms_norm_eps <= 0:
+            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        if not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}.")
+        if self.z_loss_coefficient < 0:
+            raise ValueError(f"z_loss_coefficient must be >= 0 (0 disables z-loss), got {self.z_loss_coefficient}.")
+
+    def validate_heads(self):
+        """Query heads split evenly over key/value heads; RoPE needs an even head_dim."""
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_key_value_heads "
+                f"({self.num_key_value_heads}): each key/value head serves an equal group of query heads. "
+                f"Pick num_key_value_heads among the divisors of {self.num_attention_heads}."
+            )
+        if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be even for RoPE (it rotates pairs of features), got {self.head_dim}.")
+
+    def validate_choices(self):
+        """Names of norms, activations, positional encodings and rope types are known."""
+        if self.norm_type not in NORM_CLASSES:
+            raise ValueError(f"norm_type={self.norm_type!r} is unknown; choose one of {sorted(NORM_CLASSES)}.")
+        if self.norm_type == "rmsnorm" and self.norm_bias:
+            raise ValueError("norm_bias=True needs norm_type='layernorm': RMSNorm has no bias.")
+        if self.hidden_act not in ACT2FN and self.hidden_act not in GATED_VARIANTS:
+            raise ValueError(
+                f"hidden_act={self.hidden_act!r} is unknown; use a transformers ACT2FN name (silu, gelu, gelu_new, "
+                f"relu, ...) or one of {sorted(GATED_VARIANTS)}."
+            )
+        if self.position_embedding_type not in POSITIONAL_ENCODINGS:
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} is unknown; choose one of "
+                f"{sorted(POSITIONAL_ENCODINGS)}."
+            )
+        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
+        if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
+            raise ValueError(
+                f"rope_parameters['rope_type']={rope_type!r} is unknown; choose 'default' or one of "
+                f"{sorted(ROPE_INIT_FUNCTIONS)}."
+            )
+
+
+__all__ = ["LlmsysLlamaConfig"]

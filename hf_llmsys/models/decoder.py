@@ -1,0 +1,144 @@
+"""A decoder-only Transformer assembled from the shared blocks, and its causal-LM head.
+
+Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
+``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) ->
+N ``DecoderLayer`` -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
+loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
+coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures subclass both and
+only fix their config class.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.cache_utils import DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .attention import GroupedQueryAttention
+from .decoder_layer import DecoderLayer
+from .modeling_base import LlmsysPreTrainedModel
+from .norms import build_norm
+from .positions import build_positional_encoding
+
+
+class DecoderPreTrainedModel(LlmsysPreTrainedModel):
+    _no_split_modules = ["DecoderLayer"]
+    _can_record_outputs = {"hidden_states": DecoderLayer, "attentions": GroupedQueryAttention}
+
+
+class DecoderModel(DecoderPreTrainedModel):
+    """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.positions = build_positional_encoding(config)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = build_norm(config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, S, hidden)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
+        positions = self.positions.prepare(hidden_states, position_ids)  # once per forward, shared by all layers
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, positions=positions, attention_mask=mask, cache=cache, **kwargs)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
+
+
+def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):
+    """Mean over predicted label tokens of (log Z)^2, aligned like the causal-LM loss (position t predicts t+1)."""
+    log_z = torch.logsumexp(logits[:, :-1].float(), dim=-1)  # (B, S-1)
+    valid = labels[:, 1:] != ignore_index
+    total = (log_z.square() * valid).sum()
+    count = num_items_in_batch if num_items_in_batch is not None else valid.sum().clamp(min=1)
+    return total / count
+
+
+class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
+    """Decoder plus LM head; logits (B, S or logits_to_keep, V)."""
+
+    base_model_class = DecoderModel
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+            if self.config.z_loss_coefficient > 0:
+                z = z_loss(logits, labels, kwargs.get("num_items_in_batch"))
+                loss = loss + self.config.z_loss_coefficient * z
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

@@ -1,0 +1,41 @@
+"""One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + attn(norm(x)), then x + ffn(norm(x)).
+
+The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
+GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from .attention import GroupedQueryAttention
+from .feed_forward import build_feed_forward
+from .norms import build_norm
+from .positions import PositionState
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """Pre-norm residual block: self-attention then feed-forward."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.self_attn = GroupedQueryAttention(config, layer_idx)
+        self.mlp = build_feed_forward(
+            config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_gated, bias=config.mlp_bias
+        )
+        norm_args = (config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        self.input_layernorm = build_norm(*norm_args)
+        self.post_attention_layernorm = build_norm(*norm_args)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        positions: PositionState,
+        attention_mask: torch.Tensor | None = None,
+        cache=None,
+        **kwargs,
+    ) -> torch.Tensor:
+        attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), positions, attention_mask, cache, **kwargs)
+        hidden_states = hidden_states + attn_out
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))

@@ -1,0 +1,68 @@
+"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation and crash-safe saving."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from torch import nn
+from transformers import initialization as init
+from transformers.modeling_utils import PreTrainedModel
+
+from .rotary import RotaryEmbedding
+
+
+class LlmsysPreTrainedModel(PreTrainedModel):
+    """Base class: normal(0, initializer_range) weights, unit norms, recomputed RoPE tables, atomic saves."""
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""
+        if isinstance(module, RotaryEmbedding):
+            inv_freq, _ = module.rope_init_fn(module.config)
+            init.copy_(module.inv_freq, inv_freq)
+            init.copy_(module.original_inv_freq, inv_freq)
+            return
+        super()._init_weights(module)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """``PreTrainedModel.save_pretrained``, written to a temporary folder first and moved in file by file.
+
+        The existing ``config.json`` goes first and the new one is moved in last: a crash part-way leaves a
+        folder without a config, which fails to load loudly instead of loading a half-written model.
+        """
+        if kwargs.get("push_to_hub") or kwargs.get("is_main_process") is False:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        target = Path(save_directory)
+        if target.is_file():
+            raise ValueError(f"save_directory {str(target)!r} is a file; give a folder path.")
+        target.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
+        try:
+            super().save_pretrained(staging, *args, **kwargs)
+            _move_into_place(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Replace the model files of ``target`` by those in ``staging``; config.json is removed first, added last."""
+    (target / "config.json").unlink(missing_ok=True)
+    for stale in target.iterdir():
+        if stale.is_file() and stale.name.startswith(WEIGHT_FILE_PREFIXES):
+            stale.unlink()
+    new_files = sorted(staging.iterdir(), key=lambda path: path.name == "config.json")
+    for path in new_files:
+        os.replace(path, target / path.name)

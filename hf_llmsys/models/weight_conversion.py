@@ -1,0 +1,97 @@
+"""Checkpoint key conversion between transformers' separate projections and hf-llmsys' fused ones.
+
+hf-llmsys stores q/k/v as one ``qkv_proj`` (rows: H*D query, G*D key, G*D value) and gate/up as one
+``gate_up_proj`` (rows: I gate, I up). A transformers Llama checkpoint (``q_proj``, ``k_proj``, ``v_proj``,
+``gate_proj``, ``up_proj``) is fused on the fly by ``from_pretrained`` through transformers' conversion-mapping
+machinery, and ``save_pretrained`` splits the fused tensors back (transformers reverses the mapping by default),
+so checkpoints on disk keep the standard Llama key names. GQA makes the q/k/v pieces unequal, hence the sized
+split below instead of transformers' equal ``Chunk``.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import ConversionOps, WeightConverter
+
+
+def _qkv_sizes(config) -> list[int]:
+    d = config.head_dim
+    return [config.num_attention_heads * d, config.num_key_value_heads * d, config.num_key_value_heads * d]
+
+
+def _gate_up_sizes(config) -> list[int]:
+    return [config.intermediate_size, config.intermediate_size]
+
+
+SPLIT_SIZE_RULES = {"qkv": _qkv_sizes, "gate_up": _gate_up_sizes}
+
+
+class ConcatenateRows(ConversionOps):
+    """Fuse the source tensors along dim 0 in source-pattern order; reversed by ``SplitRows``."""
+
+    def __init__(self, rule: str):
+        self.rule = rule
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        tensors = []
+        for pattern in source_patterns:
+            if pattern not in input_dict:
+                raise ValueError(
+                    f"checkpoint lacks {pattern!r} needed to build {target_patterns[0]!r}: a Llama-format "
+                    f"checkpoint must hold all of {source_patterns}."
+                )
+            value = input_dict.pop(pattern)
+            tensors.extend(value if isinstance(value, list) else [value])
+        return {target_patterns[0]: torch.cat(tensors, dim=0)}
+
+    @property
+    def reverse_op(self) -> ConversionOps:
+        return SplitRows(self.rule)
+
+
+class SplitRows(ConversionOps):
+    """Split one fused tensor along dim 0 into pieces sized by ``SPLIT_SIZE_RULES[rule](config)``."""
+
+    def __init__(self, rule: str):
+        self.rule = rule
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, config=None, **kwargs):
+        (value,) = input_dict.values()
+        tensor = value[0] if isinstance(value, list) else value
+        pieces = torch.split(tensor, SPLIT_SIZE_RULES[self.rule](config), dim=0)
+        return {target: piece.contiguous() for target, piece in zip(target_patterns, pieces)}
+
+    @property
+    def reverse_op(self) -> ConversionOps:
+        return ConcatenateRows(self.rule)
+
+
+def fused_projection_conversions() -> list[WeightConverter]:
+    """Converters from separate q/k/v and gate/up tensors (weights and biases) to the fused ones."""
+    converters = []
+    for suffix in ("weight", "bias"):
+        converters.append(
+            WeightConverter(
+                [f"self_attn.{name}_proj.{suffix}" for name in ("q", "k", "v")],
+                f"self_attn.qkv_proj.{suffix}",
+                operations=[ConcatenateRows("qkv")],
+            )
+        )
+        converters.append(
+            WeightConverter(
+                [f"mlp.{name}_proj.{suffix}" for name in ("gate", "up")],
+                f"mlp.gate_up_proj.{suffix}",
+                operations=[ConcatenateRows("gate_up")],
+            )
+        )
+    return converters
+
+
+def register_fused_projection_conversions(*names: str) -> None:
+    """Make ``from_pretrained`` / ``save_pretrained`` fuse / split the projections for these model types or
+    class names (class names also cover a config whose ``model_type`` is another's, e.g. a Llama config.json)."""
+    for name in names:
+        register_checkpoint_conversion_mapping(name, fused_projection_conversions(), overwrite=True)

@@ -1,0 +1,22 @@
+"""Registration of hf-llmsys architectures with transformers' Auto classes and for remote code."""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
+
+# (config class, {auto class: model class}) per architecture.
+ARCHITECTURES = [
+    (LlmsysLlamaConfig, {AutoModel: LlmsysLlamaModel, AutoModelForCausalLM: LlmsysLlamaForCausalLM}),
+]
+
+
+def register_all() -> None:
+    """Register every architecture; idempotent. Also marks classes so save_pretrained ships their code."""
+    for config_class, models in ARCHITECTURES:
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class()
+        for auto_class, model_class in models.items():
+            auto_class.register(config_class, model_class, exist_ok=True)
+            model_class.register_for_auto_class(auto_class.__name__)
