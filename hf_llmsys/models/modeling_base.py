@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,9 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = False
+    # Auto class name -> model class, written into a saved config's ``auto_map`` for remote code (transformers
+    # itself only lists the class that was saved). Filled by each architecture's modeling file.
+    auto_class_map: dict[str, type] = {}
 
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""
@@ -49,9 +53,22 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
+            self._complete_auto_map(staging / "config.json")
             _move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _complete_auto_map(self, config_path: Path) -> None:
+        """Add every Auto class of this architecture to ``auto_map`` so each loads with trust_remote_code."""
+        if not config_path.exists():
+            return
+        data = json.loads(config_path.read_text())
+        if "auto_map" not in data:
+            return
+        for auto_name, model_class in self.auto_class_map.items():
+            module = model_class.__module__.rsplit(".", 1)[-1]
+            data["auto_map"].setdefault(auto_name, f"{module}.{model_class.__name__}")
+        config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")

@@ -27,6 +27,10 @@ class LlmsysLlamaForCausalLM(LlmsysLlamaPreTrainedModel, DecoderForCausalLM):
     base_model_class = LlmsysLlamaModel
 
 
+LlmsysLlamaPreTrainedModel.auto_class_map = {
+    "AutoModel": LlmsysLlamaModel,
+    "AutoModelForCausalLM": LlmsysLlamaForCausalLM,
+}
 register_fused_projection_conversions(
     LlmsysLlamaConfig.model_type, LlmsysLlamaModel.__name__, LlmsysLlamaForCausalLM.__name__
 )
