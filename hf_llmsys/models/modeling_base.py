@@ -29,6 +29,27 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     # itself only lists the class that was saved). Filled by each architecture's modeling file.
     auto_class_map: dict[str, type] = {}
 
+    @classmethod
+    def from_pretrained(cls, *args, strict: bool = True, **kwargs):
+        """``PreTrainedModel.from_pretrained`` that refuses checkpoints that do not fit (``strict=True``).
+
+        transformers only logs missing keys and reports shape mismatches in a log table; here both raise a
+        ValueError naming every offending key (``strict=False`` restores transformers' lenient behaviour).
+        """
+        if not strict or kwargs.get("ignore_mismatched_sizes"):
+            return super().from_pretrained(*args, **kwargs)
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+        problems = [f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]]
+        problems += [f"{key}: missing from the checkpoint" for key in sorted(info["missing_keys"])]
+        if problems:
+            raise ValueError(
+                f"checkpoint {args[0] if args else kwargs.get('pretrained_model_name_or_path')!s} does not fit "
+                f"{cls.__name__} with this config:\n  " + "\n  ".join(problems) + "\nCheck that config.json "
+                "belongs to these weights, or pass strict=False to initialise the offending tensors randomly."
+            )
+        return (model, info) if want_info else model
+
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""
         if isinstance(module, RotaryEmbedding):
