@@ -137,7 +137,7 @@ def test_gradient_checkpointing_gives_same_gradients():
     model.gradient_checkpointing_enable()
     assert all(layer.gradient_checkpointing for layer in model.model.layers)
     model(ids, labels=ids).loss.backward()
-    for g_plain, p in zip(plain, model.parameters()):
+    for g_plain, p in zip(plain, model.parameters(), strict=True):
         assert torch.allclose(g_plain, p.grad, atol=1e-6)
 
 

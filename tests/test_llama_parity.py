@@ -6,10 +6,9 @@ import copy
 
 import pytest
 import torch
+from llama_reference import reference_and_ours
 
 from hf_llmsys import LlmsysLlamaForCausalLM
-
-from llama_reference import reference_and_ours
 
 TOL = 1e-5
 
@@ -19,7 +18,11 @@ VARIANTS = {
     "mha": dict(num_attention_heads=8, num_key_value_heads=8),
     "llama3-rope": dict(
         rope_parameters=dict(
-            rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            rope_type="llama3",
+            rope_theta=500000.0,
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
             original_max_position_embeddings=64,
         )
     ),

@@ -40,7 +40,9 @@ class LlmsysPreTrainedModel(PreTrainedModel):
             return super().from_pretrained(*args, **kwargs)
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
-        problems = [f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]]
+        problems = [
+            f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]
+        ]
         problems += [f"{key}: missing from the checkpoint" for key in sorted(info["missing_keys"])]
         if problems:
             raise ValueError(

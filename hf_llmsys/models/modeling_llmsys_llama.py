@@ -11,7 +11,6 @@ from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .weight_conversion import register_fused_projection_conversions
 
 
-
 class LlmsysLlamaPreTrainedModel(DecoderPreTrainedModel):
     config: LlmsysLlamaConfig
     config_class = LlmsysLlamaConfig

@@ -76,7 +76,5 @@ def build_positional_encoding(config) -> PositionalEncoding:
     """Return the encoding registered under ``config.position_embedding_type``."""
     kind = config.position_embedding_type
     if kind not in POSITIONAL_ENCODINGS:
-        raise ValueError(
-            f"position_embedding_type={kind!r} is unknown; choose one of {sorted(POSITIONAL_ENCODINGS)}."
-        )
+        raise ValueError(f"position_embedding_type={kind!r} is unknown; choose one of {sorted(POSITIONAL_ENCODINGS)}.")
     return POSITIONAL_ENCODINGS[kind](config)

@@ -62,7 +62,7 @@ class SplitRows(ConversionOps):
         (value,) = input_dict.values()
         tensor = value[0] if isinstance(value, list) else value
         pieces = torch.split(tensor, SPLIT_SIZE_RULES[self.rule](config), dim=0)
-        return {target: piece.contiguous() for target, piece in zip(target_patterns, pieces)}
+        return {target: piece.contiguous() for target, piece in zip(target_patterns, pieces, strict=True)}
 
     @property
     def reverse_op(self) -> ConversionOps:
