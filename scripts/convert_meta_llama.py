@@ -333,9 +333,7 @@ def build_model(config, state_dict: dict[str, torch.Tensor]):
         )
     for module in model.modules():  # non-persistent RoPE buffers were created on the meta device
         if isinstance(module, RotaryEmbedding):
-            inv_freq, _ = module.rope_init_fn(module.config)
-            module.inv_freq = inv_freq
-            module.original_inv_freq = inv_freq.clone()
+            module.materialize_buffers(device="cpu")
     leftover = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
     if leftover:
         raise RuntimeError(f"internal error: tensors left on the meta device: {_preview(leftover)}.")

@@ -58,6 +58,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
             inv_freq, _ = module.rope_init_fn(module.config)
             init.copy_(module.inv_freq, inv_freq)
             init.copy_(module.original_inv_freq, inv_freq)
+            init.copy_(module.signs, module.pairing.signs(module.config.head_dim))
             return
         super()._init_weights(module)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .rotary import RotaryEmbedding, apply_rotary
+from .rotary import RotaryEmbedding, apply_rotary_signed
 
 
 class PositionState:
@@ -61,9 +61,10 @@ class RotaryPositionalEncoding(PositionalEncoding):
 
     def prepare(self, hidden_states: torch.Tensor, position_ids: torch.Tensor) -> PositionState:
         cos, sin = self.rotary_emb(hidden_states, position_ids)  # (B, S, D)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # (B, S, 1, D): broadcast over heads
-        rotate = self.rotary_emb.rotate
-        return PositionState(rotate=lambda heads: apply_rotary(heads, cos, sin, rotate))
+        cos = cos.unsqueeze(2)  # (B, S, 1, D): broadcast over heads
+        signed_sin = (sin * self.rotary_emb.signs.to(sin.dtype)).unsqueeze(2)
+        swap = self.rotary_emb.pairing.swap
+        return PositionState(rotate=lambda heads: apply_rotary_signed(heads, cos, signed_sin, swap))
 
 
 POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {

@@ -16,6 +16,7 @@ Both give identical attention once q/k projection rows are permuted (the HF conv
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -52,16 +53,49 @@ def interleaved_layout(freqs: torch.Tensor) -> torch.Tensor:
     return freqs.repeat_interleave(2, dim=-1)
 
 
-# Pair convention -> (angle layout, rotation by 90 degrees within each pair).
-ROPE_PAIRINGS: dict[bool, tuple[Callable, Callable]] = {
-    False: (half_layout, rotate_half),
-    True: (interleaved_layout, rotate_adjacent_pairs),
+def swap_halves(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (x2, x1): ``rotate_half`` without the sign, which moves into the sin table."""
+    return x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+
+
+def swap_adjacent_pairs(x: torch.Tensor) -> torch.Tensor:
+    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...): ``rotate_adjacent_pairs`` without the sign."""
+    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+
+
+def half_signs(dim: int) -> torch.Tensor:
+    """Signs that turn ``swap_halves`` into ``rotate_half``: (-1 .. -1, +1 .. +1)."""
+    return torch.cat((-torch.ones(dim // 2), torch.ones(dim // 2)))
+
+
+def adjacent_signs(dim: int) -> torch.Tensor:
+    """Signs that turn ``swap_adjacent_pairs`` into ``rotate_adjacent_pairs``: (-1, +1, -1, +1, ...)."""
+    return torch.tensor([-1.0, 1.0]).repeat(dim // 2)
+
+
+class Pairing(NamedTuple):
+    """One RoPE pair convention: angle layout, exact rotation by i, and its sign-free swap + signs."""
+
+    layout: Callable
+    rotate: Callable
+    swap: Callable
+    signs: Callable
+
+
+ROPE_PAIRINGS: dict[bool, Pairing] = {
+    False: Pairing(half_layout, rotate_half, swap_halves, half_signs),
+    True: Pairing(interleaved_layout, rotate_adjacent_pairs, swap_adjacent_pairs, adjacent_signs),
 }
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate: Callable = rotate_half) -> torch.Tensor:
-    """Rotate ``x`` (B, S, n, D) by angles given as cos/sin (B, S, 1, D): x*cos + rotate(x)*sin."""
+    """Rotate ``x`` (B, S, n, D) by angles given as cos/sin (B, S, 1, D): x*cos + rotate(x)*sin (the definition)."""
     return x * cos + rotate(x) * sin
+
+
+def apply_rotary_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, swap: Callable) -> torch.Tensor:
+    """Same result as ``apply_rotary`` in three kernels: x*cos + swap(x)*(signs*sin), signs folded in once per forward."""
+    return torch.addcmul(x * cos, swap(x), signed_sin)
 
 
 class RotaryEmbedding(nn.Module):
@@ -73,10 +107,16 @@ class RotaryEmbedding(nn.Module):
         self.max_seq_len_cached = config.max_position_embeddings
         self.original_max_seq_len = config.max_position_embeddings
         self.rope_type = config.rope_parameters.get("rope_type", "default")
-        self.layout, self.rotate = ROPE_PAIRINGS[bool(config.rope_interleaved)]
-        inv_freq, self.attention_scaling = self.rope_init_fn(config)
+        self.pairing = ROPE_PAIRINGS[bool(config.rope_interleaved)]
+        self.rotate = self.pairing.rotate
+        self.materialize_buffers()
+
+    def materialize_buffers(self, device=None) -> None:
+        """(Re)create the non-persistent tables: inverse frequencies and pair signs (e.g. after meta-device init)."""
+        inv_freq, self.attention_scaling = self.rope_init_fn(self.config, device=device)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+        self.signs = nn.Buffer(self.pairing.signs(self.config.head_dim).to(device), persistent=False)
 
     @property
     def rope_init_fn(self) -> Callable:
@@ -93,7 +133,7 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: any tensor giving dtype/device; position_ids (B, S) -> (cos, sin) each (B, S, D) in x's dtype."""
         freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # (B,S,D/2)
-        angles = self.layout(freqs)
+        angles = self.pairing.layout(freqs)
         cos = angles.cos() * self.attention_scaling
         sin = angles.sin() * self.attention_scaling
         return cos.to(x.dtype), sin.to(x.dtype)
