@@ -24,6 +24,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
 from .decoder_layer import DecoderLayer
+from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
@@ -103,6 +104,17 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
         self.model = self.base_model_class(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """transformers' cache set-up, with the default ``DynamicCache`` swapped for ``GrowingCache``."""
+        user_cache = model_kwargs.get("cache")
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("cache")
+        default_cache = (
+            generation_config.cache_implementation in (None, "dynamic") and not generation_config.is_assistant
+        )
+        if cache is not user_cache and type(cache) is DynamicCache and default_cache:
+            model_kwargs["cache"] = GrowingCache(config=self.config.get_text_config(decoder=True))
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
