@@ -219,3 +219,25 @@ def test_crash_while_saving_leaves_no_loadable_half_model(tmp_path, monkeypatch)
         LlmsysLlamaForCausalLM(tiny_config(hidden_size=64)).save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before  # old model intact
     assert not [p for p in tmp_path.iterdir() if ".saving-" in p.name]  # staging folder cleaned up
+
+
+def test_lora_through_peft_trains_only_adapters_and_merges_exactly():
+    from peft import LoraConfig, get_peft_model
+
+    model = LlmsysLlamaForCausalLM(tiny_config())
+    lora = get_peft_model(
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+    )
+    ids = torch.randint(0, 96, (2, 12))
+    lora(input_ids=ids, labels=ids).loss.backward()
+    trainable = {name for name, p in lora.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable)
+    with torch.no_grad():
+        base = lora(input_ids=ids).logits
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_()  # make the adapters non-zero so merging is observable
+        adapted = lora(input_ids=ids).logits
+        merged = lora.merge_and_unload()(ids).logits
+    assert (adapted - merged).abs().max().item() < 1e-4
+    assert (adapted - base).abs().max().item() > 1e-2
