@@ -241,3 +241,17 @@ def test_lora_through_peft_trains_only_adapters_and_merges_exactly():
         merged = lora.merge_and_unload()(ids).logits
     assert (adapted - merged).abs().max().item() < 1e-4
     assert (adapted - base).abs().max().item() > 1e-2
+
+
+def test_plain_load_state_dict_accepts_the_on_disk_llama_layout(tmp_path):
+    """The Trainer resumes with model.load_state_dict(file); the split q/k/v, gate/up keys must fuse there too."""
+    from safetensors.torch import load_file
+
+    source = LlmsysLlamaForCausalLM(tiny_config(attention_bias=True))
+    source.save_pretrained(tmp_path)
+    on_disk = load_file(tmp_path / "model.safetensors")
+    assert "model.layers.0.self_attn.q_proj.bias" in on_disk
+    target = LlmsysLlamaForCausalLM(tiny_config(attention_bias=True))
+    target.load_state_dict(on_disk, strict=True)
+    for (name, a), b in zip(source.state_dict().items(), target.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

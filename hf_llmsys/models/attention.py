@@ -19,6 +19,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
+from .weight_conversion import fuse_split_projections
 
 
 def eager_attention_forward(
@@ -68,6 +69,10 @@ class GroupedQueryAttention(nn.Module):
         fused_heads = self.num_heads + 2 * self.num_key_value_heads
         self.qkv_proj = nn.Linear(config.hidden_size, fused_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        fuse_split_projections(state_dict, prefix, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(
         self,

@@ -90,6 +90,18 @@ def fused_projection_conversions() -> list[WeightConverter]:
     return converters
 
 
+def fuse_split_projections(state_dict: dict, prefix: str, fused: str, parts: tuple[str, ...]) -> None:
+    """In place: replace ``{prefix}{part}.weight|bias`` entries of a Llama-layout state dict by the fused one.
+
+    Used from ``_load_from_state_dict`` so that plain ``load_state_dict`` (e.g. the Trainer resuming from a
+    checkpoint written by ``save_pretrained``) accepts the on-disk layout, not only ``from_pretrained``.
+    """
+    for suffix in ("weight", "bias"):
+        keys = [f"{prefix}{part}.{suffix}" for part in parts]
+        if all(key in state_dict for key in keys):
+            state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat([state_dict.pop(key) for key in keys], dim=0)
+
+
 def register_fused_projection_conversions(*names: str) -> None:
     """Make ``from_pretrained`` / ``save_pretrained`` fuse / split the projections for these model types or
     class names (class names also cover a config whose ``model_type`` is another's, e.g. a Llama config.json)."""

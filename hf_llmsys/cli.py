@@ -1,0 +1,48 @@
+"""The `llmsys` command line: `llmsys <subcommand> [args]`.
+
+Subcommands live in a registry of name -> ("module:function", help); the module is imported only when its
+subcommand runs, so `llmsys --help` stays fast. Each function takes the remaining argv.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": (
+        "hf_llmsys.training.train:main",
+        "train a tokenizer and a tiny LLaMA-style model (default: embedded corpus)",
+    ),
+}
+
+
+def usage() -> str:
+    """The top-level help text listing every subcommand."""
+    lines = ["usage: llmsys <command> [options]   (llmsys <command> --help for its options)", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def resolve(name: str):
+    """Import and return the function registered for subcommand `name`."""
+    module, func = SUBCOMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a subcommand; user errors (ValueError) print `llmsys <cmd>: error: ...` and return 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"llmsys: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    try:
+        resolve(name)(rest)
+    except ValueError as err:
+        print(f"llmsys {name}: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,100 @@
+"""Byte-level BPE tokenizer: exact reversibility, special tokens and the AutoTokenizer round trip."""
+
+import random
+
+import pytest
+from transformers import AutoTokenizer
+
+from hf_llmsys.data.corpus import load_default_corpus
+from hf_llmsys.data.tokenizer import EOS_TOKEN, PAD_TOKEN, train_bpe_tokenizer
+
+TRAIN_TEXT = [
+    "The quick brown fox jumps over the lazy dog.\n" * 20,
+    "A hacker is a person who enjoys exploring the details of programmable systems.\n" * 20,
+    "Money, n. A blessing that is of no advantage to us excepting when we part with it.\n" * 20,
+]
+
+FIXED_CASES = [
+    "",
+    " ",
+    "   leading and trailing   ",
+    "two  spaces\tand\ttabs\n\nand blank lines\r\n",
+    "中文文本，标点。",
+    "emoji 🎉👩‍👩‍👧 and flags 🇫🇷",
+    "control \x00\x01\x07\x1b[0m\x7f chars",
+    "mixed: naïve café Ωμέγα \u200b zero width \ufeff bom",
+    "<|endoftext|> literal special text <|pad|>",
+    "\U0010ffff max code point",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_bpe_tokenizer(TRAIN_TEXT + [load_default_corpus()[:200_000]], vocab_size=400)
+
+
+def random_string(rng: random.Random) -> str:
+    """A random string mixing ASCII, whitespace, CJK, emoji and arbitrary code points (no surrogates)."""
+    pools = [
+        lambda: chr(rng.randint(32, 126)),
+        lambda: rng.choice(" \n\t\r"),
+        lambda: chr(rng.randint(0x4E00, 0x9FFF)),
+        lambda: chr(rng.randint(0x1F300, 0x1FAFF)),
+        lambda: chr(rng.randint(0, 31)),
+        lambda: chr(rng.choice([rng.randint(0x80, 0xD7FF), rng.randint(0xE000, 0x10FFFF)])),
+    ]
+    return "".join(rng.choice(pools)() for _ in range(rng.randint(0, 40)))
+
+
+@pytest.mark.parametrize("text", FIXED_CASES)
+def test_fixed_cases_round_trip(tokenizer, text):
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_random_unicode_round_trip(tokenizer):
+    rng = random.Random(1234)
+    for _ in range(500):
+        text = random_string(rng)
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode(ids) == text, repr(text)
+
+
+def test_merges_learned(tokenizer):
+    # Frequent training words become single tokens: BPE training actually happened.
+    assert len(tokenizer.encode(" the")) == 1
+    assert len(tokenizer.encode("the lazy dog")) < len(b"the lazy dog")
+    assert len(tokenizer) == 400
+
+
+def test_special_tokens(tokenizer):
+    assert tokenizer.eos_token == tokenizer.bos_token == EOS_TOKEN
+    assert tokenizer.pad_token == PAD_TOKEN
+    assert tokenizer.pad_token_id != tokenizer.eos_token_id
+    special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    rng = random.Random(7)
+    texts = FIXED_CASES + [random_string(rng) for _ in range(100)]
+    for text in texts:
+        assert special.isdisjoint(tokenizer.encode(text)), repr(text)
+    # Each of the 256 bytes has its own token, whatever the training text.
+    assert all(len(tokenizer.encode(bytes([b]).decode("latin-1"))) <= 2 for b in range(256))
+
+
+def test_vocab_too_small():
+    with pytest.raises(ValueError, match="vocab_size must be >= 258"):
+        train_bpe_tokenizer(TRAIN_TEXT, vocab_size=100)
+
+
+def test_auto_tokenizer_round_trip(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    rng = random.Random(99)
+    for text in FIXED_CASES + [random_string(rng) for _ in range(50)]:
+        ids = tokenizer.encode(text)
+        assert loaded.encode(text) == ids
+        assert loaded.decode(ids) == text
+    assert (loaded.eos_token_id, loaded.bos_token_id, loaded.pad_token_id) == (
+        tokenizer.eos_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.pad_token_id,
+    )
+    assert tokenizer.eos_token_id not in loaded.encode(EOS_TOKEN)

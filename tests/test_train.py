@@ -1,0 +1,227 @@
+"""`llmsys train` end to end on tiny data: saved artefacts, metrics, resume, atomic save and user errors."""
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+from transformers import AutoTokenizer, GenerationConfig
+
+from hf_llmsys.cli import main
+from hf_llmsys.data.corpus import load_default_corpus
+from hf_llmsys.models import LlmsysLlamaForCausalLM
+from hf_llmsys.training import train
+
+TINY_MODEL = [
+    "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1", "--num_attention_heads", "2",
+    "--vocab_size", "300", "--block_size", "32", "--chunk_chars", "1024", "--per_device_train_batch_size", "4",
+    "--per_device_eval_batch_size", "8", "--logging_steps", "2", "--disable_tqdm", "true",
+    "--validation_fraction", "0.2",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "tiny.txt"
+    path.write_text(load_default_corpus()[5000:25000], encoding="utf-8")
+    return path
+
+
+def run(text_file, out, *extra):
+    return main(["train", "--train_files", str(text_file), "--output_dir", str(out), *TINY_MODEL, *extra])
+
+
+@pytest.fixture(scope="module")
+def trained(text_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "model"
+    assert run(text_file, out, "--max_steps", "4", "--save_steps", "2") == 0
+    return out
+
+
+def validation_loss_by_hand(out, text_file):
+    """Rebuild the validation blocks from the saved tokenizer and average the loaded model's loss."""
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = LlmsysLlamaForCausalLM.from_pretrained(out).eval()
+    args = train.DataArguments(train_files=[str(text_file)], chunk_chars=1024, validation_fraction=0.2)
+    _, val_chunks = train.split_chunks(train.load_chunks(args), 0.2, seed=42)
+    ids = torch.tensor(train.tokenize_and_pack(val_chunks, tokenizer, 32, "validation")["input_ids"])
+    with torch.no_grad():
+        return model(input_ids=ids, labels=ids).loss.item()
+
+
+def test_saved_artefacts_load(trained, text_file):
+    names = set(os.listdir(trained))
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= names
+    assert not [n for n in names if n.startswith(".final-tmp-")]
+    tokenizer = AutoTokenizer.from_pretrained(trained)
+    assert tokenizer.decode(tokenizer.encode("Hello, wörld!\n")) == "Hello, wörld!\n"
+    model = LlmsysLlamaForCausalLM.from_pretrained(trained)
+    assert model.config.vocab_size == len(tokenizer) == 300
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    gen = GenerationConfig.from_pretrained(trained)
+    assert (gen.eos_token_id, gen.pad_token_id, gen.max_new_tokens) == (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+        128,
+    )
+
+
+def test_metrics_saved_and_consistent(trained, text_file, capsys):
+    results = json.loads((trained / "train_results.json").read_text())
+    assert results["global_step"] == 4
+    assert results["tokens_seen"] == 4 * 4 * 32
+    assert results["val_perplexity"] == pytest.approx(math.exp(results["val_loss"]))
+    assert results["perplexity_ratio"] == pytest.approx(results["unigram_perplexity"] / results["val_perplexity"])
+    assert 1.0 < results["unigram_perplexity"] < 300
+    assert results["val_loss"] == pytest.approx(validation_loss_by_hand(trained, text_file), rel=1e-4)
+
+
+def test_printed_metrics(text_file, tmp_path, capsys):
+    assert run(text_file, tmp_path / "m", "--max_steps", "1", "--save_steps", "100") == 0
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "m" / "train_results.json").read_text())
+    assert f"perplexity {results['val_perplexity']:.2f}" in printed
+    assert f"unigram baseline perplexity {results['unigram_perplexity']:.2f}" in printed
+
+
+def test_resume_from_checkpoint(trained, text_file, capsys):
+    first = json.loads((trained / "train_results.json").read_text())
+    capsys.readouterr()
+    # Resuming at the checkpoint's own step trains nothing: the result must be exactly the checkpointed model.
+    assert run(text_file, trained, "--max_steps", "4", "--save_steps", "2") == 0
+    again = json.loads((trained / "train_results.json").read_text())
+    assert again["global_step"] == 4
+    assert again["val_loss"] == pytest.approx(first["val_loss"], rel=1e-6)
+    assert run(text_file, trained, "--max_steps", "6", "--save_steps", "2") == 0
+    printed = capsys.readouterr().out
+    assert f"resuming from {trained / 'checkpoint-4'}" in printed
+    results = json.loads((trained / "train_results.json").read_text())
+    assert results["global_step"] == 6
+    assert (trained / "checkpoint-6").is_dir()
+
+
+def test_no_resume_starts_fresh(text_file, tmp_path, capsys):
+    out = tmp_path / "m"
+    assert run(text_file, out, "--max_steps", "2", "--save_steps", "2") == 0
+    capsys.readouterr()
+    assert run(text_file, out, "--max_steps", "2", "--save_steps", "2", "--no_resume") == 0
+    assert "resuming" not in capsys.readouterr().out
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 2
+
+
+def test_other_model_in_output_dir(trained, text_file, tmp_path, capsys):
+    out = tmp_path / "other"
+    assert run(text_file, out, "--max_steps", "1", "--save_steps", "100") == 0
+    capsys.readouterr()
+    assert run(text_file, out, "--max_steps", "1", "--save_steps", "100", "--hidden_size", "48") == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "hidden_size: 32 != 48" in err and "--overwrite_output_dir" in err
+    assert run(text_file, out, "--max_steps", "1", "--hidden_size", "48", "--overwrite_output_dir", "true") == 0
+    assert json.loads((out / "config.json").read_text())["hidden_size"] == 48
+
+
+def test_empty_file_error(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n\n")
+    assert run(empty, tmp_path / "m") == 2
+    err = capsys.readouterr().err
+    assert str(empty) in err and "no text" in err
+    assert not (tmp_path / "m").exists()
+
+
+def test_non_utf8_file_error(text_file, tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok text\n" * 10 + b"\xff\xfe broken")
+    assert main(["train", "--train_files", str(text_file), str(bad), "--output_dir", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "byte offset 80" in err
+
+
+def test_validation_too_small_error(text_file, tmp_path, capsys):
+    assert run(text_file, tmp_path / "m", "--block_size", "4096") == 2
+    assert "--block_size 4096" in capsys.readouterr().err
+
+
+def test_atomic_save_leaves_no_loadable_half_model(trained, tmp_path, monkeypatch):
+    """A crash while moving files in leaves no config.json: the folder fails to load instead of loading junk."""
+    out = tmp_path / "atomic"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"model_type": "llmsys_llama", "stale": True}))
+    model = LlmsysLlamaForCausalLM.from_pretrained(trained)
+    tokenizer = AutoTokenizer.from_pretrained(trained)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if os.fspath(dst) == os.fspath(out / "model.safetensors"):  # the move into place, not save_pretrained's
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(train.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        train.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
+    assert not (out / "config.json").exists()
+    assert not [n for n in os.listdir(out) if n.startswith(".final-tmp-")]
+    monkeypatch.setattr(train.os, "replace", real_replace)
+    train.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
+    assert LlmsysLlamaForCausalLM.from_pretrained(out).config.hidden_size == 32
+
+
+def test_cli_help_and_unknown(capsys):
+    assert main(["--help"]) == 0
+    assert "train" in capsys.readouterr().out
+    assert main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+
+
+def test_dataset_name_local_json(text_file, tmp_path, capsys):
+    data_dir = tmp_path / "ds"
+    data_dir.mkdir()
+    text = text_file.read_text()
+    rows = [{"body": text[i : i + 2000]} for i in range(0, len(text), 2000)]
+    (data_dir / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "m"
+    base = ["train", "--dataset_name", str(data_dir), "--output_dir", str(out), *TINY_MODEL, "--max_steps", "1"]
+    assert main(base) == 2
+    assert "--text_column 'text' is not a column" in capsys.readouterr().err
+    assert main([*base, "--text_column", "body"]) == 0
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 1
+
+
+def test_split_chunks_disjoint_and_seeded():
+    chunks = [{"text": f"chunk {i}\n\n", "end_of_document": False} for i in range(40)]
+    train_part, val_part = train.split_chunks(chunks, 0.1, seed=3)
+    assert len(val_part) == 4 and len(train_part) == 36
+    assert sorted(c["text"] for c in train_part + val_part) == sorted(c["text"] for c in chunks)
+    assert train.split_chunks(chunks, 0.1, seed=3)[1] == val_part
+    assert train.split_chunks(chunks, 0.1, seed=4)[1] != val_part
+    with pytest.raises(ValueError, match="validation_fraction"):
+        train.split_chunks(chunks, 1.0, seed=0)
+
+
+def test_missing_resume_checkpoint_error(text_file, tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert run(text_file, tmp_path / "m", "--resume_from_checkpoint", str(missing)) == 2
+    assert f"--resume_from_checkpoint {missing}" in capsys.readouterr().err
+
+
+def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
+    """Resuming the step-2 checkpoint of a 4-step run must reproduce that run's final model (weights restored)."""
+    trained = tmp_path / "full"
+    assert run(text_file, trained, "--max_steps", "4", "--save_steps", "2") == 0
+    reference = json.loads((trained / "checkpoint-4" / "trainer_state.json").read_text())
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(trained / "checkpoint-2", resumed / "checkpoint-2")
+    capsys.readouterr()
+    assert run(text_file, resumed, "--max_steps", "4", "--save_steps", "2") == 0
+    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().out
+    state = json.loads((resumed / "checkpoint-4" / "trainer_state.json").read_text())
+    ref_losses = [e["loss"] for e in reference["log_history"] if "loss" in e]
+    new_losses = [e["loss"] for e in state["log_history"] if "loss" in e]
+    assert new_losses[-1] == pytest.approx(ref_losses[-1], rel=1e-4)
+    a = LlmsysLlamaForCausalLM.from_pretrained(trained / "checkpoint-4").state_dict()
+    b = LlmsysLlamaForCausalLM.from_pretrained(resumed).state_dict()
+    for name, tensor in a.items():
+        torch.testing.assert_close(b[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
