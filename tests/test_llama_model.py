@@ -255,3 +255,19 @@ def test_plain_load_state_dict_accepts_the_on_disk_llama_layout(tmp_path):
     target.load_state_dict(on_disk, strict=True)
     for (name, a), b in zip(source.state_dict().items(), target.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_output_hidden_states_and_attentions(tmp_path):
+    model = LlmsysLlamaForCausalLM.from_pretrained(_saved(tmp_path, tiny_config()), attn_implementation="eager").eval()
+    ids = torch.randint(0, 96, (1, 7))
+    out = model(ids, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == 3 and out.hidden_states[0].shape == (1, 7, 32)
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (1, 4, 7, 7)
+    probs = out.attentions[0]
+    assert torch.allclose(probs.sum(-1), torch.ones(1, 4, 7), atol=1e-5)
+    assert probs.triu(1).abs().max().item() == 0.0  # causal
+
+
+def _saved(tmp_path, config):
+    LlmsysLlamaForCausalLM(config).save_pretrained(tmp_path / "m")
+    return tmp_path / "m"
