@@ -78,7 +78,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         try:
             super().save_pretrained(staging, *args, **kwargs)
             self._complete_auto_map(staging / "config.json")
-            _move_into_place(staging, target)
+            move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -98,7 +98,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
 
 
-def _move_into_place(staging: Path, target: Path) -> None:
+def move_into_place(staging: Path, target: Path) -> None:
     """Replace the model files of ``target`` by those in ``staging``; config.json is removed first, added last."""
     (target / "config.json").unlink(missing_ok=True)
     for stale in target.iterdir():

@@ -37,6 +37,7 @@ from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 from ..data.corpus import load_default_corpus, read_text_file, split_documents
 from ..data.packing import group_texts, unigram_perplexity
 from ..data.tokenizer import train_bpe_tokenizer
+from ..models.modeling_base import move_into_place
 
 DEFAULT_OUTPUT_DIR = "runs/llmsys-llama-tiny"
 # Config fields that must match for an existing folder to count as "the same model".
@@ -296,9 +297,7 @@ def atomic_save(output_dir: str, model, tokenizer, gen_config: GenerationConfig,
         tokenizer.save_pretrained(tmp)
         gen_config.save_pretrained(tmp)
         (tmp / "train_results.json").write_text(json.dumps(results, indent=2) + "\n")
-        Path(output_dir, "config.json").unlink(missing_ok=True)
-        for path in sorted(tmp.iterdir(), key=lambda p: p.name == "config.json"):
-            os.replace(path, Path(output_dir, path.name))
+        move_into_place(tmp, Path(output_dir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
