@@ -60,6 +60,7 @@ def test_saved_artefacts_load(trained, text_file):
     model = LlmsysLlamaForCausalLM.from_pretrained(trained)
     assert model.config.vocab_size == len(tokenizer) == 300
     assert model.config.eos_token_id == tokenizer.eos_token_id
+    assert model.config.use_cache  # the Trainer disables the cache while training; the saved model generates with it
     gen = GenerationConfig.from_pretrained(trained)
     assert (gen.eos_token_id, gen.pad_token_id, gen.max_new_tokens) == (
         tokenizer.eos_token_id,

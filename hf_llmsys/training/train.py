@@ -339,6 +339,7 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, training_
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
     results["runtime_s"] = round(time.time() - start, 1)
+    trainer.model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
     atomic_save(
         training_args.output_dir,
         trainer.model,
