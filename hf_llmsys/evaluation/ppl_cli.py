@@ -1,0 +1,107 @@
+"""`llmsys ppl`: corpus perplexity of a saved causal LM over text files (sliding window, per token).
+
+    llmsys ppl --model DIR --data a.txt b.txt --max-length 512 --stride 256 [--json]
+    llmsys ppl --model DIR --data lines.txt --lines              # each non-empty line is a text
+    llmsys ppl --model DIR --data records.jsonl --text-field text
+
+A plain file is one text (``--lines``: one per non-empty line); a ``.jsonl`` file holds one JSON object per line
+whose ``--text-field`` is a text. ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
+byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length and stride.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .perplexity import corpus_perplexity, model_context_length
+
+TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse `llmsys ppl` arguments."""
+    parser = argparse.ArgumentParser(prog="llmsys ppl", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="folder (or Hub id) of a causal LM")
+    parser.add_argument("--tokenizer", help="tokenizer folder (default: the model folder)")
+    parser.add_argument("--data", required=True, nargs="+", type=Path, help="text or .jsonl files")
+    parser.add_argument("--lines", action="store_true", help="each non-empty line of a plain file is a text")
+    parser.add_argument("--text-field", default="text", help="field holding the text in .jsonl records")
+    parser.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
+    parser.add_argument("--stride", type=int, help="tokens advanced per window (default: max_length // 2)")
+    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward")
+    parser.add_argument("--bf16", action="store_true", help="forward under bfloat16 autocast")
+    parser.add_argument("--no-start-token", action="store_true", help="do not prepend bos (first token unscored)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="passed to from_pretrained")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    return parser.parse_args(argv)
+
+
+def _jsonl_texts(path: Path, field: str) -> list[str]:
+    """The `field` of each JSON record in a .jsonl file."""
+    texts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            raise ValueError(f"{path}:{number} has no string field {field!r}; choose it with --text-field.")
+        texts.append(record[field])
+    return texts
+
+
+def read_texts(paths: list[Path], lines: bool = False, text_field: str = "text") -> list[str]:
+    """Texts from the files: .jsonl records, non-empty lines (`lines`), or each whole file."""
+    texts: list[str] = []
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"data file {path} does not exist.")
+        if path.suffix == ".jsonl":
+            texts += _jsonl_texts(path, text_field)
+        elif lines:
+            texts += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            texts.append(path.read_text(encoding="utf-8"))
+    if not texts:
+        raise ValueError(f"no texts found in {', '.join(map(str, paths))}.")
+    return texts
+
+
+def load_model_and_tokenizer(model_dir: str, tokenizer_dir: str | None, trust_remote_code: bool):
+    """AutoModelForCausalLM + AutoTokenizer (hf_llmsys imported first so its architectures resolve)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import hf_llmsys  # noqa: F401  (registers the Auto classes)
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or model_dir, trust_remote_code=trust_remote_code)
+    return model, tokenizer
+
+
+def format_table(summary: dict) -> str:
+    """A two-column table of the headline figures."""
+    rows = [
+        (key, f"{summary[key]:,}" if isinstance(summary[key], int) else f"{summary[key]:.4f}") for key in TABLE_KEYS
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{key:<{width}}  {value:>14}" for key, value in rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
+    args = parse_args(argv)
+    texts = read_texts(args.data, args.lines, args.text_field)
+    model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.trust_remote_code)
+    max_length = args.max_length if args.max_length is not None else model_context_length(model)
+    result = corpus_perplexity(
+        model, tokenizer, texts, max_length=max_length, stride=args.stride, batch_size=args.batch_size,
+        dtype="bf16" if args.bf16 else None, add_start_token=not args.no_start_token,
+    )  # fmt: skip
+    stride = args.stride if args.stride is not None else (max_length // 2 if max_length else None)
+    summary = result.to_dict() | {"texts": len(texts), "max_length": max_length, "stride": stride}
+    print(json.dumps(summary) if args.json else format_table(summary))
+    return summary

@@ -1,0 +1,106 @@
+"""`llmsys ppl` end to end on a tiny saved model, and a smoke run of scripts/bench/ppl.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+from hf_llmsys.cli import main as llmsys
+from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+from hf_llmsys.evaluation import corpus_perplexity
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun.\n",
+    "A hacker is a person who enjoys exploring the details of programmable systems.\n",
+]
+KEYS = {"tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte", "nll", "words", "bytes"}
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    tokenizer = train_bpe_tokenizer(TEXTS * 10, vocab_size=300)
+    config = LlmsysLlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+    )  # fmt: skip
+    LlmsysLlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _direct(folder: Path, texts, **kwargs):
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    return corpus_perplexity(model, AutoTokenizer.from_pretrained(folder), texts, **kwargs)
+
+
+def _run_json(capsys, argv) -> dict:
+    capsys.readouterr()
+    assert llmsys(["ppl", *argv, "--json"]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)  # exactly one JSON object on stdout
+
+
+def test_json_matches_direct_call(saved_model, tmp_path, capsys):
+    files = []
+    for i, text in enumerate(TEXTS):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(text * 3)
+    argv = ["--model", str(saved_model), "--data", *map(str, files), "--max-length", "16", "--stride", "5"]
+    summary = _run_json(capsys, argv + ["--batch-size", "3"])
+    direct = _direct(saved_model, [t * 3 for t in TEXTS], max_length=16, stride=5).to_dict()
+    assert KEYS <= set(summary)
+    assert (summary["texts"], summary["max_length"], summary["stride"]) == (2, 16, 5)
+    for key in KEYS:
+        assert summary[key] == pytest.approx(direct[key], rel=1e-6)
+
+
+def test_lines_jsonl_defaults_and_table(saved_model, tmp_path, capsys):
+    lines = tmp_path / "lines.txt"
+    lines.write_text(TEXTS[0] + "\n\n" + TEXTS[1])
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(json.dumps({"body": t}) for t in TEXTS) + "\n")
+    direct = _direct(saved_model, [t.rstrip("\n") for t in TEXTS], max_length=32, stride=16)
+    by_lines = _run_json(capsys, ["--model", str(saved_model), "--data", str(lines), "--lines"])
+    assert (by_lines["texts"], by_lines["max_length"], by_lines["stride"]) == (2, 32, 16)  # model context
+    assert by_lines["ppl"] == pytest.approx(direct.ppl, rel=1e-6)
+    from_jsonl = _run_json(capsys, ["--model", str(saved_model), "--data", str(records), "--text-field", "body"])
+    assert from_jsonl["tokens"] == direct.tokens + 2  # the jsonl texts keep their newline
+    assert llmsys(["ppl", "--model", str(saved_model), "--data", str(lines), "--lines", "--bf16"]) == 0
+    table = capsys.readouterr().out
+    assert all(key in table for key in ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte"))
+
+
+def test_user_errors_exit_2(saved_model, tmp_path, capsys):
+    text = tmp_path / "a.txt"
+    text.write_text(TEXTS[0])
+    base = ["ppl", "--model", str(saved_model), "--data"]
+    assert llmsys([*base, str(tmp_path / "missing.txt")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert llmsys([*base, str(text), "--max-length", "8", "--stride", "9"]) == 2
+    assert "stride=9 > max_length=8" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"other": "x"}) + "\n")
+    assert llmsys([*base, str(bad)]) == 2
+    assert "no string field 'text'" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_bench_script_quick(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "ppl.py"
+    spec = importlib.util.spec_from_file_location("bench_ppl", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "ppl.json"
+    results = bench.main(["--quick", "--max-tokens", "512", "--data-dir", str(tmp_path / "absent"), "--json", str(out)])
+    assert json.loads(out.read_text())["text_tokens"] == results["text_tokens"] <= 512
+    assert results["source"] == "embedded corpus + trained BPE"
+    assert results["rel_diff_equal_set"] <= bench.REL_DIFF_GOAL
+    assert results["doc"]["tokens_counted"] == results["doc"]["tokens_scored"] + 1
+    assert results["ours_equal_set"]["tokens_scored"] == results["doc"]["tokens_scored"]
+    assert results["speed_ratio"] > 0
