@@ -14,6 +14,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "hf_llmsys.training.train:main",
         "train a tokenizer and a tiny LLaMA-style model (default: embedded corpus)",
     ),
+    "ppl": ("hf_llmsys.evaluation.ppl_cli:main", "corpus perplexity of a causal LM over text files (sliding window)"),
+    "ifd": ("hf_llmsys.evaluation.ifd_cli:main", "instruction-following difficulty of Alpaca records; select the top"),
 }
 
 
