@@ -369,3 +369,24 @@ def test_unknown_context_needs_max_length():
     tok = _word_tokenizer(9)
     with pytest.raises(ValueError, match="pass max_length"):
         corpus_perplexity(UniformLM(len(tok)), tok, "w1 w2 w3")
+
+
+def test_scored_positions_only_lm_head_equals_full_logits(model, tokenizer, monkeypatch):
+    """The logits_to_keep fast path (LM head on scored positions only) gives the full-logits result."""
+    from hf_llmsys.evaluation import perplexity as module
+
+    texts = ["the quick brown fox jumps over the lazy dog " * 6, "pack my box with five dozen liquor jugs " * 3]
+    assert module.accepts_logits_to_keep(model)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: calls.append("logits_to_keep" in k), with_kwargs=True)
+    try:
+        fast = corpus_perplexity(model, tokenizer, texts, max_length=16, stride=5, batch_size=3)
+        assert calls and all(calls)
+        calls.clear()
+        monkeypatch.setattr(module, "accepts_logits_to_keep", lambda m: False)
+        full = corpus_perplexity(model, tokenizer, texts, max_length=16, stride=5, batch_size=3)
+        assert calls and not any(calls)
+    finally:
+        hook.remove()
+    assert fast.tokens == full.tokens
+    assert fast.nll == pytest.approx(full.nll, rel=1e-6)

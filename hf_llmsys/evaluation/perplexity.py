@@ -32,6 +32,7 @@ made and its weights stay as they are; the logits are cast to float32 before the
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import re
 import sys
@@ -315,9 +316,36 @@ def eval_mode(model: nn.Module):
         model.train(was_training)
 
 
+def accepts_logits_to_keep(model: nn.Module) -> bool:
+    """True when the (PEFT-unwrapped) model's forward takes ``logits_to_keep`` (transformers' LM heads do)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_only: bool) -> torch.Tensor:
+    """float32 NLL (N,) of the scored tokens of one batch, row-major.
+
+    With ``keep_scored_only`` the LM head runs only on scored positions (``logits_to_keep`` as a boolean mask,
+    transformers' ``slice_logits_to_keep``): context positions need hidden states but never logits, which
+    halves the vocabulary projection at the default stride. A model that returns anything but (N, V) logits
+    for the mask is run again in full.
+    """
+    scored = labels != IGNORE_INDEX
+    inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+    if keep_scored_only:
+        logits = output_logits(model(**inputs, logits_to_keep=scored.to(device)))
+        if logits.dim() == 2 and logits.shape[0] == int(scored.sum()):
+            return F.cross_entropy(logits.float(), labels[scored].to(logits.device), reduction="none")
+    return token_nlls_from_logits(output_logits(model(**inputs)), labels)
+
+
 def score_windows(model, windows, seqs, *, pad_id, batch_size, dtype, show_progress) -> list[torch.Tensor]:
     """Per text, the float32 NLL of each scored token (index p: token p + 1), from batched window forwards."""
     device = model_device(model)
+    keep_scored_only = accepts_logits_to_keep(model)
     out = [torch.zeros(len(ids) - 1) for ids in seqs]
     order = sorted(windows, key=lambda w: -w.length)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -325,8 +353,7 @@ def score_windows(model, windows, seqs, *, pad_id, batch_size, dtype, show_progr
         for batch in _progress(batches, len(batches), show_progress, "perplexity"):
             input_ids, attention_mask, labels = collate_windows(batch, seqs, pad_id)
             with autocast_context(device, dtype):
-                output = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
-            nlls = token_nlls_from_logits(output_logits(output), labels).cpu()
+                nlls = scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_only).cpu()
             for w, chunk in zip(batch, nlls.split([w.end - w.score_from for w in batch]), strict=True):
                 out[w.text][w.score_from : w.end] = chunk
     return out
