@@ -1,0 +1,280 @@
+"""The positional-encoding zoo: one tiny LLaMA-style model per encoding, compared on length extrapolation.
+
+Every run shares the corpus (the embedded default corpus unless files are given), the tokenizer (trained once),
+the packed training blocks of ``train_length`` tokens, the optimizer budget and the seed; only
+``position_embedding_type`` differs. Each model is then evaluated on the held-out text with non-overlapping
+windows (stride = window, as in the ALiBi paper's evaluation) of ``factor x train_length`` tokens for each factor
+in ``eval_factors`` (default 0.5, 1, 2, 4, 8). The RoPE model is also evaluated with its frequencies rescaled at
+inference only (linear position interpolation, dynamic NTK, YaRN) by the length factor.
+
+Output folder layout (read by the Gradio demo; ``FORMAT_VERSION`` changes whenever it does):
+
+    OUT/zoo.json                 results, format below
+    OUT/zoo.png                  perplexity against evaluation length, one line per run (log-log)
+    OUT/tokenizer/               the shared tokenizer (AutoTokenizer.from_pretrained)
+    OUT/checkpoints/<encoding>/  each trained model (AutoModelForCausalLM.from_pretrained after import hf_llmsys)
+
+``zoo.json``::
+
+    {"format_version": 1,
+     "settings": {"train_length", "eval_lengths", "eval_factors", "steps", "batch_size", "learning_rate",
+                  "seed", "model": {...config fields shared by all runs...}, "vocab_size",
+                  "train_tokens", "eval_tokens", "corpus"},
+     "runs": [{"name": "alibi", "position_embedding_type": "alibi", "checkpoint": "checkpoints/alibi",
+               "rope_scaling": null, "train_seconds": 95.2, "final_train_loss": 4.1,
+               "results": [{"eval_length": 32, "ppl": 80.1, "tokens": 32768, "error": null}, ...]},
+              {"name": "rope+yarn", "position_embedding_type": "rope", "checkpoint": "checkpoints/rope",
+               "rope_scaling": "yarn", "results": [...]}, ...]}
+
+A result whose evaluation cannot run (a learned table shorter than the window) has ``ppl: null`` and the
+error message in ``error``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainingArguments, default_data_collator
+
+from ..data.tokenizer import train_bpe_tokenizer
+from ..evaluation.perplexity import corpus_perplexity
+from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+from ..models.positions import POSITIONAL_ENCODINGS
+from ..training.train import DataArguments, load_chunks, split_chunks, tokenize_and_pack
+
+FORMAT_VERSION = 1
+DEFAULT_FACTORS = (0.5, 1.0, 2.0, 4.0, 8.0)
+# Inference-time RoPE rescaling by the length factor s = eval_length / train_length (transformers rope types).
+ROPE_SCALINGS = {
+    "linear": lambda s, train_length: {"rope_type": "linear", "factor": s},
+    "dynamic": lambda s, train_length: {"rope_type": "dynamic", "factor": s},
+    "yarn": lambda s, train_length: {
+        "rope_type": "yarn",
+        "factor": s,
+        "original_max_position_embeddings": train_length,
+    },
+}
+
+
+@dataclass
+class ZooSettings:
+    """What every run of the zoo shares."""
+
+    out: Path
+    encodings: list[str] = field(default_factory=lambda: sorted(POSITIONAL_ENCODINGS))
+    train_length: int = 64
+    eval_factors: tuple[float, ...] = DEFAULT_FACTORS
+    steps: int = 500
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    seed: int = 0
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    intermediate_size: int = 384
+    train_files: list[str] | None = None
+    rope_scalings: list[str] = field(default_factory=lambda: sorted(ROPE_SCALINGS))
+
+    @property
+    def eval_lengths(self) -> list[int]:
+        return [max(2, round(f * self.train_length)) for f in self.eval_factors]
+
+    def model_fields(self) -> dict:
+        return {
+            "hidden_size": self.hidden_size, "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads, "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.train_length, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+        }  # fmt: skip
+
+
+def validate(settings: ZooSettings) -> None:
+    """Clear errors for unknown encodings / scalings and impossible sizes."""
+    unknown = sorted(set(settings.encodings) - set(POSITIONAL_ENCODINGS))
+    if unknown:
+        raise ValueError(f"--encodings: unknown {unknown}; choose among {sorted(POSITIONAL_ENCODINGS)}.")
+    bad = sorted(set(settings.rope_scalings) - set(ROPE_SCALINGS))
+    if bad:
+        raise ValueError(f"--rope-scalings: unknown {bad}; choose among {sorted(ROPE_SCALINGS)}.")
+    if settings.train_length < 4 or settings.steps < 1 or settings.batch_size < 1:
+        raise ValueError("--train-length must be >= 4, --steps and --batch-size >= 1.")
+    if not settings.eval_factors or min(settings.eval_factors) <= 0:
+        raise ValueError("--eval-factors must be positive numbers, e.g. 0.5 1 2 4 8.")
+
+
+def prepare_data(settings: ZooSettings):
+    """Shared tokenizer, packed training blocks and held-out evaluation text."""
+    chunks = load_chunks(DataArguments(train_files=settings.train_files))
+    train_chunks, eval_chunks = split_chunks(chunks, 0.05, settings.seed)
+    tokenizer = train_bpe_tokenizer((c["text"] for c in train_chunks), settings.vocab_size)
+    train_ds = tokenize_and_pack(train_chunks, tokenizer, settings.train_length, "training")
+    eval_text = "\n\n".join(c["text"] for c in eval_chunks)
+    return tokenizer, train_ds, eval_text
+
+
+def train_one(settings: ZooSettings, encoding: str, tokenizer, train_ds) -> tuple[LlmsysLlamaForCausalLM, dict]:
+    """Train the model for one encoding with the shared budget; returns it and its training summary."""
+    torch.manual_seed(settings.seed)
+    config = LlmsysLlamaConfig(
+        vocab_size=len(tokenizer), position_embedding_type=encoding, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **settings.model_fields(),
+    )  # fmt: skip
+    model = LlmsysLlamaForCausalLM(config)
+    args = TrainingArguments(
+        output_dir=str(settings.out / "trainer" / encoding), max_steps=settings.steps,
+        per_device_train_batch_size=settings.batch_size, learning_rate=settings.learning_rate,
+        lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.1, adam_beta2=0.95, seed=settings.seed,
+        data_seed=settings.seed, logging_steps=max(1, settings.steps // 10), save_strategy="no", report_to=[],
+        disable_tqdm=True, dataloader_pin_memory=False,
+    )  # fmt: skip
+    start = time.time()
+    output = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=default_data_collator).train()
+    model.config.use_cache = True
+    return model.eval(), {"train_seconds": round(time.time() - start, 1), "final_train_loss": output.training_loss}
+
+
+def evaluate_lengths(model, tokenizer, text: str, lengths: list[int]) -> list[dict]:
+    """Perplexity with non-overlapping windows of each length; an impossible length records its error."""
+    rows = []
+    for length in lengths:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # beyond-context warnings are the point of the experiment
+                result = corpus_perplexity(model, tokenizer, text, max_length=length, stride=length, batch_size=8)
+            rows.append({"eval_length": length, "ppl": result.ppl, "tokens": result.tokens, "error": None})
+        except ValueError as error:
+            rows.append({"eval_length": length, "ppl": None, "tokens": 0, "error": str(error)})
+    return rows
+
+
+def rescaled_rope_model(checkpoint: Path, scaling: str, factor: float, train_length: int):
+    """The trained RoPE model with its frequencies rescaled at inference (no training) by ``factor``."""
+    config = LlmsysLlamaConfig.from_pretrained(checkpoint)
+    theta = config.rope_parameters["rope_theta"]
+    config.rope_parameters = {"rope_theta": theta, **ROPE_SCALINGS[scaling](factor, train_length)}
+    if scaling != "dynamic":  # dynamic NTK grows from the original context by itself
+        config.max_position_embeddings = math.ceil(factor * train_length)
+    return LlmsysLlamaForCausalLM.from_pretrained(checkpoint, config=config).eval()
+
+
+def evaluate_rope_scalings(settings: ZooSettings, tokenizer, text: str) -> list[dict]:
+    """Runs for the RoPE checkpoint with each inference-time scaling (factor = max(1, eval / train length))."""
+    checkpoint = settings.out / "checkpoints" / "rope"
+    runs = []
+    for scaling in settings.rope_scalings:
+        results = []
+        for length in settings.eval_lengths:
+            factor = max(1.0, length / settings.train_length)
+            model = rescaled_rope_model(checkpoint, scaling, factor, settings.train_length)
+            results += evaluate_lengths(model, tokenizer, text, [length])
+        runs.append({
+            "name": f"rope+{scaling}", "position_embedding_type": "rope", "checkpoint": "checkpoints/rope",
+            "rope_scaling": scaling, "results": results,
+        })  # fmt: skip
+    return runs
+
+
+def plot(runs: list[dict], path: Path, train_length: int) -> None:
+    """Perplexity against evaluation length (log-log), one line per run; the training length marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        points = [(r["eval_length"], r["ppl"]) for r in run["results"] if r["ppl"] is not None]
+        if points:
+            ax.plot(
+                *zip(*points, strict=True), marker="o", label=run["name"], linestyle="--" if "+" in run["name"] else "-"
+            )
+    ax.axvline(train_length, color="grey", linewidth=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="evaluation length (tokens)", ylabel="perplexity",
+           title=f"Length extrapolation, trained on {train_length} tokens")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_zoo(settings: ZooSettings) -> dict:
+    """Train and evaluate every encoding; write zoo.json, zoo.png, the tokenizer and the checkpoints."""
+    validate(settings)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    tokenizer, train_ds, eval_text = prepare_data(settings)
+    tokenizer.save_pretrained(settings.out / "tokenizer")
+    runs = []
+    for encoding in settings.encodings:
+        model, summary = train_one(settings, encoding, tokenizer, train_ds)
+        model.save_pretrained(settings.out / "checkpoints" / encoding)
+        results = evaluate_lengths(model, tokenizer, eval_text, settings.eval_lengths)
+        runs.append({"name": encoding, "position_embedding_type": encoding, "checkpoint": f"checkpoints/{encoding}",
+                     "rope_scaling": None, **summary, "results": results})  # fmt: skip
+        print(format_run(runs[-1]), flush=True)
+    if "rope" in settings.encodings:
+        for run in evaluate_rope_scalings(settings, tokenizer, eval_text):
+            runs.append(run)
+            print(format_run(run), flush=True)
+    report = {"format_version": FORMAT_VERSION, "settings": settings_dict(settings, tokenizer, train_ds, eval_text),
+              "runs": runs}  # fmt: skip
+    (settings.out / "zoo.json").write_text(json.dumps(report, indent=2) + "\n")
+    shutil.rmtree(settings.out / "trainer", ignore_errors=True)  # Trainer scratch (no checkpoints are saved)
+    plot(runs, settings.out / "zoo.png", settings.train_length)
+    return report
+
+
+def settings_dict(settings: ZooSettings, tokenizer, train_ds, eval_text: str) -> dict:
+    """The shared settings as recorded in zoo.json."""
+    return {
+        "train_length": settings.train_length, "eval_lengths": settings.eval_lengths,
+        "eval_factors": list(settings.eval_factors), "steps": settings.steps, "batch_size": settings.batch_size,
+        "learning_rate": settings.learning_rate, "seed": settings.seed, "model": settings.model_fields(),
+        "vocab_size": len(tokenizer), "train_tokens": len(train_ds) * settings.train_length,
+        "eval_tokens": len(tokenizer(eval_text, add_special_tokens=False)["input_ids"]),
+        "corpus": settings.train_files or "embedded default corpus",
+    }  # fmt: skip
+
+
+def format_run(run: dict) -> str:
+    """One line: run name and perplexity at each evaluation length."""
+    cells = [f"{r['eval_length']}: {r['ppl']:.1f}" if r["ppl"] is not None else f"{r['eval_length']}: n/a"
+             for r in run["results"]]  # fmt: skip
+    return f"{run['name']:<14} " + "  ".join(cells)
+
+
+def parse_args(argv: list[str] | None) -> ZooSettings:
+    """Command-line options -> ZooSettings."""
+    parser = argparse.ArgumentParser(prog="pe_zoo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/pe_zoo"))
+    parser.add_argument("--encodings", nargs="+", default=sorted(POSITIONAL_ENCODINGS))
+    parser.add_argument("--rope-scalings", nargs="*", default=sorted(ROPE_SCALINGS))
+    parser.add_argument("--train-length", type=int, default=64)
+    parser.add_argument("--eval-factors", type=float, nargs="+", default=list(DEFAULT_FACTORS))
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-files", nargs="+", default=None)
+    parser.add_argument("--quick", action="store_true", help="tiny budget for smoke tests")
+    args = parser.parse_args(argv)
+    settings = ZooSettings(
+        out=args.out, encodings=args.encodings, train_length=args.train_length,
+        eval_factors=tuple(args.eval_factors), steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+        train_files=args.train_files, rope_scalings=args.rope_scalings,
+    )  # fmt: skip
+    if args.quick:
+        settings = replace(settings, steps=3, batch_size=4, train_length=16, hidden_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=64, vocab_size=300, eval_factors=(1.0, 2.0))  # fmt: skip
+    return settings
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Entry point of scripts/pe_zoo.py."""
+    return run_zoo(parse_args(argv))
