@@ -47,7 +47,8 @@ from torch.nn import functional as F
 IGNORE_INDEX = -100
 CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 SANE_MODEL_MAX_LENGTH = 1_000_000  # tokenizers without a limit report int(1e30)
-RELATIVE_POSITION_TYPES = {"rope", "rotary", "alibi", "none", "nope", "relative", "relative_key", "t5"}
+# Position schemes with no fixed-size table: they run past the trained context (sinusoidal is a formula).
+RELATIVE_POSITION_TYPES = {"rope", "rotary", "alibi", "none", "nope", "relative", "relative_key", "t5", "sinusoidal"}
 ROTARY_CONFIG_ATTRS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_dim", "rotary_pct", "alibi")
 DTYPE_NAMES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -131,7 +132,7 @@ def model_context_length(model: nn.Module) -> int | None:
 
 
 def has_relative_positions(model: nn.Module) -> bool:
-    """True for RoPE / ALiBi / relative / no positions: nothing stops them running past their trained length."""
+    """True for RoPE / ALiBi / relative / sinusoidal / no positions: nothing stops them past their trained length."""
     config = getattr(model, "config", None)
     kind = getattr(config, "position_embedding_type", None)
     if isinstance(kind, str):
