@@ -13,6 +13,8 @@ KV cache is any transformers ``Cache``; masks come from transformers' masking ut
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv
@@ -31,12 +33,14 @@ def eager_attention_forward(
     scaling: float,
     dropout: float = 0.0,
     position_bias: torch.Tensor | None = None,
+    relative_values: Callable[[torch.Tensor], torch.Tensor] | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scaling + bias + mask) v, in plain PyTorch ops.
+    """softmax(q k^T * scaling + bias + mask) v (+ relative_values(probs)), in plain PyTorch ops.
 
     query (B, H, S, D), key/value (B, G, K, D), attention_mask additive (B, 1, S, K) or None,
-    position_bias additive (B or 1, H, S, K) or None. Returns output (B, S, H, D) and probabilities (B, H, S, K).
+    position_bias additive (B or 1, H, S, K) or None, relative_values probs (B, H, S, K) -> (B, H, S, D) or None
+    (Shaw et al. 2018's value embeddings). Returns output (B, S, H, D) and probabilities (B, H, S, K).
     """
     key = repeat_kv(key, module.num_key_value_groups)  # (B, H, K, D)
     value = repeat_kv(value, module.num_key_value_groups)
@@ -47,7 +51,10 @@ def eager_attention_forward(
         scores = scores + attention_mask
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, S, H, D)
+    output = torch.matmul(probs, value)  # (B, H, S, D)
+    if relative_values is not None:
+        output = output + relative_values(probs)
+    output = output.transpose(1, 2).contiguous()  # (B, S, H, D)
     return output, probs
 
 
@@ -94,8 +101,11 @@ class GroupedQueryAttention(nn.Module):
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        if positions.attention_bias is not None:
-            kwargs["position_bias"] = positions.attention_bias
+        bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
+        if bias is not None:  # full size: flex_attention indexes it by batch
+            kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)
+        if (value_term := positions.value_term(self.layer_idx)) is not None:
+            kwargs["relative_values"] = value_term  # eager only (checked by the positional encoding)
         output, probs = attention(
             self,
             query,

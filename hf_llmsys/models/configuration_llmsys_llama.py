@@ -63,6 +63,11 @@ class LlmsysLlamaConfig(PreTrainedConfig):
     position_embedding_type: str = "rope"
     rope_parameters: dict | None = None
     rope_interleaved: bool = False
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    relative_attention_bidirectional: bool = False
+    max_relative_position: int = 16
+    relative_values: bool = False
     initializer_range: float = 0.02
     z_loss_coefficient: float = 0.0
     use_cache: bool = True
@@ -115,6 +120,30 @@ class LlmsysLlamaConfig(PreTrainedConfig):
             )
         if self.position_embedding_type == "rope" and self.head_dim % 2 != 0:
             raise ValueError(f"head_dim must be even for RoPE (it rotates pairs of features), got {self.head_dim}.")
+
+    def validate_relative_positions(self):
+        """T5 bucket and Shaw clipping settings are usable (see ``positions.py``)."""
+        for name in ("relative_attention_num_buckets", "relative_attention_max_distance", "max_relative_position"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        halves = 2 if self.relative_attention_bidirectional else 1
+        if self.relative_attention_num_buckets < 2 * halves:
+            raise ValueError(
+                f"relative_attention_num_buckets must be >= {2 * halves} (half exact, half log-spaced buckets"
+                f"{', per direction' if halves == 2 else ''}), got {self.relative_attention_num_buckets}."
+            )
+        max_exact = self.relative_attention_num_buckets // halves // 2
+        if self.relative_attention_max_distance <= max_exact:
+            raise ValueError(
+                f"relative_attention_max_distance ({self.relative_attention_max_distance}) must exceed the "
+                f"{max_exact} exactly-bucketed distances; raise it or lower relative_attention_num_buckets."
+            )
+        if self.relative_values and self.position_embedding_type != "relative":
+            raise ValueError(
+                "relative_values=True only applies to position_embedding_type='relative' (Shaw et al.), got "
+                f"position_embedding_type={self.position_embedding_type!r}; set relative_values=False."
+            )
 
     def validate_choices(self):
         """Names of norms, activations, positional encodings and rope types are known."""

@@ -35,6 +35,17 @@ class DecoderPreTrainedModel(LlmsysPreTrainedModel):
     _can_record_outputs = {"hidden_states": DecoderLayer, "attentions": GroupedQueryAttention}
 
 
+def key_positions(attention_mask: torch.Tensor | None, key_length: int, device) -> torch.Tensor:
+    """Positions of all K = cached + new keys: counted over real tokens of a 2D mask (B, K), else arange (1, K).
+
+    Relative encodings (ALiBi, T5, Shaw) need them for cached tokens too; left padding shifts each row, as
+    generate shifts ``position_ids`` (padding gets position 0, it is masked anyway).
+    """
+    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] == key_length:
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, K)
+    return torch.arange(key_length, device=device)[None]  # (1, K)
+
+
 class DecoderModel(DecoderPreTrainedModel):
     """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache."""
 
@@ -66,9 +77,10 @@ class DecoderModel(DecoderPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, hidden)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
+        past_seen = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
-            past_seen = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
+        key_position_ids = key_positions(attention_mask, past_seen + inputs_embeds.shape[1], inputs_embeds.device)
         mask = create_causal_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
@@ -77,7 +89,8 @@ class DecoderModel(DecoderPreTrainedModel):
             position_ids=position_ids,
         )
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
-        positions = self.positions.prepare(hidden_states, position_ids)  # once per forward, shared by all layers
+        # once per forward, shared by all layers
+        positions = self.positions.prepare(hidden_states, position_ids, key_position_ids)
         for layer in self.layers:
             hidden_states = layer(hidden_states, positions=positions, attention_mask=mask, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)

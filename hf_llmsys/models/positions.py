@@ -1,16 +1,21 @@
 """The single, swappable point where a decoder learns about token positions.
 
+Legend: B batch (or 1 when shared), S or Q new (query) tokens, K cached + new (key) tokens, H heads, D head_dim.
+
 A decoder owns one ``PositionalEncoding`` (chosen by ``config.position_embedding_type`` through
 ``POSITIONAL_ENCODINGS``) and calls it twice per forward, never per layer:
 
 1. ``add_to_embeddings(inputs_embeds, position_ids)``: absolute encodings (sinusoidal, learned) add here;
    relative ones return the embeddings unchanged.
-2. ``prepare(hidden_states, position_ids)`` -> ``PositionState``: everything the layers need, computed once and
-   shared by all of them: a rotation for q/k heads (RoPE) and/or an additive attention bias
-   (ALiBi, T5 buckets; shape (B or 1, H, Q, K)).
+2. ``prepare(hidden_states, position_ids, key_position_ids)`` -> ``PositionState``: everything the layers need,
+   computed once and shared by all of them: a rotation for q/k heads (RoPE) and/or an additive attention bias
+   (ALiBi, T5 buckets: (B or 1, H, Q, K)), or the table indices of Shaw's relative embeddings.
 
-Each attention layer then calls ``state.rotate(heads)`` on its q and k heads laid out (B, S, n, D) and passes
-``state.attention_bias`` on to the attention kernel.
+Each attention layer then calls ``state.rotate(heads)`` on its q and k heads laid out (B, S, n, D), passes
+``state.attention_bias_for(query, layer_idx)`` to the attention kernel as ``position_bias`` and, for Shaw's
+relative values, ``state.value_term(layer_idx)`` to the eager kernel. Query positions are ``position_ids``
+(generate derives them from the attention mask, so left padding is handled); key positions cover the cached
+tokens too and come from the 2D attention mask (``DecoderModel.forward``).
 """
 
 from __future__ import annotations
@@ -20,19 +25,45 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .position_biases import (
+    alibi_bias,
+    alibi_slopes,
+    relative_distance,
+    shaw_relative_index,
+    sinusoidal_table,
+    t5_relative_position_bucket,
+)
 from .rotary import RotaryEmbedding, apply_rotary_signed
 
 
 class PositionState:
     """Per-forward positional information shared by all layers."""
 
-    def __init__(self, rotate: Callable[[torch.Tensor], torch.Tensor] | None = None, attention_bias=None):
+    def __init__(
+        self,
+        rotate: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        attention_bias: torch.Tensor | None = None,
+        query_bias: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+        value_term: Callable[[int], Callable[[torch.Tensor], torch.Tensor]] | None = None,
+    ):
         self._rotate = rotate
-        self.attention_bias = attention_bias
+        self.attention_bias = attention_bias  # (B or 1, H, Q, K), the same for every layer
+        self._query_bias = query_bias
+        self._value_term = value_term
 
     def rotate(self, heads: torch.Tensor) -> torch.Tensor:
         """Apply the positional rotation (if any) to heads laid out (B, S, n, D)."""
         return heads if self._rotate is None else self._rotate(heads)
+
+    def attention_bias_for(self, query: torch.Tensor, layer_idx: int = 0) -> torch.Tensor | None:
+        """Additive score bias (B or 1, H, Q, K) for this layer's query (B, H, Q, D), or None."""
+        if self._query_bias is not None:
+            return self._query_bias(query, layer_idx)
+        return self.attention_bias
+
+    def value_term(self, layer_idx: int = 0) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """probs (B, H, Q, K) -> term (B, H, Q, D) added to the attention output (Shaw's a^V), or None."""
+        return None if self._value_term is None else self._value_term(layer_idx)
 
 
 class PositionalEncoding(nn.Module):
@@ -41,7 +72,9 @@ class PositionalEncoding(nn.Module):
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
 
-    def prepare(self, hidden_states: torch.Tensor, position_ids: torch.Tensor) -> PositionState:
+    def prepare(
+        self, hidden_states: torch.Tensor, position_ids: torch.Tensor, key_position_ids: torch.Tensor | None = None
+    ) -> PositionState:
         return PositionState()
 
 
@@ -59,7 +92,9 @@ class RotaryPositionalEncoding(PositionalEncoding):
         super().__init__()
         self.rotary_emb = RotaryEmbedding(config)
 
-    def prepare(self, hidden_states: torch.Tensor, position_ids: torch.Tensor) -> PositionState:
+    def prepare(
+        self, hidden_states: torch.Tensor, position_ids: torch.Tensor, key_position_ids: torch.Tensor | None = None
+    ) -> PositionState:
         cos, sin = self.rotary_emb(hidden_states, position_ids)  # (B, S, D)
         cos = cos.unsqueeze(2)  # (B, S, 1, D): broadcast over heads
         signed_sin = (sin * self.rotary_emb.signs.to(sin.dtype)).unsqueeze(2)
@@ -67,9 +102,160 @@ class RotaryPositionalEncoding(PositionalEncoding):
         return PositionState(rotate=lambda heads: apply_rotary_signed(heads, cos, signed_sin, swap))
 
 
+class SinusoidalPositionalEncoding(PositionalEncoding):
+    """Fixed sinusoids added to the token embeddings (Vaswani et al. 2017, sec. 3.5); any length works."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+
+    def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        table = sinusoidal_table(position_ids, self.hidden_size)  # (B or 1, S, hidden)
+        return inputs_embeds + table.to(inputs_embeds.dtype)
+
+
+class LearnedPositionalEncoding(PositionalEncoding):
+    """A trained table of ``max_position_embeddings`` absolute position vectors (GPT-2/GPT-3 style)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.max_positions = config.max_position_embeddings
+        self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+
+    def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        largest, smallest = int(position_ids.max()), int(position_ids.min())
+        if largest >= self.max_positions or smallest < 0:
+            offending = largest if largest >= self.max_positions else smallest
+            raise ValueError(
+                f"position {offending} is outside the learned position table of max_position_embeddings="
+                f"{self.max_positions} (valid positions 0..{self.max_positions - 1}); shorten the input or use a "
+                "model with a larger max_position_embeddings (or a relative position_embedding_type)."
+            )
+        return inputs_embeds + self.embed_positions(position_ids)  # (B, S, hidden)
+
+
+def check_bias_support(config, needs_eager: bool = False) -> None:
+    """Raise a clear ValueError when the configured attention kernel cannot take this encoding's bias."""
+    implementation = config._attn_implementation or "eager"
+    kind = config.position_embedding_type
+    if "flash" in implementation:
+        raise ValueError(
+            f"position_embedding_type={kind!r} adds a bias to the attention scores, which "
+            f"attn_implementation={implementation!r} cannot take; use 'sdpa', 'eager' or 'flex_attention'."
+        )
+    if needs_eager and implementation != "eager":
+        raise ValueError(
+            f"relative_values=True (Shaw et al. relative value embeddings) needs attn_implementation='eager', got "
+            f"{implementation!r}; load the model with attn_implementation='eager' or set relative_values=False."
+        )
+
+
+class BiasPositionalEncoding(PositionalEncoding):
+    """Base of encodings that add one bias (B or 1, H, Q, K), built once per forward, to every layer's scores."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        check_bias_support(config)
+
+    def bias(self, distance: torch.Tensor) -> torch.Tensor:
+        """Signed distances j - i (B or 1, Q, K) -> additive bias (B or 1, H, Q, K) in float32."""
+        raise NotImplementedError
+
+    def prepare(
+        self, hidden_states: torch.Tensor, position_ids: torch.Tensor, key_position_ids: torch.Tensor | None = None
+    ) -> PositionState:
+        check_bias_support(self.config)
+        if key_position_ids is None:
+            key_position_ids = position_ids
+        distance = relative_distance(position_ids, key_position_ids)  # (B or 1, Q, K)
+        return PositionState(attention_bias=self.bias(distance).to(hidden_states.dtype))
+
+
+class ALiBiPositionalEncoding(BiasPositionalEncoding):
+    """Attention with Linear Biases (Press et al. 2022): score(i, j) -= m_h * (i - j); no embeddings added."""
+
+    def bias(self, distance: torch.Tensor) -> torch.Tensor:
+        slopes = alibi_slopes(self.num_heads).to(distance.device)  # (H,), rebuilt: no buffer to re-initialise
+        return alibi_bias(slopes, distance)
+
+
+class T5RelativePositionalEncoding(BiasPositionalEncoding):
+    """T5's bucketed relative bias (Raffel et al. 2020): one learned scalar per (bucket, head), shared by all layers."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.bidirectional = config.relative_attention_bidirectional
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def bias(self, distance: torch.Tensor) -> torch.Tensor:
+        buckets = t5_relative_position_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.relative_attention_bias(buckets).permute(0, 3, 1, 2).float()  # (B, Q, K, H) -> (B, H, Q, K)
+
+
+class ShawRelativePositionalEncoding(PositionalEncoding):
+    """Shaw et al. 2018, "Self-Attention with Relative Position Representations".
+
+    Each layer learns a^K (and, with ``relative_values``, a^V): 2k+1 vectors of size D for the clipped distances
+    clip(j - i, -k, k), shared by the heads (as in the paper). The score gains q_i . a^K_ij / sqrt(D) (eq. 5),
+    computed as q @ a^K^T (B, H, Q, 2k+1) gathered at the table indices: an additive bias, so every kernel that
+    takes a bias works. The output gains sum_j p_ij a^V_ij (eq. 3), which needs the probabilities: eager only.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.max_relative_position = config.max_relative_position
+        self.relative_values = config.relative_values
+        rows, layers = 2 * config.max_relative_position + 1, config.num_hidden_layers
+        self.relative_keys = nn.ModuleList(nn.Embedding(rows, config.head_dim) for _ in range(layers))
+        self.relative_value_tables = nn.ModuleList(
+            nn.Embedding(rows, config.head_dim) for _ in range(layers if config.relative_values else 0)
+        )
+        self.scaling = config.head_dim**-0.5
+        check_bias_support(config, needs_eager=self.relative_values)
+
+    def prepare(
+        self, hidden_states: torch.Tensor, position_ids: torch.Tensor, key_position_ids: torch.Tensor | None = None
+    ) -> PositionState:
+        check_bias_support(self.config, needs_eager=self.relative_values)
+        if key_position_ids is None:
+            key_position_ids = position_ids
+        distance = relative_distance(position_ids, key_position_ids)
+        index = shaw_relative_index(distance, self.max_relative_position)[:, None]  # (B or 1, 1, Q, K), once
+
+        def query_bias(query: torch.Tensor, layer_idx: int) -> torch.Tensor:
+            table = self.relative_keys[layer_idx].weight.to(query.dtype)  # (2k+1, D)
+            scores = torch.matmul(query, table.T) * self.scaling  # (B, H, Q, 2k+1)
+            batch = max(scores.shape[0], index.shape[0])
+            scores = scores.expand(batch, -1, -1, -1)
+            return scores.gather(-1, index.expand(batch, scores.shape[1], -1, -1))  # (B, H, Q, K)
+
+        def value_term(layer_idx: int) -> Callable[[torch.Tensor], torch.Tensor]:
+            table = self.relative_value_tables[layer_idx].weight  # (2k+1, D)
+
+            def term(probs: torch.Tensor) -> torch.Tensor:
+                batch, heads, queries, _ = probs.shape
+                rows = probs.new_zeros(batch, heads, queries, table.shape[0])  # (B, H, Q, 2k+1)
+                rows.scatter_add_(-1, index.expand(batch, heads, -1, -1), probs)  # sum of p_ij per distance
+                return torch.matmul(rows, table.to(probs.dtype))  # (B, H, Q, D)
+
+            return term
+
+        return PositionState(query_bias=query_bias, value_term=value_term if self.relative_values else None)
+
+
 POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
     "none": NoPositionalEncoding,
     "rope": RotaryPositionalEncoding,
+    "sinusoidal": SinusoidalPositionalEncoding,
+    "learned": LearnedPositionalEncoding,
+    "alibi": ALiBiPositionalEncoding,
+    "t5": T5RelativePositionalEncoding,
+    "relative": ShawRelativePositionalEncoding,
 }
 
 
