@@ -155,7 +155,11 @@ def test_sinusoidal_equals_closed_formula():
     model = tiny_model("sinusoidal")
     embeds = torch.zeros(1, 5, 32)
     added = model.model.positions.add_to_embeddings(embeds, positions_)
-    assert torch.allclose(added, sinusoidal_table(positions_, 32))
+    scale = model.config.initializer_range * math.sqrt(2.0)  # the sinusoids get the embeddings' init scale
+    assert torch.allclose(added, scale * sinusoidal_table(positions_, 32))
+    assert added.pow(2).mean().sqrt().item() == pytest.approx(model.config.initializer_range, rel=0.2)
+    raw = tiny_model("sinusoidal", sinusoidal_scale=1.0).model.positions.add_to_embeddings(embeds, positions_)
+    assert torch.allclose(raw, sinusoidal_table(positions_, 32))  # Vaswani et al.'s raw table
 
 
 def paper_get_slopes(n: int) -> list[float]:

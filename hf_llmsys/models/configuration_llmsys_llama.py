@@ -63,6 +63,7 @@ class LlmsysLlamaConfig(PreTrainedConfig):
     position_embedding_type: str = "rope"
     rope_parameters: dict | None = None
     rope_interleaved: bool = False
+    sinusoidal_scale: float | None = None
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     relative_attention_bidirectional: bool = False
@@ -109,6 +110,11 @@ class LlmsysLlamaConfig(PreTrainedConfig):
             raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}.")
         if self.z_loss_coefficient < 0:
             raise ValueError(f"z_loss_coefficient must be >= 0 (0 disables z-loss), got {self.z_loss_coefficient}.")
+
+    def validate_sinusoidal_scale(self):
+        """The sinusoid multiplier is positive (None: initializer_range * sqrt(2), the embeddings' scale)."""
+        if self.sinusoidal_scale is not None and self.sinusoidal_scale <= 0:
+            raise ValueError(f"sinusoidal_scale must be > 0 or None (automatic), got {self.sinusoidal_scale}.")
 
     def validate_heads(self):
         """Query heads split evenly over key/value heads; RoPE needs an even head_dim."""
