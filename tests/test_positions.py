@@ -130,10 +130,12 @@ def test_eager_and_sdpa_agree(kind, extra):
     assert (c - d).abs().max().item() <= TOL
 
 
-def test_flex_attention_equals_sdpa_for_alibi():
+@pytest.mark.parametrize("kind", ["alibi", "t5", "relative"])
+def test_flex_attention_equals_sdpa_for_bias_encodings(kind):
+    """The bias reaches flex_attention's score_mod through transformers' integration (position_bias)."""
     if not torch._dynamo.is_dynamo_supported():
         pytest.skip("torch.compile (dynamo) is unavailable here; flex_attention needs it on CPU")
-    sdpa = tiny_model("alibi", "sdpa")
+    sdpa = tiny_model(kind, "sdpa")
     flex = same_weights(sdpa, "flex_attention")
     ids = torch.randint(3, 96, (2, 16))
     with torch.no_grad():
