@@ -72,6 +72,15 @@ def _xlogy(x: ArrayLike, y: ArrayLike) -> ArrayLike:
         return np.where(x == 0, 0.0, x * np.log(y))
 
 
+def _distribution_pair(p, q, atol: float):
+    """p and q as arrays of the same kind, both validated as distributions."""
+    p, q = _as_array(p, "p"), _as_array(q, "q")
+    _check_same_kind(p, q)
+    validate_distribution(p, "p", atol)
+    validate_distribution(q, "q", atol)
+    return p, q
+
+
 def entropy(p, *, base="e", atol: float = SUM_ATOL) -> ArrayLike:
     """Shannon entropy H(P) = -sum_v p log p over the last axis: (..., V) -> (...)."""
     p = _as_array(p, "p")
@@ -81,19 +90,13 @@ def entropy(p, *, base="e", atol: float = SUM_ATOL) -> ArrayLike:
 
 def cross_entropy(p, q, *, base="e", atol: float = SUM_ATOL) -> ArrayLike:
     """Cross-entropy H(P, Q) = -sum_v p log q over the last axis; +inf where q = 0 < p. (..., V) -> (...)."""
-    p, q = _as_array(p, "p"), _as_array(q, "q")
-    _check_same_kind(p, q)
-    validate_distribution(p, "p", atol)
-    validate_distribution(q, "q", atol)
+    p, q = _distribution_pair(p, q, atol)
     return -_xlogy(p, q).sum(-1) / _log_base(base)
 
 
 def kl_divergence(p, q, *, base="e", atol: float = SUM_ATOL) -> ArrayLike:
     """KL(P || Q) = sum_v p log(p / q) >= 0 over the last axis; +inf where q = 0 < p. (..., V) -> (...)."""
-    p, q = _as_array(p, "p"), _as_array(q, "q")
-    _check_same_kind(p, q)
-    validate_distribution(p, "p", atol)
-    validate_distribution(q, "q", atol)
+    p, q = _distribution_pair(p, q, atol)
     kl = (_xlogy(p, p) - _xlogy(p, q)).sum(-1) / _log_base(base)
     return kl.clamp(min=0) if isinstance(kl, torch.Tensor) else np.maximum(kl, 0.0)
 
