@@ -5,10 +5,27 @@ AutoModelForCausalLM) and for remote code, so saved folders also load with ``tru
 hf_llmsys is not installed.
 """
 
-from .models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
+from .models import (
+    LlmsysGPT3Config,
+    LlmsysGPT3ForCausalLM,
+    LlmsysGPT3Model,
+    LlmsysLlamaConfig,
+    LlmsysLlamaForCausalLM,
+    LlmsysLlamaModel,
+    training_flops,
+)
 from .registration import register_all
 
 register_all()
 
 __version__ = "0.1.0"
-__all__ = ["LlmsysLlamaConfig", "LlmsysLlamaForCausalLM", "LlmsysLlamaModel", "register_all"]
+__all__ = [
+    "LlmsysGPT3Config",
+    "LlmsysGPT3ForCausalLM",
+    "LlmsysGPT3Model",
+    "training_flops",
+    "LlmsysLlamaConfig",
+    "LlmsysLlamaForCausalLM",
+    "LlmsysLlamaModel",
+    "register_all",
+]

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
+from .models import (
+    LlmsysGPT3Config,
+    LlmsysGPT3ForCausalLM,
+    LlmsysGPT3Model,
+    LlmsysLlamaConfig,
+    LlmsysLlamaForCausalLM,
+    LlmsysLlamaModel,
+)
 
 # (config class, {auto class: model class}) per architecture.
 ARCHITECTURES = [
     (LlmsysLlamaConfig, {AutoModel: LlmsysLlamaModel, AutoModelForCausalLM: LlmsysLlamaForCausalLM}),
+    (LlmsysGPT3Config, {AutoModel: LlmsysGPT3Model, AutoModelForCausalLM: LlmsysGPT3ForCausalLM}),
 ]
 
 

@@ -81,19 +81,25 @@ class DecoderModel(DecoderPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
         key_position_ids = key_positions(attention_mask, past_seen + inputs_embeds.shape[1], inputs_embeds.device)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            cache=cache,
-            position_ids=position_ids,
+        masks = self.layer_attention_masks(
+            dict(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                cache=cache,
+                position_ids=position_ids,
+            )
         )
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
         positions = self.positions.prepare(hidden_states, position_ids, key_position_ids)
-        for layer in self.layers:
+        for layer, mask in zip(self.layers, masks, strict=True):
             hidden_states = layer(hidden_states, positions=positions, attention_mask=mask, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
+
+    def layer_attention_masks(self, mask_kwargs: dict) -> list:
+        """One attention mask per layer from ``create_causal_mask`` keyword arguments; here causal for all."""
+        return [create_causal_mask(**mask_kwargs)] * len(self.layers)
 
 
 def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import ConversionOps, WeightConverter
+from transformers.core_model_loading import ConversionOps, Transpose, WeightConverter, WeightRenaming
 
 
 def _qkv_sizes(config) -> list[int]:
@@ -107,3 +107,41 @@ def register_fused_projection_conversions(*names: str) -> None:
     class names (class names also cover a config whose ``model_type`` is another's, e.g. a Llama config.json)."""
     for name in names:
         register_checkpoint_conversion_mapping(name, fused_projection_conversions(), overwrite=True)
+
+
+# transformers GPT-2 key -> hf-llmsys key (regexes, applied in order); the inverse runs at save time. The
+# lookbehind (at the start or after a dot) also matches a bare ``GPT2Model`` checkpoint; transformers drops it
+# when reversing the mapping.
+GPT2_RENAMES = {
+    r"^transformer\.": "model.",
+    r"(?<![^.])h\.(\d+)\.": r"layers.\1.",
+    r"(?<![^.])wte\.": "embed_tokens.",
+    r"(?<![^.])wpe\.": "positions.embed_positions.",
+    r"(?<![^.])ln_f\.": "norm.",
+    r"\.ln_1\.": ".input_layernorm.",
+    r"\.ln_2\.": ".post_attention_layernorm.",
+}
+# GPT-2's Conv1D modules store weights as (in, out): renamed and transposed to nn.Linear's (out, in). c_attn's
+# output columns are [q | k | v], each H heads of D: after the transpose, exactly our qkv_proj rows.
+GPT2_CONV1D = {
+    "attn.c_attn": "self_attn.qkv_proj",
+    "attn.c_proj": "self_attn.o_proj",
+    "mlp.c_fc": "mlp.up_proj",
+    "mlp.c_proj": "mlp.down_proj",
+}
+
+
+def gpt2_conversions() -> list:
+    """Renamings and Conv1D transposes that load a transformers ``GPT2LMHeadModel`` checkpoint."""
+    transforms = [WeightRenaming(source, target) for source, target in GPT2_RENAMES.items()]
+    for source, target in GPT2_CONV1D.items():
+        transforms.append(WeightConverter(f"{source}.weight", f"{target}.weight", operations=[Transpose(0, 1)]))
+        transforms.append(WeightRenaming(rf"\.{source}\.bias", f".{target}.bias"))
+    return transforms
+
+
+def register_gpt2_conversions(*names: str) -> None:
+    """Make ``from_pretrained`` read GPT-2 checkpoints for these model types or class names (and
+    ``save_pretrained`` write that layout back)."""
+    for name in names:
+        register_checkpoint_conversion_mapping(name, gpt2_conversions(), overwrite=True)

@@ -1,0 +1,135 @@
+"""Configuration of the GPT-3-style decoder (Brown et al. 2020): pre-norm LayerNorm, GELU MLP, per-layer layouts.
+
+GPT-3 is GPT-2's architecture "with the exception that we use alternating dense and locally banded sparse
+attention patterns in the layers" (section 2.1). The fields are the LLaMA config's (same blocks, other
+defaults), plus the per-layer ``attention_layout`` (kinds in ``sparse_layouts.py``). transformers' GPT-2
+``config.json`` names (n_embd, n_layer, n_head, n_positions, n_inner, activation_function, layer_norm_epsilon,
+attn_pdrop) are accepted, so a saved ``GPT2LMHeadModel`` folder loads as is.
+
+Presets: ``GPT3_PRESETS`` (Table 2.1 of the paper, plus a tiny "debug" one); ``training_flops`` is the
+6·N·D estimate of training compute (Kaplan et al. 2020, used for GPT-3's compute figures).
+"""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+
+from .configuration_llmsys_llama import LlmsysLlamaConfig
+from .sparse_layouts import layout_mask_function, resolve_layer_layouts
+
+# transformers' GPT2Config name -> our field name.
+GPT2_ARG_NAMES = {
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "activation_function": "hidden_act",
+    "layer_norm_epsilon": "rms_norm_eps",  # the norm eps field, whatever the norm kind
+    "attn_pdrop": "attention_dropout",
+}
+GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
+
+# Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
+# ``published_params`` is the table's n_params. Table 2.1 gives GPT-3 XL 24 heads of d_head 128, which is
+# 3072 != d_model 2048 and would make 1.52B parameters; we use 16 heads of 128 (= d_model), the reading that
+# matches the published 1.3B. GPT-3 13B keeps the table's 40 heads of 128 (5120) with d_model 5140: head_dim
+# is independent of hidden_size here.
+GPT3_PRESETS: dict[str, dict] = {
+    "gpt3-small": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, head_dim=64, published_params=125e6),
+    "gpt3-medium": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, head_dim=64, published_params=350e6),
+    "gpt3-large": dict(num_hidden_layers=24, hidden_size=1536, num_attention_heads=16, head_dim=96, published_params=760e6),
+    "gpt3-xl": dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=16, head_dim=128, published_params=1.3e9),
+    "gpt3-2.7b": dict(num_hidden_layers=32, hidden_size=2560, num_attention_heads=32, head_dim=80, published_params=2.7e9),
+    "gpt3-6.7b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, head_dim=128, published_params=6.7e9),
+    "gpt3-13b": dict(num_hidden_layers=40, hidden_size=5140, num_attention_heads=40, head_dim=128, published_params=13.0e9),
+    "gpt3-175b": dict(num_hidden_layers=96, hidden_size=12288, num_attention_heads=96, head_dim=128, published_params=175.0e9),
+    # Tiny model for tests and smoke runs (not from the paper).
+    "debug": dict(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=128,
+        vocab_size=256, local_window=16,
+    ),
+}  # fmt: skip
+
+
+def training_flops(n_params: float, n_tokens: float) -> float:
+    """Training compute in FLOPs, 6·N·D (forward 2N + backward 4N per token; Kaplan et al. 2020)."""
+    return 6.0 * n_params * n_tokens
+
+
+@strict
+class LlmsysGPT3Config(LlmsysLlamaConfig):
+    """GPT-3-style decoder configuration (defaults: GPT-3 Small, 125M, with GPT-3's dense/local alternation)."""
+
+    model_type = "llmsys_gpt3"
+    attribute_map = {name: field for name, field in GPT2_ARG_NAMES.items() if name != "attn_pdrop"}
+    base_model_tp_plan = {
+        "layers.*.self_attn.qkv_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+
+    vocab_size: int = 50257
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    hidden_act: str = "gelu_new"
+    mlp_gated: bool = False
+    mlp_bias: bool = True
+    attention_bias: bool = True
+    norm_type: str = "layernorm"
+    norm_bias: bool = True
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 2048
+    position_embedding_type: str = "learned"
+    bos_token_id: int | None = 50256
+    eos_token_id: int | list[int] | None = 50256
+    tie_word_embeddings: bool = True
+    attention_layout: list[str] | None = None
+    local_window: int = 256
+    sparse_stride: int | None = None
+    sparse_summary: int | None = None
+
+    def __post_init__(self, **kwargs):
+        kwargs.pop("n_ctx", None)  # old GPT-2 configs: same as n_positions
+        for gpt2_name, field_name in GPT2_ARG_NAMES.items():
+            if gpt2_name in kwargs:
+                setattr(self, field_name, kwargs.pop(gpt2_name))
+        for name, supported in GPT2_UNSUPPORTED.items():
+            if kwargs.get(name, supported) != supported:
+                raise ValueError(f"GPT-2 option {name}={kwargs[name]!r} is not supported; only {name}={supported}.")
+        if self.attention_layout is None:  # a GPT-2 config.json: GPT-2 is dense in every layer
+            self.attention_layout = ["dense"] if kwargs.get("model_type") == "gpt2" else ["dense", "local"]
+        if self.intermediate_size is None and isinstance(self.hidden_size, int):
+            self.intermediate_size = 4 * self.hidden_size  # GPT-2/GPT-3: d_ff = 4 d_model
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> LlmsysGPT3Config:
+        """The config of a preset of ``GPT3_PRESETS`` ("gpt3-small" ... "gpt3-175b", "debug"), with overrides."""
+        if name not in GPT3_PRESETS:
+            raise ValueError(f"unknown GPT-3 preset {name!r}; choose one of {sorted(GPT3_PRESETS)}.")
+        fields = {key: value for key, value in GPT3_PRESETS[name].items() if key != "published_params"}
+        return cls(**{**fields, **overrides})
+
+    def layer_layouts(self) -> list[str]:
+        """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""
+        return resolve_layer_layouts(self.attention_layout, self.num_hidden_layers)
+
+    def layout_params(self) -> dict[str, int | None]:
+        """Keyword arguments of ``sparse_layouts.layout_mask_function`` for this config."""
+        return dict(
+            num_heads=self.num_attention_heads,
+            local_window=self.local_window,
+            sparse_stride=self.sparse_stride,
+            sparse_summary=self.sparse_summary,
+        )
+
+    def validate_attention_layout(self):
+        """Known layout kinds, a pattern that tiles the layers, and the parameters each used kind needs."""
+        for kind in sorted(set(self.layer_layouts())):
+            layout_mask_function(kind, **self.layout_params())
+
+
+__all__ = ["GPT3_PRESETS", "LlmsysGPT3Config", "training_flops"]
