@@ -155,3 +155,27 @@ def test_memory_tracker_sees_the_dense_mask():
         lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.25, local_window=64), seq_len
     )
     assert largest >= seq_len * seq_len
+
+
+class _OpNames(TorchDispatchMode):
+    """Records the names of the aten ops run below autograd."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "kind, params", [("local", {"local_window": 8}), ("fixed", {"sparse_stride": 8, "sparse_summary": 2})]
+)
+def test_masked_kernels_take_the_fused_cpu_path(kind, params):
+    # The block masks are 4-D: with a 3-D mask SDPA on CPU falls back to the math path (bmm + softmax), ~2x slower.
+    q, k, v = _qkv(4, 70)
+    with _OpNames() as ops:
+        sparse_attention(kind, q, k, v, scale=0.25, **params).sum().backward()
+    assert "_scaled_dot_product_flash_attention_for_cpu" in ops.names, sorted(ops.names)
+    assert "_softmax" not in ops.names and "bmm" not in ops.names, sorted(ops.names)

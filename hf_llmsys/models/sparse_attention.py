@@ -65,7 +65,9 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     k_pad, v_pad = _pad_seq(k, block, pad), _pad_seq(v, block, pad)  # (B, H, (n+1)*b, D)
     k_pairs = torch.cat([_blocks(k_pad[:, :, :-block], block), _blocks(k_pad[:, :, block:], block)], dim=2)
     v_pairs = torch.cat([_blocks(v_pad[:, :, :-block], block), _blocks(v_pad[:, :, block:], block)], dim=2)
-    mask = _local_block_mask(num_blocks, block, window, q.device)  # (n, b, 2b), broadcast over B*H
+    # A 4-D mask (1, n, b, 2b), broadcast over B*H: SDPA's CPU flash kernel takes 2-D or 4-D masks only; a 3-D one
+    # sends it to the unfused math path (bmm + softmax, ~2x slower forward + backward).
+    mask = _local_block_mask(num_blocks, block, window, q.device)[None]
     out = F.scaled_dot_product_attention(q_blocks, k_pairs, v_pairs, attn_mask=mask, scale=scale)  # (B*H, n, b, D)
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
@@ -124,7 +126,7 @@ def fixed_attention(
         return torch.cat([summaries.expand(-1, num_blocks, -1, -1), x], dim=2)  # (B*H, n, n*c + b, D)
 
     # A padded last block's summaries are only visible to later blocks, of which there are none.
-    mask = _fixed_block_mask(num_blocks, block, summary, q.device)  # (n, b, n*c + b)
+    mask = _fixed_block_mask(num_blocks, block, summary, q.device)[None]  # (1, n, b, n*c + b): 4-D, see local
     out = F.scaled_dot_product_attention(
         q_blocks, with_summaries(k_blocks), with_summaries(v_blocks), attn_mask=mask, scale=scale
     )
