@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from remote_code import assert_loads_without_the_package
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysGPT3Model, training_flops
@@ -177,39 +173,7 @@ def test_auto_classes_resolve_to_ours(tmp_path):
 
 def test_remote_code_loads_without_the_package(tmp_path):
     """A clean interpreter that cannot import hf_llmsys loads the folder with trust_remote_code=True."""
-    model = LlmsysGPT3ForCausalLM(tiny_config()).eval()
-    model.save_pretrained(tmp_path / "ckpt")
-    auto_map = json.loads((tmp_path / "ckpt" / "config.json").read_text())["auto_map"]
-    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
-    ids = torch.randint(0, 100, (1, 19))
-    with torch.no_grad():
-        expected = model(ids).logits
-    torch.save({"ids": ids, "logits": expected}, tmp_path / "expected.pt")
-    script = textwrap.dedent(
-        f"""
-        import sys, importlib.abc
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "hf_llmsys" or name.startswith("hf_llmsys."):
-                    raise ImportError("hf_llmsys is blocked in this test")
-        sys.meta_path.insert(0, Block())
-        import torch
-        from transformers import AutoModel, AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True).eval()
-        assert "hf_llmsys" not in sys.modules
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        saved = torch.load({str(tmp_path / "expected.pt")!r})
-        with torch.no_grad():
-            diff = (model(saved["ids"]).logits - saved["logits"]).abs().max().item()
-        assert diff == 0.0, diff
-        base = AutoModel.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True)
-        assert type(base).__name__ == "LlmsysGPT3Model"
-        print("REMOTE_OK")
-        """
-    )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert "REMOTE_OK" in result.stdout, result.stderr[-3000:]
+    assert_loads_without_the_package(LlmsysGPT3ForCausalLM(tiny_config()), tmp_path, 100, "LlmsysGPT3Model")
 
 
 def _parameter_count(config) -> int:
