@@ -70,7 +70,9 @@ class GroupedQueryAttention(nn.Module):
         self.num_key_value_heads = config.num_key_value_heads
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
         self.head_dim = config.head_dim
-        self.scaling = self.head_dim**-0.5
+        # None: 1/sqrt(D) (Vaswani et al.); GPT-Neo and T5 use 1.0 (their init absorbs the scale).
+        scale = getattr(config, "attention_scale", None)
+        self.scaling = self.head_dim**-0.5 if scale is None else scale
         self.attention_dropout = config.attention_dropout
         bias = config.attention_bias
         fused_heads = self.num_heads + 2 * self.num_key_value_heads

@@ -56,6 +56,7 @@ class LlmsysLlamaConfig(PreTrainedConfig):
     mlp_bias: bool = False
     attention_bias: bool = False
     attention_dropout: float = 0.0
+    attention_scale: float | None = None
     norm_type: str = "rmsnorm"
     norm_bias: bool = False
     rms_norm_eps: float = 1e-6
@@ -106,6 +107,10 @@ class LlmsysLlamaConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        if self.attention_scale is not None and not self.attention_scale > 0:
+            raise ValueError(
+                f"attention_scale must be > 0 or None (1/sqrt(head_dim), Vaswani et al.), got {self.attention_scale}."
+            )
         if not 0.0 <= self.attention_dropout < 1.0:
             raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}.")
         if self.z_loss_coefficient < 0:
