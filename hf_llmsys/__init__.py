@@ -1,7 +1,7 @@
 """hf-llmsys: modern LLM architectures as a transformers plugin.
 
 Importing the package registers every architecture with transformers' Auto classes (AutoConfig, AutoModel,
-AutoModelForCausalLM) and for remote code, so saved folders also load with ``trust_remote_code=True`` where
+AutoModelForCausalLM, AutoModelForSeq2SeqLM) and for remote code, so saved folders also load with ``trust_remote_code=True`` where
 hf_llmsys is not installed.
 """
 
@@ -12,6 +12,10 @@ from .models import (
     LlmsysLlamaConfig,
     LlmsysLlamaForCausalLM,
     LlmsysLlamaModel,
+    LlmsysT5Config,
+    LlmsysT5EncoderModel,
+    LlmsysT5ForConditionalGeneration,
+    LlmsysT5Model,
     training_flops,
 )
 from .registration import register_all
@@ -27,5 +31,9 @@ __all__ = [
     "LlmsysLlamaConfig",
     "LlmsysLlamaForCausalLM",
     "LlmsysLlamaModel",
+    "LlmsysT5Config",
+    "LlmsysT5EncoderModel",
+    "LlmsysT5ForConditionalGeneration",
+    "LlmsysT5Model",
     "register_all",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from .models import (
     LlmsysGPT3Config,
@@ -11,12 +11,16 @@ from .models import (
     LlmsysLlamaConfig,
     LlmsysLlamaForCausalLM,
     LlmsysLlamaModel,
+    LlmsysT5Config,
+    LlmsysT5ForConditionalGeneration,
+    LlmsysT5Model,
 )
 
 # (config class, {auto class: model class}) per architecture.
 ARCHITECTURES = [
     (LlmsysLlamaConfig, {AutoModel: LlmsysLlamaModel, AutoModelForCausalLM: LlmsysLlamaForCausalLM}),
     (LlmsysGPT3Config, {AutoModel: LlmsysGPT3Model, AutoModelForCausalLM: LlmsysGPT3ForCausalLM}),
+    (LlmsysT5Config, {AutoModel: LlmsysT5Model, AutoModelForSeq2SeqLM: LlmsysT5ForConditionalGeneration}),
 ]
 
 

@@ -1,0 +1,492 @@
+"""T5 (model_type ``llmsys_t5``): encoder-decoder assembled from the shared blocks (Raffel et al. 2020).
+
+Legend: B batch, T encoder tokens, S new decoder tokens, K cached + new decoder tokens, V vocabulary.
+
+- ``T5EncoderStack``: shared embedding -> dropout -> N ``EncoderLayer`` (bidirectional self-attention) -> RMS norm
+  -> dropout. ``T5DecoderStack``: the same with ``CrossAttentionDecoderLayer`` (causal self-attention, then
+  cross-attention over the encoder output). Each stack owns ONE relative bias (``positions.py``, "t5" buckets:
+  bidirectional in the encoder, causal in the decoder), built once per forward and shared by all its layers, as
+  in T5 where layer 0 owns it.
+- Attention has no 1/sqrt(d) scaling (``config.attention_scale = 1.0``); the relative positions are arange over
+  the sequence (cached tokens counted), exactly like transformers' T5, which ignores padding when it places tokens.
+- ``LlmsysT5ForConditionalGeneration``: the LM head reads the decoder output, multiplied by d_model**-0.5 when
+  ``config.scale_decoder_outputs`` (T5 v1.0 with its tied head). Loss: cross-entropy over label tokens (-100
+  ignored), normalised by the Trainer's ``num_items_in_batch`` when given. Decoder inputs default to the labels
+  shifted right with ``decoder_start_token_id`` (the pad id) first.
+- Generation: transformers' ``GenerationMixin`` with an ``EncoderDecoderCache`` (self-attention keys in a
+  ``GrowingCache``, cross-attention keys computed once). Beam search scores finished hypotheses with a length
+  penalty chosen by the generation option ``length_penalty_type`` (``LENGTH_PENALTIES``): "transformers" (default,
+  sum_logprobs / len**alpha) or "gnmt" (Wu et al. 2016, sum_logprobs / ((5 + len) / 6)**alpha, the T5 paper's
+  choice with alpha 0.6). The GNMT rule is hooked in by handing transformers' beam search, at each length, the
+  exponent e with len**e == ((5 + len) / 6)**alpha, so its own scoring code computes the GNMT value.
+- Checkpoints: transformers' T5 key names on disk (``t5_checkpoint_conversion.py``), q/k/v, cross k/v and
+  gate/up fused in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput
+from transformers.modeling_outputs import Seq2SeqModelOutput
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .attention import GroupedQueryAttention
+from .configuration_llmsys_t5 import LlmsysT5Config
+from .cross_attention import CrossAttention
+from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
+from .feed_forward import MLP, GatedMLP
+from .kv_cache import GrowingCache
+from .modeling_base import LlmsysPreTrainedModel
+from .norms import RMSNorm, build_norm
+from .positions import POSITIONAL_ENCODINGS, T5RelativePositionalEncoding
+from .t5_checkpoint_conversion import register_t5_conversions
+
+# Beam-search length penalties: (hypothesis length, alpha) -> denominator of the summed log-probabilities.
+LENGTH_PENALTIES: dict[str, Callable[[float, float], float]] = {
+    "transformers": lambda length, alpha: length**alpha,
+    "gnmt": lambda length, alpha: ((5.0 + length) / 6.0) ** alpha,  # Wu et al. 2016, eq. 14
+}
+
+
+def equivalent_exponent(kind: str, length: float, alpha: float) -> float:
+    """The exponent e with length**e == LENGTH_PENALTIES[kind](length, alpha) (any e when length == 1 and the
+    penalty is 1 there, as for both rules)."""
+    if kind == "transformers" or length <= 1:
+        return alpha
+    return math.log(LENGTH_PENALTIES[kind](length, alpha)) / math.log(length)
+
+
+class ConfigOverlay:
+    """Read-through view of a config with a few values overridden (the config itself is never copied or mutated),
+    e.g. the encoder's bidirectional buckets; everything else, ``_attn_implementation`` included, is read live."""
+
+    def __init__(self, base, **overrides):
+        self.__dict__.update(overrides, _base=base)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_base"], name)
+
+
+def arange_positions(length: int, offset: int, device) -> torch.Tensor:
+    """Positions offset .. offset+length-1 as (1, length): T5 places tokens by index, padding included."""
+    return torch.arange(offset, offset + length, device=device)[None]
+
+
+class T5Stack(nn.Module):
+    """Common parts of both stacks: token embedding (tied to the model's shared table), relative bias, layers,
+    final norm and dropout."""
+
+    layer_class: type[nn.Module] = EncoderLayer
+    bidirectional = True
+    main_input_name = "input_ids"  # read by generate on the encoder
+
+    def __init__(self, config: LlmsysT5Config, num_layers: int):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        view = ConfigOverlay(config, relative_attention_bidirectional=self.bidirectional)
+        self.positions = POSITIONAL_ENCODINGS["t5"](view)
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(num_layers))
+        self.norm = build_norm("rmsnorm", config.d_model, config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout_rate)
+
+    def embed(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+        """Token embeddings (B, L, d_model) from exactly one of input_ids (B, L) or inputs_embeds."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        return self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+
+    def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.norm(hidden_states))
+
+
+class T5EncoderStack(T5Stack):
+    """Bidirectional encoder: (B, T) ids -> ``BaseModelOutput`` with last_hidden_state (B, T, d_model)."""
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
+        embeds = self.embed(input_ids, inputs_embeds)
+        check_input_length(embeds.shape[1], self.config.max_input_length)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
+        positions = arange_positions(embeds.shape[1], 0, embeds.device)
+        state = self.positions.prepare(embeds, positions, positions)  # once, shared by all layers
+        hidden_states = self.dropout(embeds)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, state, mask, **_attention_kwargs(kwargs))
+        return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
+
+
+class T5DecoderStack(T5Stack):
+    """Causal decoder with cross-attention: (B, S) ids + encoder output (B, T, d_model) -> (B, S, d_model)."""
+
+    layer_class = CrossAttentionDecoderLayer
+    bidirectional = False
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        inputs_embeds=None,
+        cache=None,
+        use_cache=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        embeds = self.embed(input_ids, inputs_embeds)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self_cache = cache.self_attention_cache if cache is not None else None
+        past = self_cache.get_seq_length() if self_cache is not None else 0
+        query_positions = arange_positions(embeds.shape[1], past, embeds.device)
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=embeds,
+            attention_mask=attention_mask,
+            cache=self_cache,
+            position_ids=query_positions,
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        key_positions = arange_positions(past + embeds.shape[1], 0, embeds.device)
+        state = self.positions.prepare(embeds, query_positions, key_positions)
+        hidden_states = self.dropout(embeds)
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                state,
+                mask,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                cache=cache,
+                **_attention_kwargs(kwargs),
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=self.finish(hidden_states), cache=cache)
+
+
+def _attention_kwargs(kwargs: dict) -> dict:
+    """Keyword arguments meant for the attention kernels (drop the loss's ``num_items_in_batch``)."""
+    return {key: value for key, value in kwargs.items() if key != "num_items_in_batch"}
+
+
+def check_input_length(length: int, limit: int | None) -> None:
+    """Refuse encoder inputs longer than ``config.max_input_length`` (None: no limit)."""
+    if limit is not None and length > limit:
+        raise ValueError(
+            f"input of {length} tokens is longer than max_input_length={limit} of this model's config; truncate "
+            f"it (tokenizer(..., truncation=True, max_length={limit})) or raise/unset config.max_input_length "
+            "(T5's relative positions run at any length; distances past relative_attention_max_distance share one "
+            "bucket)."
+        )
+
+
+def shift_right(labels: torch.Tensor, start_token_id: int, pad_token_id: int) -> torch.Tensor:
+    """Decoder inputs: labels (B, S) shifted one step right, ``start_token_id`` first, -100 replaced by the pad id."""
+    shifted = labels.new_full(labels.shape, start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """Cross-entropy over label tokens (-100 ignored): mean per token, or sum / ``num_items_in_batch`` (Trainer)."""
+    losses = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().to(logits.device), reduction="sum")
+    count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
+    return losses / count
+
+
+class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
+    """T5's initialisation (Mesh TensorFlow's, as in transformers' T5) and the shared-embedding ties."""
+
+    config: LlmsysT5Config
+    config_class = LlmsysT5Config
+    base_model_prefix = "transformer"
+    _no_split_modules = ["EncoderLayer", "CrossAttentionDecoderLayer"]
+    _supports_flash_attn = False  # the relative bias is an additive score term flash attention cannot take
+    _keys_to_ignore_on_load_unexpected = [r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias"]
+    # The stacks' embeddings are always the shared table; the head joins it only when tie_word_embeddings.
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+        "lm_head.weight": "shared.weight",
+    }
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """The ties of ``_tied_weights_keys`` that exist in this model, the head's only when tie_word_embeddings."""
+        names = {name for name, _ in self.named_parameters(remove_duplicate=False)}
+        tied = {target: source for target, source in self._tied_weights_keys.items() if target in names}
+        if not self.config.tie_word_embeddings:
+            tied.pop("lm_head.weight", None)
+        return tied
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """``LlmsysPreTrainedModel.from_pretrained``, with the usual cause of a q/k/v shape mismatch spelled out."""
+        try:
+            return super().from_pretrained(*args, **kwargs)
+        except ValueError as error:
+            if "_proj.weight: checkpoint" not in str(error):
+                raise
+            raise ValueError(
+                f"{error}\nThe attention projections hold num_heads * d_kv rows: check num_heads and d_kv in "
+                "config.json against the checkpoint (T5-3B/11B use d_kv=128, so num_heads * d_kv != d_model), and "
+                "d_ff / feed_forward_proj for the feed-forward tensors."
+            ) from None
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' T5 scheme with ``initializer_factor`` f: embeddings N(0, f), q N(0, f (d_model d_kv)^-1/2),
+        k/v/wi N(0, f d_model^-1/2), o N(0, f (H d_kv)^-1/2), wo N(0, f d_ff^-1/2), relative bias N(0, f d_model^-1/2),
+        norms 1. Keyed on the modules that own the parameters (see GPT-3's note on transformers' init traversal)."""
+        factor, config = self.config.initializer_factor, self.config
+        d_model, inner = config.d_model, config.num_heads * config.d_kv
+        if isinstance(module, RMSNorm):
+            init.constant_(module.weight, factor)
+        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == config.vocab_size:
+            init.normal_(module.weight, std=factor)
+        elif isinstance(module, T5RelativePositionalEncoding):
+            init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
+        elif isinstance(module, nn.Linear):
+            for rows, std in self._linear_init_plan().get(module, [(None, factor * d_model**-0.5)]):
+                _normal_rows(module.weight, rows, std)
+
+    def _linear_init_plan(self) -> dict[nn.Linear, list[tuple[slice | None, float]]]:
+        """Per Linear: (row slice or None for all, std) pairs; computed once per model."""
+        if "_t5_init_plan" in self.__dict__:
+            return self.__dict__["_t5_init_plan"]
+        factor, config = self.config.initializer_factor, self.config
+        d_model, inner = config.d_model, config.num_heads * config.d_kv
+        q_std, kv_std, o_std = factor * (d_model * config.d_kv) ** -0.5, factor * d_model**-0.5, factor * inner**-0.5
+        plan: dict[nn.Linear, list] = {}
+        for module in self.modules():
+            if isinstance(module, GroupedQueryAttention):
+                plan[module.qkv_proj] = [(slice(0, inner), q_std), (slice(inner, None), kv_std)]
+                plan[module.o_proj] = [(None, o_std)]
+            elif isinstance(module, CrossAttention):
+                plan[module.q_proj], plan[module.kv_proj] = [(None, q_std)], [(None, kv_std)]
+                plan[module.o_proj] = [(None, o_std)]
+            elif isinstance(module, (MLP, GatedMLP)):
+                plan[module.down_proj] = [(None, factor * config.d_ff**-0.5)]
+        if getattr(self, "lm_head", None) is not None:
+            plan[self.lm_head] = [(None, factor)]
+        self.__dict__["_t5_init_plan"] = plan
+        return plan
+
+
+@torch.no_grad()
+def _normal_rows(weight: torch.Tensor, rows: slice | None, std: float) -> None:
+    """N(0, std) into ``weight[rows]`` unless transformers marked the tensor as already initialised (loaded)."""
+    if getattr(weight, "_is_hf_initialized", False):
+        return
+    target = weight if rows is None else weight[rows]
+    target.normal_(0.0, std)
+
+
+class LlmsysT5EncoderModel(LlmsysT5PreTrainedModel):
+    """The T5 encoder alone: (B, T) ids -> ``BaseModelOutput`` (B, T, d_model)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
+
+    def __init__(self, config: LlmsysT5Config):
+        super().__init__(config)
+        self.build_modules(config)
+        self.post_init()
+
+    def build_modules(self, config: LlmsysT5Config) -> None:
+        """Create the submodules (subclasses add theirs; ``post_init`` then runs once on the whole model)."""
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder = T5EncoderStack(config, config.num_layers)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
+        self.shared = self.encoder.embed_tokens = embeddings
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+
+
+class LlmsysT5Model(LlmsysT5EncoderModel):
+    """Encoder and decoder without the LM head: returns ``Seq2SeqModelOutput`` (decoder states (B, S, d_model))."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", *LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected]
+
+    def build_modules(self, config: LlmsysT5Config) -> None:
+        super().build_modules(config)
+        self.decoder = T5DecoderStack(config, config.num_decoder_layers)
+
+    def set_input_embeddings(self, embeddings: nn.Embedding) -> None:
+        self.shared = self.encoder.embed_tokens = self.decoder.embed_tokens = embeddings
+
+    def encode(self, input_ids, attention_mask, inputs_embeds, encoder_outputs, **kwargs) -> BaseModelOutput:
+        """The encoder output: computed, or given by the caller (generate encodes once) as a ModelOutput or tuple."""
+        if encoder_outputs is None:
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        if isinstance(encoder_outputs, BaseModelOutput):
+            return encoder_outputs
+        return BaseModelOutput(last_hidden_state=encoder_outputs[0])
+
+    def decode(self, encoder_outputs, attention_mask, decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds,
+               cache, use_cache, **kwargs) -> BaseModelOutputWithPastAndCrossAttentions:  # fmt: skip
+        """Run the decoder stack over the given decoder inputs and the encoder output."""
+        return self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
+        )
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, encoder_outputs, **kwargs)
+        decoded = self.decode(encoder_outputs, attention_mask, decoder_input_ids, decoder_attention_mask,
+                              decoder_inputs_embeds, cache, use_cache, **kwargs)  # fmt: skip
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoded.last_hidden_state,
+            cache=decoded.cache,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        )
+
+
+class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
+    """T5 with its LM head: logits (B, S, V); ``generate`` does greedy, sampling and beam search with a cache."""
+
+    _keys_to_ignore_on_load_unexpected = LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+
+    def build_modules(self, config: LlmsysT5Config) -> None:
+        super().build_modules(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Labels shifted right with the decoder start (pad) token first (used by data collators)."""
+        return shift_right(labels, self.config.decoder_start_token_id, self.config.pad_token_id)
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, encoder_outputs, **kwargs)
+        decoded = self.decode(encoder_outputs, attention_mask, decoder_input_ids, decoder_attention_mask,
+                              decoder_inputs_embeds, cache, use_cache, **kwargs)  # fmt: skip
+        hidden_states = decoded.last_hidden_state
+        if self.config.scale_decoder_outputs:  # v1.0: the tied head reads the output at the embedding's scale
+            hidden_states = hidden_states * self.config.d_model**-0.5
+        logits = self.lm_head(hidden_states)
+        loss = None if labels is None else seq2seq_loss(logits, labels, kwargs.get("num_items_in_batch"))
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=decoded.cache,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        )
+
+    # ---- generation ----------------------------------------------------------------------------------------
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """transformers' cache set-up; its default dynamic cache becomes self-attention ``GrowingCache`` +
+        cross-attention ``DynamicCache``, both sized lazily (the decoder may have more layers than the encoder)."""
+        user_cache = model_kwargs.get("cache")
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("cache")
+        default = generation_config.cache_implementation in (None, "dynamic") and not generation_config.is_assistant
+        if cache is not user_cache and isinstance(cache, EncoderDecoderCache) and default:
+            model_kwargs["cache"] = EncoderDecoderCache(GrowingCache(), DynamicCache())
+
+    def _prepare_generation_config(self, generation_config, *args, **kwargs):
+        """Accept ``length_penalty_type`` ("transformers" or "gnmt", see ``LENGTH_PENALTIES``) as a generate option."""
+        kind = kwargs.pop("length_penalty_type", None)
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, *args, **kwargs)
+        kind = kind or getattr(generation_config, "length_penalty_type", None) or "transformers"
+        if kind not in LENGTH_PENALTIES:
+            raise ValueError(f"length_penalty_type={kind!r} is unknown; choose one of {sorted(LENGTH_PENALTIES)}.")
+        generation_config.length_penalty_type = kind
+        return generation_config, model_kwargs
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        self._length_penalty_kind = getattr(generation_config, "length_penalty_type", "transformers")
+        try:
+            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+        finally:
+            del self._length_penalty_kind
+
+    def _update_finished_beams(self, *, cur_len, decoder_prompt_len, length_penalty, **kwargs):
+        """transformers' update with the exponent that makes its len**e the selected length penalty."""
+        kind = getattr(self, "_length_penalty_kind", "transformers")
+        exponent = equivalent_exponent(kind, cur_len + 1 - decoder_prompt_len, length_penalty)
+        return super()._update_finished_beams(
+            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=exponent, **kwargs
+        )
+
+    def _check_early_stop_heuristic(self, *, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty,
+                                    **kwargs):  # fmt: skip
+        """transformers' stopping heuristic, its best-case length scored with the selected length penalty."""
+        kind = getattr(self, "_length_penalty_kind", "transformers")
+        never_and_positive = early_stopping == "never" and length_penalty > 0.0
+        length = (max_length if never_and_positive else cur_len) - decoder_prompt_len
+        return GenerationMixin._check_early_stop_heuristic(
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping,
+            length_penalty=equivalent_exponent(kind, length, length_penalty),
+            **kwargs,
+        )
+
+
+LlmsysT5PreTrainedModel.auto_class_map = {
+    "AutoModel": LlmsysT5Model,
+    "AutoModelForSeq2SeqLM": LlmsysT5ForConditionalGeneration,
+}
+register_t5_conversions(LlmsysT5Config.model_type)
+
+__all__ = [
+    "LENGTH_PENALTIES",
+    "LlmsysT5EncoderModel",
+    "LlmsysT5ForConditionalGeneration",
+    "LlmsysT5Model",
+    "LlmsysT5PreTrainedModel",
+    "shift_right",
+]

@@ -1,0 +1,80 @@
+"""Checkpoint keys of transformers' T5 (``T5ForConditionalGeneration``, ``T5Model``, ``T5EncoderModel``) <-> ours.
+
+The key map is data (``T5_RENAMES``, regexes applied in order, then at most one fusing converter per key);
+transformers' conversion-mapping machinery applies it in ``from_pretrained`` and reverses it in
+``save_pretrained`` (``save_original_format=True``), so our folders hold T5's own key names and load back in
+transformers' T5 classes. Which T5 sublayer index means what depends on the stack: ``layer.1`` is the
+feed-forward in the encoder but cross-attention in the decoder, hence the stack-anchored rules.
+
+    T5                                                   hf-llmsys
+    {stack}.block.0.layer.0.SelfAttention.relative_attention_bias  {stack}.positions.relative_attention_bias
+    {stack}.block.i.layer.0.SelfAttention.{q,k,v}        {stack}.layers.i.self_attn.qkv_proj   (rows q | k | v)
+    {stack}.block.i.layer.0.SelfAttention.o              {stack}.layers.i.self_attn.o_proj
+    {stack}.block.i.layer.0.layer_norm                   {stack}.layers.i.input_layernorm
+    decoder.block.i.layer.1.EncDecAttention.q / o        decoder.layers.i.cross_attn.q_proj / o_proj
+    decoder.block.i.layer.1.EncDecAttention.{k,v}        decoder.layers.i.cross_attn.kv_proj   (rows k | v)
+    decoder.block.i.layer.1.layer_norm                   decoder.layers.i.cross_attention_layernorm
+    encoder.block.i.layer.1 / decoder.block.i.layer.2    {stack}.layers.i  (feed-forward sublayer):
+        .layer_norm                                          .post_attention_layernorm
+        .DenseReluDense.wi / wo                              .mlp.up_proj / down_proj            (v1.0, ReLU)
+        .DenseReluDense.wi_0, wi_1                           .mlp.gate_up_proj (rows gate | up)  (v1.1, GeGLU)
+    {stack}.final_layer_norm                             {stack}.norm
+    shared, lm_head                                      unchanged
+"""
+
+from __future__ import annotations
+
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import WeightConverter, WeightRenaming
+
+from .weight_conversion import SPLIT_SIZE_RULES, ConcatenateRows
+
+
+def _kv_sizes(config) -> list[int]:
+    inner = config.num_attention_heads * config.head_dim
+    return [inner, inner]
+
+
+SPLIT_SIZE_RULES.setdefault("kv", _kv_sizes)  # cross-attention k | v rows (a new rule; existing ones untouched)
+
+# T5 key -> our key, applied in order (each rule sees the result of the previous ones). One capture group at most
+# per rule: transformers reverses a rule by substituting that single group.
+T5_RENAMES: list[tuple[str, str]] = [
+    (r"(?<![^.])block\.0\.layer\.0\.SelfAttention\.relative_attention_bias\.", "positions.relative_attention_bias."),
+    (r"(?<![^.])block\.(\d+)\.", r"layers.\1."),
+    (r"\.layer\.0\.SelfAttention\.(q|k|v|o)\.", r".self_attn.\1_proj."),
+    (r"\.layer\.0\.layer_norm\.", ".input_layernorm."),
+    (r"\.layer\.1\.EncDecAttention\.(q|k|v|o)\.", r".cross_attn.\1_proj."),
+    (r"^decoder\.layers\.(\d+)\.layer\.1\.layer_norm\.", r"decoder.layers.\1.cross_attention_layernorm."),
+    (r"^encoder\.layers\.(\d+)\.layer\.1\.", r"encoder.layers.\1.ffn."),
+    (r"^decoder\.layers\.(\d+)\.layer\.2\.", r"decoder.layers.\1.ffn."),
+    (r"\.ffn\.layer_norm\.", ".post_attention_layernorm."),
+    (r"\.ffn\.DenseReluDense\.", ".mlp."),
+    (r"\.mlp\.wi\.", ".mlp.up_proj."),
+    (r"\.mlp\.wo\.", ".mlp.down_proj."),
+    (r"^(encoder|decoder)\.final_layer_norm\.", r"\1.norm."),  # anchored: reversed, ".norm." must not hit "layernorm"
+]
+
+# Several T5 tensors -> one fused tensor of ours (reversed into the pieces at save time).
+T5_FUSIONS: list[tuple[list[str], str, str]] = [
+    (["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"], "self_attn.qkv_proj.weight", "qkv"),
+    (["cross_attn.k_proj.weight", "cross_attn.v_proj.weight"], "cross_attn.kv_proj.weight", "kv"),
+    (["mlp.wi_0.weight", "mlp.wi_1.weight"], "mlp.gate_up_proj.weight", "gate_up"),
+]  # fmt: skip
+
+
+def t5_conversions() -> list:
+    """Renamings and fusing converters that load transformers' T5 checkpoints into hf-llmsys' T5."""
+    transforms: list = [WeightRenaming(source, target) for source, target in T5_RENAMES]
+    for sources, target, rule in T5_FUSIONS:
+        transforms.append(WeightConverter(sources, target, operations=[ConcatenateRows(rule)]))
+    return transforms
+
+
+def register_t5_conversions(*names: str) -> None:
+    """Make ``from_pretrained`` read T5 checkpoints for these model types (and ``save_pretrained`` write them)."""
+    for name in names:
+        register_checkpoint_conversion_mapping(name, t5_conversions(), overwrite=True)
+
+
+__all__ = ["T5_FUSIONS", "T5_RENAMES", "register_t5_conversions", "t5_conversions"]
