@@ -1,0 +1,281 @@
+"""Run a recipe over a ``datasets.Dataset`` (map / filter, ``num_proc``) or an ``IterableDataset`` (lazily).
+
+Consecutive document steps run fused in one batched ``map`` that rewrites the text and writes the rule that
+dropped each document (if any) to a hidden column; the drops are counted, then filtered out. A corpus step
+computes its features in a batched ``map`` (parallel unless it holds a model), decides in input order, and keeps
+the survivors with ``select``. Hidden columns (input position, language, drop rule) are removed at the end, so
+the output has exactly the input's columns, in the input's order.
+
+Caching is off while a recipe runs: results never come from an earlier run's cache files, whatever the steps
+hold (a model, a lazily loaded library), and nothing is hashed to fingerprint them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import datasets
+from datasets import Dataset, IterableDataset
+
+from .base import CorpusStep, Document, DocumentStep, Step
+from .c4 import RemoveLines, remove_lines
+from .recipes import load_recipe
+from .report import CleaningReport
+
+INDEX, LANG, DROP = "__llmsys_index", "__llmsys_lang", "__llmsys_drop"
+MISSING = "input.missing"
+HIDDEN = (INDEX, LANG, DROP)
+
+
+@dataclass
+class CleaningResult:
+    """The cleaned dataset and its report (for an IterableDataset the report fills as the dataset is iterated)."""
+
+    dataset: Dataset | IterableDataset
+    report: CleaningReport
+
+
+@contextlib.contextmanager
+def caching_disabled():
+    """datasets' caching off inside, restored afterwards."""
+    was_enabled = datasets.is_caching_enabled()
+    datasets.disable_caching()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_caching()
+
+
+def segments(steps: list[Step]) -> list[list[Step]]:
+    """Steps grouped into runs of consecutive document steps, each corpus step on its own."""
+    groups: list[list[Step]] = []
+    for step in steps:
+        if isinstance(step, DocumentStep) and groups and isinstance(groups[-1][0], DocumentStep):
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    return groups
+
+
+class InitColumns:
+    """Batched map adding the hidden columns; a missing (None) text is dropped as 'input.missing'."""
+
+    def __init__(self, text_field: str):
+        self.text_field = text_field
+
+    def __call__(self, batch, indices):
+        texts = batch[self.text_field]
+        return {
+            INDEX: list(indices),
+            LANG: [""] * len(texts),
+            DROP: ["" if isinstance(t, str) else MISSING for t in texts],
+        }
+
+
+class RunDocumentSteps:
+    """Batched map running document steps in order on each live document; the first drop wins."""
+
+    def __init__(self, steps: list[DocumentStep], text_field: str):
+        self.steps, self.text_field = steps, text_field
+
+    def __call__(self, batch):
+        texts, langs, drops = list(batch[self.text_field]), list(batch[LANG]), list(batch[DROP])
+        for i, index in enumerate(batch[INDEX]):
+            if drops[i]:
+                continue
+            doc = Document(texts[i], index, langs[i] or None)
+            for step in self.steps:
+                rule = step.apply(doc)
+                if rule is not None:
+                    drops[i] = rule
+                    break
+            texts[i], langs[i] = doc.text, doc.language or ""
+        return {self.text_field: texts, LANG: langs, DROP: drops}
+
+
+def _map_kwargs(num_proc: int | None, batch_size: int, desc: str) -> dict:
+    kwargs = {"batched": True, "batch_size": batch_size, "desc": desc}
+    if num_proc and num_proc > 1:
+        kwargs["num_proc"] = num_proc
+    return kwargs
+
+
+def _step_names(steps: list[Step]) -> str:
+    return ", ".join(step.name for step in steps)
+
+
+# ------------------------------------------------------------------------------------------------- Dataset
+
+
+def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str, num_proc, batch_size) -> Dataset:
+    """Count the rows marked dropped under their rules (examples included), then keep the others."""
+    drops = ds[DROP]
+    dropped = [pos for pos, rule in enumerate(drops) if rule]
+    if not dropped:
+        return ds
+    example_rows: list[int] = []
+    seen: dict[str, int] = {}
+    for pos in dropped:
+        if seen.get(drops[pos], 0) < report.max_examples:
+            seen[drops[pos]] = seen.get(drops[pos], 0) + 1
+            example_rows.append(pos)
+    examples = {pos: row for pos, row in zip(example_rows, ds.select(example_rows))}
+    indices = ds[INDEX]
+    for pos in dropped:
+        row = examples.get(pos)
+        if row is not None:
+            report.add_drop(drops[pos], indices[pos], row[text_field])
+        else:
+            report.dropped[drops[pos]] += 1
+    keep = [pos for pos, rule in enumerate(drops) if not rule]
+    return ds.select(keep)
+
+
+def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc, batch_size) -> Dataset:
+    """Features in a (parallel) map, decisions in input order, edits applied, drops recorded and removed."""
+    feature_col = "__llmsys_feature"
+    with_features = ds.map(
+        lambda batch: {feature_col: step.features(batch[text_field])},
+        **_map_kwargs(num_proc if step.parallel_features else None, batch_size, f"{step.name}: features"),
+    )
+    decisions = step.decide(with_features[feature_col])
+    edits = {pos: d.lines for pos, d in enumerate(decisions) if isinstance(d, RemoveLines)}
+    if edits:
+
+        def apply_edits(batch, positions):
+            texts = [remove_lines(t, edits[p]) if p in edits else t for t, p in zip(batch[text_field], positions)]
+            return {text_field: texts}
+
+        ds = ds.map(apply_edits, with_indices=True, **_map_kwargs(None, batch_size, f"{step.name}: edit"))
+    drops = [d if isinstance(d, str) else "" for d in decisions]
+    ds = ds.remove_columns(DROP).add_column(DROP, drops)
+    return _record_and_filter(ds, report, text_field, num_proc, batch_size)
+
+
+def _clean_dataset(ds: Dataset, steps, report, text_field, num_proc, batch_size) -> Dataset:
+    columns = ds.column_names
+    report.documents_in = len(ds)
+    report.characters_in = sum(len(t) for t in ds[text_field] if isinstance(t, str))
+    ds = ds.map(InitColumns(text_field), with_indices=True, **_map_kwargs(None, batch_size, "prepare"))
+    ds = _record_and_filter(ds, report, text_field, num_proc, batch_size)
+    for group in segments(steps):
+        if isinstance(group[0], CorpusStep):
+            ds = _run_corpus_step(ds, group[0], report, text_field, num_proc, batch_size)
+        else:
+            ds = ds.map(RunDocumentSteps(group, text_field), **_map_kwargs(num_proc, batch_size, _step_names(group)))
+            ds = _record_and_filter(ds, report, text_field, num_proc, batch_size)
+    ds = ds.select_columns(columns).flatten_indices()
+    report.documents_out = len(ds)
+    report.characters_out = sum(len(t) for t in ds[text_field])
+    report.check_totals()
+    return ds
+
+
+# ------------------------------------------------------------------------------------------ IterableDataset
+
+
+class RecordDrops:
+    """Filter predicate for a streaming dataset: counts each dropped row into the report, keeps the others."""
+
+    def __init__(self, report: CleaningReport, text_field: str):
+        self.report, self.text_field = report, text_field
+
+    def __call__(self, row) -> bool:
+        if row[DROP]:
+            self.report.add_drop(row[DROP], row[INDEX], row[self.text_field])
+            return False
+        return True
+
+
+class StreamCorpusStep:
+    """Map for a streaming dataset: the step's feature per row, decided in order by its streaming decider."""
+
+    def __init__(self, step: CorpusStep, text_field: str):
+        self.step, self.text_field = step, text_field
+        self.decider = step.streaming_decider()
+
+    def __call__(self, batch):
+        texts = list(batch[self.text_field])
+        drops = list(batch[DROP])
+        for i, feature in enumerate(self.step.features(texts)):
+            decision = self.decider(feature)
+            if isinstance(decision, RemoveLines):
+                texts[i] = remove_lines(texts[i], decision.lines)
+            elif decision is not None:
+                drops[i] = decision
+        return {self.text_field: texts, DROP: drops}
+
+
+class CountRows:
+    """Identity map counting rows and characters in (or out) of a streaming pipeline."""
+
+    def __init__(self, report: CleaningReport, text_field: str, side: str):
+        self.report, self.text_field, self.side = report, text_field, side
+
+    def __call__(self, row):
+        text = row[self.text_field]
+        chars = len(text) if isinstance(text, str) else 0
+        if self.side == "in":
+            self.report.documents_in += 1
+            self.report.characters_in += chars
+        else:
+            self.report.documents_out += 1
+            self.report.characters_out += chars
+        return {}
+
+
+def _clean_iterable(ds: IterableDataset, steps, report, text_field, batch_size) -> IterableDataset:
+    columns = list(ds.column_names) if ds.column_names else None
+    ds = ds.map(CountRows(report, text_field, "in"))
+    ds = ds.map(InitColumns(text_field), with_indices=True, batched=True, batch_size=batch_size)
+    ds = ds.filter(RecordDrops(report, text_field))
+    for group in segments(steps):
+        if isinstance(group[0], CorpusStep):
+            ds = ds.map(StreamCorpusStep(group[0], text_field), batched=True, batch_size=batch_size)
+        else:
+            ds = ds.map(RunDocumentSteps(group, text_field), batched=True, batch_size=batch_size)
+        ds = ds.filter(RecordDrops(report, text_field))
+    ds = ds.map(CountRows(report, text_field, "out"))
+    return ds.select_columns(columns) if columns else ds.remove_columns(list(HIDDEN))
+
+
+# --------------------------------------------------------------------------------------------------- entry
+
+
+def clean(
+    dataset: Dataset | IterableDataset,
+    recipe="fineweb-like",
+    *,
+    text_field: str = "text",
+    num_proc: int | None = None,
+    batch_size: int = 256,
+    max_examples: int = 3,
+) -> CleaningResult:
+    """Clean `dataset` with `recipe` (a built-in name, a recipe file, or a list of step specs / Step objects).
+
+    Returns the cleaned dataset (same columns) and the report. A Dataset is processed eagerly with ``num_proc``
+    worker processes; an IterableDataset lazily in this process (its report is complete once it is exhausted).
+    """
+    name, steps = load_recipe(recipe)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    report = CleaningReport(recipe=name, steps=[s.config() for s in steps], max_examples=max_examples)
+    columns = dataset.column_names
+    if columns is not None and text_field not in columns:
+        raise ValueError(f"the dataset has no text field {text_field!r} (its fields: {columns}); set --text-field.")
+    with caching_disabled():
+        if isinstance(dataset, IterableDataset):
+            for step in steps:  # fail now, not halfway through iteration
+                if isinstance(step, CorpusStep):
+                    step.streaming_decider()
+            return CleaningResult(_clean_iterable(dataset, steps, report, text_field, batch_size), report)
+        _check_string_column(dataset, text_field)
+        return CleaningResult(_clean_dataset(dataset, steps, report, text_field, num_proc, batch_size), report)
+
+
+def _check_string_column(ds: Dataset, text_field: str) -> None:
+    feature = ds.features[text_field]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string", "null")):
+        raise ValueError(f"field {text_field!r} holds {feature}, not text; choose the text field with --text-field.")
