@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ppl": ("hf_llmsys.evaluation.ppl_cli:main", "corpus perplexity of a causal LM over text files (sliding window)"),
     "ifd": ("hf_llmsys.evaluation.ifd_cli:main", "instruction-following difficulty of Alpaca records; select the top"),
+    "clean": ("hf_llmsys.cleaning.cli:main", "clean pretraining documents with a recipe (normalise, filter, dedup, report)"),
 }
 
 

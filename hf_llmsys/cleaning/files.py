@@ -1,0 +1,242 @@
+"""Reading documents for ``llmsys clean`` (JSONL / JSON / parquet / text files, saved or Hub datasets) and
+writing the cleaned documents and report atomically (a staging folder renamed into place at the end)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from datasets import Dataset, IterableDataset
+from tqdm.auto import tqdm
+
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+OUTPUT_FORMATS = ("jsonl", "parquet")
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; ValueError naming the file and the byte offset when it is unreadable or not UTF-8."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}.") from err
+    try:
+        return raw.decode("utf-8-sig")  # a leading BOM is tolerated and removed
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path} is not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at byte offset {err.start}); "
+            "convert it first, e.g. iconv -f latin1 -t utf-8."
+        ) from err
+
+
+def _json_records(path: Path) -> list[dict]:
+    """Records of a JSON Lines file, or of a .json file holding an array of objects (else read as JSON Lines)."""
+    text = _read_utf8(path)
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}.") from err
+        numbered = list(enumerate(records, start=1))
+        where = "record"
+    else:
+        numbered = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+        where = "line"
+    for number, record in numbered:
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} {where} {number} is not a JSON object.")
+    return [record for _, record in numbered]
+
+
+def _records_to_dataset(records: list[dict], source: str) -> Dataset:
+    """A Dataset with the union of the records' fields (first-seen order); absent fields are None."""
+    columns: dict[str, list] = {}
+    for i, record in enumerate(records):
+        for key in record:
+            if key not in columns:
+                columns[key] = [None] * i
+        for key, values in columns.items():
+            values.append(record.get(key))
+    try:
+        return Dataset.from_dict(columns)
+    except Exception as err:  # pyarrow.ArrowInvalid / ArrowTypeError on mixed types
+        raise ValueError(f"cannot build a table from {source}: {err}") from err
+
+
+def _check_text_field(ds: Dataset, text_field: str, source: str) -> None:
+    """ValueError unless `text_field` is a column holding strings (None allowed: counted as missing)."""
+    if text_field not in ds.column_names:
+        raise ValueError(f"{source} has no field {text_field!r} (fields: {ds.column_names}); set --text-field.")
+    feature = ds.features[text_field]
+    if getattr(feature, "dtype", None) not in ("string", "large_string", "null"):
+        raise ValueError(f"field {text_field!r} of {source} holds {feature}, not text; set --text-field.")
+
+
+def read_files(paths: list[Path], text_field: str = "text", lines: bool = False) -> Dataset:
+    """One Dataset from JSONL / JSON / parquet files (all one kind) or plain text files (a document per file,
+    or per non-empty line with `lines`)."""
+    kinds = {"json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths}
+    if len(kinds) > 1:
+        raise ValueError(f"input files mix formats ({', '.join(sorted(kinds))}); clean them in separate runs.")
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"input file {path} does not exist.")
+    kind = kinds.pop()
+    source = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
+    if kind == "json":
+        ds = _records_to_dataset([r for p in paths for r in _json_records(p)], source)
+    elif kind == "parquet":
+        ds = _read_parquet(paths)
+    else:
+        texts = []
+        for path in paths:
+            content = _read_utf8(path)
+            texts += [line for line in content.splitlines() if line.strip()] if lines else [content]
+        ds = Dataset.from_dict({text_field: texts})
+    if len(ds) == 0:
+        raise ValueError(f"no documents in {source}.")
+    _check_text_field(ds, text_field, source)
+    return ds
+
+
+def _read_parquet(paths: list[Path]) -> Dataset:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for path in paths:
+        try:
+            tables.append(pq.read_table(path))
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(f"cannot read parquet file {path}: {err}") from err
+    try:
+        return Dataset(pa.concat_tables(tables, promote_options="default"))
+    except pa.ArrowException as err:
+        raise ValueError(f"parquet files {', '.join(map(str, paths))} have incompatible schemas: {err}") from err
+
+
+def read_input(inputs: list[str], text_field="text", lines=False, split="train", streaming=False):
+    """Files (see read_files), a folder saved with ``save_to_disk``, or a dataset id (local cache / Hub)."""
+    paths = [Path(i) for i in inputs]
+    if len(paths) == 1 and paths[0].is_dir():
+        ds = _load_saved(paths[0], split)
+    elif any(p.exists() or p.suffix in JSON_SUFFIXES + PARQUET_SUFFIXES + (".txt",) for p in paths):
+        ds = read_files(paths, text_field, lines)
+    elif len(inputs) == 1:
+        return _load_hub(inputs[0], text_field, split, streaming)
+    else:
+        raise ValueError(f"input files not found: {', '.join(str(p) for p in paths if not p.exists())}.")
+    if not isinstance(ds, Dataset):
+        raise ValueError(f"{inputs[0]} holds several splits; choose one with --split.")
+    _check_text_field(ds, text_field, inputs[0])
+    return ds.to_iterable_dataset() if streaming else ds
+
+
+def _load_saved(folder: Path, split: str):
+    from datasets import DatasetDict, load_from_disk
+
+    try:
+        loaded = load_from_disk(str(folder))
+    except Exception as err:  # FileNotFoundError for folders that are not saved datasets
+        raise ValueError(f"{folder} is not a dataset saved with save_to_disk ({err}).") from err
+    if isinstance(loaded, DatasetDict):
+        if split not in loaded:
+            raise ValueError(f"{folder} has no split {split!r} (splits: {list(loaded)}).")
+        loaded = loaded[split]
+    return loaded
+
+
+def _load_hub(name: str, text_field: str, split: str, streaming: bool):
+    from datasets import load_dataset
+
+    try:
+        ds = load_dataset(name, split=split, streaming=streaming)
+    except Exception as err:  # no such dataset, offline, bad split
+        raise ValueError(f"cannot load dataset {name!r} (split {split!r}): {err}") from err
+    if ds.column_names is not None and text_field not in ds.column_names:
+        raise ValueError(f"dataset {name!r} has no field {text_field!r} (fields: {ds.column_names}); set --text-field.")
+    return ds
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def check_output_dir(output: Path, overwrite: bool) -> None:
+    """ValueError when `output` is a file, or a non-empty folder and `overwrite` is off."""
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"output {output} exists and is not a folder.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise ValueError(f"output folder {output} is not empty; pass --overwrite to replace it.")
+
+
+def _jsonl_line(row: dict) -> str:
+    return json.dumps(row, ensure_ascii=False, default=str) + "\n"
+
+
+def write_documents(dataset, folder: Path, fmt: str) -> Path:
+    """Write the documents as ``data.jsonl`` (UTF-8, input field order) or ``data.parquet``; returns the path."""
+    path = folder / f"data.{fmt}"
+    if fmt == "parquet" and isinstance(dataset, Dataset):
+        dataset.to_parquet(str(path))
+    elif fmt == "parquet":
+        _write_parquet_stream(dataset, path)
+    else:
+        total = len(dataset) if isinstance(dataset, Dataset) else None
+        with path.open("w", encoding="utf-8") as out:
+            for row in tqdm(dataset, total=total, desc="writing documents", unit=" docs"):
+                out.write(_jsonl_line(row))
+    return path
+
+
+def _write_parquet_stream(dataset: IterableDataset, path: Path, rows_per_group: int = 10_000) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer, buffer = None, []
+
+    def flush():
+        nonlocal writer
+        table = pa.Table.from_pylist(buffer) if writer is None else pa.Table.from_pylist(buffer, schema=writer.schema)
+        writer = writer or pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+        buffer.clear()
+
+    for row in tqdm(dataset, desc="writing documents", unit=" docs"):
+        buffer.append(row)
+        if len(buffer) >= rows_per_group:
+            flush()
+    if buffer:
+        flush()
+    if writer is None:  # no documents survived: an empty file, still readable
+        pq.write_table(pa.table({}), path)
+    else:
+        writer.close()
+
+
+def publish(staging: Path, output: Path) -> None:
+    """Move the finished staging folder to `output` (replacing an old one only now, at the very end)."""
+    old = None
+    if output.exists():
+        old = output.with_name(f".{output.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(output, old)
+    os.replace(staging, output)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir(output: Path) -> Path:
+    """A fresh hidden folder next to `output` (same file system, so the final rename is atomic)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    path = output.with_name(f".{output.name}.staging-{uuid.uuid4().hex[:8]}")
+    path.mkdir()
+    return path
