@@ -20,7 +20,7 @@ SUPPORTED = ("en", "zh")
 
 @lru_cache(maxsize=4)
 def stopwords(language: str) -> frozenset[str]:
-    """The stopwords-iso list for 'en' or 'zh'."""
+    """The stopwords-iso list for 'en' (1,298 words: broad, it includes "quickly", "home") or 'zh' (794)."""
     import stopwordsiso
 
     _check_language(language)
