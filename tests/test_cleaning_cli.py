@@ -1,0 +1,197 @@
+"""`llmsys clean` end to end: inputs, outputs, report, determinism, bad input, atomic output, the bench script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from datasets import Dataset
+
+from hf_llmsys.cleaning import files
+from hf_llmsys.cli import main as llmsys
+
+PROSE = [
+    "The history of the city is long and varied. Its first settlers arrived by boat from the south, and they built "
+    "houses with stone taken from the hills. Over the centuries the town grew into a market for wool, grain and "
+    "fish, and it became known for the quality of the cloth that its weavers made for the courts of Europe.",
+    "Scientists have studied the behaviour of bees for many years. They found that the insects share information "
+    "about food with a dance that tells the others where to fly and how far to go. This discovery changed the way "
+    "that people think about animal communication, and it has led to new work on the minds of small creatures.",
+    "中共中央总书记、国家主席江泽民发表新年讲话，向全国各族人民致以祝贺。过去的一年，我国改革开放和现代化建设取得了"
+    "重大成就，国民经济保持了快速增长，人民生活水平继续提高。新的一年里，我们要继续努力，开创新的局面。",
+]
+RECORDS = [{"id": i, "text": t, "meta": {"lang": "x"}} for i, t in enumerate(PROSE)] + [
+    {"id": 3, "text": PROSE[0].replace("long", "LONG")},  # duplicate after normalisation
+    {"id": 4, "text": "tiny"},
+    {"id": 5},  # missing text
+]
+BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "cleaning.py"
+
+
+def _write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+def _clean(*args) -> int:
+    return llmsys(["clean", *map(str, args)])
+
+
+def test_jsonl_in_jsonl_out_with_report(tmp_path, capsys):
+    src = _write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    out = tmp_path / "out"
+    assert _clean("--input", src, "--output", out, "--recipe", "gopher") == 0
+    printed = capsys.readouterr().out
+    assert "documents in" in printed and "input.missing" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["data.jsonl", "report.json"]
+    rows = [json.loads(line) for line in (out / "data.jsonl").read_text("utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [0, 1, 2]
+    assert list(rows[0]) == ["id", "text", "meta"] and rows[0]["meta"] == {"lang": "x"}
+    assert "，" not in rows[2]["text"] and "。" in rows[2]["text"]  # NFKC, Chinese kept whole
+    report = json.loads((out / "report.json").read_text())
+    assert report["documents_in"] == 6 and report["documents_out"] == 3
+    assert report["documents_in"] == report["documents_out"] + sum(report["dropped"].values())
+    assert report["dropped"]["exact_dedup.duplicate"] == 1 and report["dropped"]["input.missing"] == 1
+    assert report["characters_in"] == sum(len(r.get("text", "")) for r in RECORDS)
+    assert report["characters_out"] == sum(len(r["text"]) for r in rows)
+    assert report["drop_examples"]["exact_dedup.duplicate"][0]["index"] == 3
+    assert not list(tmp_path.glob(".out.*"))  # no staging leftovers
+
+
+def test_output_is_deterministic(tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    assert _clean("--input", src, "--output", tmp_path / "a", "--recipe", "fineweb-like") == 0
+    assert _clean("--input", src, "--output", tmp_path / "b", "--recipe", "fineweb-like", "--num-proc", "2") == 0
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+
+
+def test_text_files_per_file_and_per_line_and_parquet_output(tmp_path):
+    docs = [tmp_path / f"doc{i}.txt" for i in range(2)]
+    for path, text in zip(docs, PROSE):
+        path.write_text(text + "\n", encoding="utf-8")
+    assert _clean("--input", *docs, "--output", tmp_path / "files", "--recipe", "gopher", "--format", "parquet") == 0
+    table = pq.read_table(tmp_path / "files" / "data.parquet")
+    assert table.column_names == ["text"] and table.num_rows == 2
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(PROSE + ["", PROSE[1]]), encoding="utf-8")
+    assert _clean("--input", lines, "--lines", "--output", tmp_path / "lines", "--recipe", "gopher") == 0
+    report = json.loads((tmp_path / "lines" / "report.json").read_text())
+    assert report["documents_in"] == 4 and report["documents_out"] == 3  # blank line skipped, one duplicate
+
+
+def test_parquet_and_saved_dataset_input_with_text_field(tmp_path):
+    ds = Dataset.from_dict({"body": PROSE, "n": [1, 2, 3]})
+    ds.to_parquet(str(tmp_path / "in.parquet"))
+    ds.save_to_disk(str(tmp_path / "saved"))
+    for source, name in ((tmp_path / "in.parquet", "p"), (tmp_path / "saved", "s")):
+        assert _clean("--input", source, "--text-field", "body", "--output", tmp_path / name, "--recipe", "gopher") == 0
+        rows = [json.loads(x) for x in (tmp_path / name / "data.jsonl").read_text("utf-8").splitlines()]
+        assert [r["n"] for r in rows] == [1, 2, 3] and list(rows[0]) == ["body", "n"]
+
+
+def test_streaming_gives_the_same_files(tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    assert _clean("--input", src, "--output", tmp_path / "a", "--recipe", "gopher") == 0
+    assert _clean("--input", src, "--output", tmp_path / "b", "--recipe", "gopher", "--streaming") == 0
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list, str]]:
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café au lait\n".encode("latin-1"))
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"text": "ok"}\n{"text": broken\n', encoding="utf-8")
+    no_field = _write_jsonl(tmp_path / "nofield.jsonl", [{"body": "x"}])
+    good = _write_jsonl(tmp_path / "good.jsonl", RECORDS)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("steps:\n  - step: html\n  - step: dedupe\n")
+    threshold = tmp_path / "threshold.json"
+    threshold.write_text(json.dumps([{"step": "noise", "max_digit_ratio": 1.5}]))
+    return {
+        "encoding": ([latin1], r"not UTF-8 text \(invalid byte 0xe9 at byte offset 3\)"),
+        "json": ([bad_json], r"bad.jsonl:2 is not valid JSON"),
+        "field": ([no_field], r"has no field 'text'"),
+        "missing file": ([tmp_path / "nope.jsonl"], r"nope.jsonl does not exist"),
+        "directory": ([tmp_path], r"is not a dataset saved with save_to_disk"),
+        "unknown step": ([good, "--recipe", unknown], r"unknown step 'dedupe'; known steps: .*exact_dedup"),
+        "threshold": ([good, "--recipe", threshold], r"step 'noise': parameter 'max_digit_ratio' = 1.5"),
+        "recipe": ([good, "--recipe", "c5"], r"unknown recipe 'c5'"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["encoding", "json", "field", "missing file", "directory", "unknown step", "threshold", "recipe"]
+)
+def test_bad_input_is_a_clear_error_and_leaves_the_output_untouched(case, tmp_path, capsys):
+    args, message = _bad_inputs(tmp_path)[case]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "previous.jsonl").write_text("old\n")
+    before = _snapshot(out)
+    code = _clean("--input", *args, "--output", out, "--overwrite")
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("llmsys clean: error: ")
+    assert re.search(message, err), err
+    assert _snapshot(out) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_failure_while_writing_leaves_the_output_untouched(tmp_path, monkeypatch):
+    src = _write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data.jsonl").write_text("previous run\n")
+
+    def disk_full(dataset, folder, fmt):
+        (folder / "data.jsonl").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("hf_llmsys.cleaning.cli.write_documents", disk_full)
+    with pytest.raises(OSError):
+        _clean("--input", src, "--output", out, "--overwrite", "--recipe", "gopher")
+    assert _snapshot(out) == {"data.jsonl": b"previous run\n"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_non_empty_output_needs_overwrite(tmp_path, capsys):
+    src = _write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert _clean("--input", src, "--output", out) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert _clean("--input", src, "--output", out, "--overwrite", "--recipe", "gopher") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["data.jsonl", "report.json"]
+
+
+def test_files_reader_unions_fields(tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}, {"text": "b", "extra": 1}])
+    ds = files.read_files([src])
+    assert ds.column_names == ["text", "extra"] and ds["extra"] == [None, 1]
+
+
+# ------------------------------------------------------------------------------------------------- bench
+
+
+def test_bench_script_smoke(tmp_path, shared_data):
+    spec = importlib.util.spec_from_file_location("bench_cleaning", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    results = bench.main(["--data-dir", str(shared_data), "--max-docs", "40", "--json", str(out), "--no-datatrove"])
+    saved = json.loads(out.read_text())
+    assert saved == results
+    assert results["full_recipe"]["docs_per_s"] > 0 and results["minhash"]["docs_per_s"] > 0
+    assert results["full_recipe"]["documents_in"] == 40
+    assert results["datatrove"]["available"] is False
