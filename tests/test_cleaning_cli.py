@@ -193,5 +193,6 @@ def test_bench_script_smoke(tmp_path, shared_data):
     saved = json.loads(out.read_text())
     assert saved == results
     assert results["full_recipe"]["docs_per_s"] > 0 and results["minhash"]["docs_per_s"] > 0
-    assert results["full_recipe"]["documents_in"] == 40
+    assert results["full_recipe"]["documents_in"] == results["documents"] == 40 + results["planted_near_duplicates"]
+    assert results["minhash"]["near_duplicates_dropped"] >= 1
     assert results["datatrove"]["available"] is False

@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Benchmark: hf_llmsys.cleaning throughput, and keep/drop agreement + speed against datatrove's filters.
+
+Not a test: it measures and prints (optionally writes JSON). Documents come from the shared data folder, cut into
+documents: WikiText-2 validation articles (split at top-level " = Title = " headings), Tiny Shakespeare in chunks
+of 40 lines, and People's Daily (Chinese) in chunks of 8 lines; 5% of the documents are planted again as near
+duplicates (3 words edited) so the dedup steps have work. One process throughout (num_proc=1).
+
+Measured:
+  * full recipe (default "fineweb-like") documents/s through ``clean`` on a Dataset, with its drop counts;
+  * MinHash near-dedup alone (14 bands x 8 rows, 5-grams) documents/s, and how many planted copies it found;
+  * datatrove (when a Python with datatrove is given by --datatrove-python, run as a subprocess so its
+    dependencies never touch this environment): Gopher quality, Gopher repetition, C4 quality and FineWeb quality
+    with the same parameters on the same English documents: agreement of keep/drop decisions and the speed
+    ratio (ours / datatrove, documents/s per filter).
+
+    python scripts/bench/cleaning.py                                  # our side only
+    python scripts/bench/cleaning.py --datatrove-python /tmp/dt-venv/bin/python --json bench.json
+    python scripts/bench/cleaning.py --max-docs 40 --no-datatrove     # smoke run (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from datasets import Dataset
+
+from hf_llmsys.cleaning import clean
+from hf_llmsys.cleaning.base import Document
+from hf_llmsys.cleaning.c4 import C4Filter
+from hf_llmsys.cleaning.fineweb import FineWebQuality
+from hf_llmsys.cleaning.gopher import GopherQuality, GopherRepetition
+from hf_llmsys.cleaning.text import guess_language
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+PLANTED_SHARE = 0.05
+
+# Our step and datatrove's filter with the same parameters. C4: TFDS thresholds on both sides, and datatrove's end
+# marks (which include "'") on ours.
+FILTERS = {
+    "gopher_quality": (lambda: GopherQuality(), "GopherQualityFilter()"),
+    "gopher_repetition": (lambda: GopherRepetition(), "GopherRepetitionFilter()"),
+    "c4_quality": (
+        lambda: C4Filter(min_words_per_line=5, min_sentences=3, end_marks=(".", "?", "!", '"', "'")),
+        "C4QualityFilter(min_num_sentences=3, min_words_per_line=5)",
+    ),
+    "fineweb_quality": (lambda: FineWebQuality(), "FineWebQualityFilter()"),
+}
+
+# Runs inside the datatrove interpreter: reads {"texts": [...], "filters": {name: constructor}} on stdin.
+DATATROVE_RUNNER = r"""
+import json, sys, time
+from datatrove.data import Document
+from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                        GopherRepetitionFilter)
+job = json.load(sys.stdin)
+out = {}
+for name, constructor in job["filters"].items():
+    filt = eval(constructor)
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(job["texts"])]
+    filt.filter(Document(text=job["texts"][0], id="warm-up"))  # loads the word tokenizer once
+    start = time.perf_counter()
+    keep = []
+    for doc in docs:
+        verdict = filt.filter(doc)
+        keep.append(bool(verdict if isinstance(verdict, bool) else verdict[0]))
+    out[name] = {"keep": keep, "seconds": time.perf_counter() - start}
+import datatrove
+out["_version"] = getattr(datatrove, "__version__", "unknown")
+json.dump(out, sys.stdout)
+"""
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("LLMSYS_DATA_DIR", DEFAULT_DATA_DIR)))
+    parser.add_argument("--max-docs", type=int, default=None, help="cap on documents (before planting)")
+    parser.add_argument("--recipe", default="fineweb-like")
+    parser.add_argument("--datatrove-python", help="python of a separate venv with datatrove installed")
+    parser.add_argument("--no-datatrove", action="store_true", help="skip the datatrove comparison")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    return parser.parse_args(argv)
+
+
+def _chunks(lines: list[str], size: int) -> list[str]:
+    return ["\n".join(lines[i : i + size]).strip() for i in range(0, len(lines), size)]
+
+
+def load_documents(data_dir: Path, max_docs: int | None) -> list[str]:
+    """Shared-data text cut into documents (English and Chinese interleaved, so a cap keeps both)."""
+    if not data_dir.is_dir():
+        raise SystemExit(f"shared data folder {data_dir} not found (set --data-dir or LLMSYS_DATA_DIR)")
+    wiki = (data_dir / "wikitext-2-valid.tokens").read_text(encoding="utf-8")
+    articles = [a.strip() for a in wiki.split("\n = ") if a.strip()]
+    shakespeare = _chunks((data_dir / "tinyshakespeare.txt").read_text(encoding="utf-8").splitlines(), 40)
+    news = _chunks((data_dir / "peoples_daily_1998_zh_part.txt").read_text(encoding="utf-8").splitlines(), 8)
+    docs, sources = [], [articles, shakespeare, news]
+    for i in range(max(map(len, sources))):
+        docs += [source[i] for source in sources if i < len(source) and source[i]]
+    return docs[:max_docs] if max_docs else docs
+
+
+def plant_near_duplicates(docs: list[str], seed: int = 0) -> tuple[list[str], int]:
+    """docs + copies of 5% of them with 3 tokens (English words or Chinese characters) edited."""
+    rng = random.Random(seed)
+    picked = rng.sample(range(len(docs)), max(1, int(PLANTED_SHARE * len(docs))))
+    copies = []
+    for i in picked:
+        chinese = guess_language(docs[i]) == "zh"
+        tokens = list(docs[i]) if chinese else docs[i].split(" ")
+        for pos in rng.sample(range(len(tokens)), min(3, len(tokens))):
+            tokens[pos] = "变" if chinese else "edited"
+        copies.append(("" if chinese else " ").join(tokens))
+    return docs + copies, len(copies)
+
+
+def timed_clean(docs: list[str], recipe) -> tuple[dict, float]:
+    ds = Dataset.from_dict({"text": docs})
+    start = time.perf_counter()
+    result = clean(ds, recipe)
+    seconds = time.perf_counter() - start
+    return result.report.to_dict(), seconds
+
+
+def ours_decisions(texts: list[str]) -> dict[str, dict]:
+    """Per filter: keep/drop of each English text and the seconds it took (one process)."""
+    out = {}
+    for name, (make, _) in FILTERS.items():
+        step = make()
+        start = time.perf_counter()
+        rules = [step.apply(Document(t, i, "en")) for i, t in enumerate(texts)]
+        out[name] = {"keep": [r is None for r in rules], "rules": rules, "seconds": time.perf_counter() - start}
+    return out
+
+
+def datatrove_decisions(python: str, texts: list[str]) -> dict:
+    """The same filters through datatrove, in its own interpreter."""
+    job = json.dumps({"texts": texts, "filters": {name: ctor for name, (_, ctor) in FILTERS.items()}})
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(DATATROVE_RUNNER)
+    try:
+        proc = subprocess.run([python, script.name], input=job, capture_output=True, text=True, timeout=3000)
+    finally:
+        os.unlink(script.name)
+    if proc.returncode != 0:
+        raise RuntimeError(f"datatrove runner failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def compare(ours: dict, theirs: dict, n: int) -> dict:
+    rows = {}
+    for name in FILTERS:
+        a, b = ours[name]["keep"], theirs[name]["keep"]
+        agree = sum(x == y for x, y in zip(a, b))
+        differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        rows[name] = {
+            "agreement": agree / n,
+            "disagreements": n - agree,
+            "kept_ours": sum(a),
+            "kept_datatrove": sum(b),
+            "ours_docs_per_s": n / ours[name]["seconds"],
+            "datatrove_docs_per_s": n / theirs[name]["seconds"],
+            "speed_ratio": theirs[name]["seconds"] / ours[name]["seconds"],
+            "first_disagreements": [
+                {"document": i, "ours": ours[name]["rules"][i] or "keep", "datatrove": "keep" if b[i] else "drop"}
+                for i in differ[:5]
+            ],
+        }
+    return rows
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    base = load_documents(args.data_dir, args.max_docs)
+    docs, planted = plant_near_duplicates(base)
+    results: dict = {"documents": len(docs), "planted_near_duplicates": planted, "load": os.getloadavg()[0]}
+
+    timed_clean(docs[:3] + base[-3:], args.recipe)  # warm-up: language profiles and jieba's dictionary load once
+    report, seconds = timed_clean(docs, args.recipe)
+    results["full_recipe"] = {
+        "recipe": args.recipe, "seconds": seconds, "docs_per_s": len(docs) / seconds,
+        "documents_in": report["documents_in"], "documents_out": report["documents_out"], "dropped": report["dropped"],
+    }  # fmt: skip
+    report, seconds = timed_clean(docs, [{"step": "minhash", "ngram": 5, "bands": 14, "rows": 8}])
+    results["minhash"] = {
+        "seconds": seconds, "docs_per_s": len(docs) / seconds,
+        "near_duplicates_dropped": report["dropped"].get("minhash.near_duplicate", 0),
+    }  # fmt: skip
+
+    english = [d for d in base if guess_language(d) == "en"]
+    results["datatrove"] = {"available": False, "english_documents": len(english)}
+    if args.no_datatrove or not args.datatrove_python:
+        results["datatrove"]["reason"] = "skipped (--no-datatrove)" if args.no_datatrove else "no --datatrove-python"
+    else:
+        try:
+            theirs = datatrove_decisions(args.datatrove_python, english)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
+            results["datatrove"]["reason"] = f"datatrove unavailable: {err}"
+        else:
+            results["datatrove"] = {
+                "available": True, "version": theirs.pop("_version"), "english_documents": len(english),
+                "filters": compare(ours_decisions(english), theirs, len(english)),
+            }  # fmt: skip
+    print_results(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return json.loads(json.dumps(results))
+
+
+def print_results(results: dict) -> None:
+    full, minhash = results["full_recipe"], results["minhash"]
+    print(f"documents: {results['documents']} ({results['planted_near_duplicates']} planted near-duplicates)")
+    print(f"full recipe {full['recipe']!r}: {full['docs_per_s']:.1f} docs/s ({full['documents_out']} kept)")
+    print(f"minhash dedup: {minhash['docs_per_s']:.1f} docs/s ({minhash['near_duplicates_dropped']} dropped)")
+    dt = results["datatrove"]
+    if not dt["available"]:
+        print(f"datatrove comparison: {dt['reason']}")
+        return
+    print(f"datatrove {dt['version']} on {dt['english_documents']} English documents:")
+    print(f"  {'filter':<18} {'agree':>7} {'kept ours/dt':>13} {'ours d/s':>9} {'dt d/s':>9} {'speed x':>8}")
+    for name, row in dt["filters"].items():
+        kept = f"{row['kept_ours']}/{row['kept_datatrove']}"
+        print(
+            f"  {name:<18} {100 * row['agreement']:>6.1f}% {kept:>13} {row['ours_docs_per_s']:>9.0f} "
+            f"{row['datatrove_docs_per_s']:>9.0f} {row['speed_ratio']:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
