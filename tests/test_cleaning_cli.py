@@ -75,7 +75,7 @@ def test_output_is_deterministic(tmp_path):
 
 def test_text_files_per_file_and_per_line_and_parquet_output(tmp_path):
     docs = [tmp_path / f"doc{i}.txt" for i in range(2)]
-    for path, text in zip(docs, PROSE):
+    for path, text in zip(docs, PROSE[:2], strict=True):
         path.write_text(text + "\n", encoding="utf-8")
     assert _clean("--input", *docs, "--output", tmp_path / "files", "--recipe", "gopher", "--format", "parquet") == 0
     table = pq.read_table(tmp_path / "files" / "data.parquet")
@@ -196,3 +196,5 @@ def test_bench_script_smoke(tmp_path, shared_data):
     assert results["full_recipe"]["documents_in"] == results["documents"] == 40 + results["planted_near_duplicates"]
     assert results["minhash"]["near_duplicates_dropped"] >= 1
     assert results["datatrove"]["available"] is False
+    with pytest.raises(OSError):  # a missing interpreter is reported, never silently ignored
+        bench.datatrove_decisions(str(tmp_path / "no-python"), ["text"])

@@ -78,12 +78,12 @@ def test_minhash_chinese_uses_character_ngrams():
 
 
 def test_minhash_real_chinese_news(shared_data):
-    lines = [l.strip() for l in (shared_data / "peoples_daily_1998_zh_part.txt").read_text("utf-8").splitlines()]
-    paragraphs = [l for l in lines if len(l) >= 150][:80]
+    lines = [x.strip() for x in (shared_data / "peoples_daily_1998_zh_part.txt").read_text("utf-8").splitlines()]
+    paragraphs = [x for x in lines if len(x) >= 150][:80]
     # the news text has its own near-duplicates (a speech quoted twice, Jaccard 0.985): found, then set aside
     natural = _decide(MinHashDedup(), paragraphs)
     assert 0 < sum(d is not None for d in natural) <= 3
-    paragraphs = [p for p, d in zip(paragraphs, natural) if d is None]
+    paragraphs = [p for p, d in zip(paragraphs, natural, strict=True) if d is None]
     rng = random.Random(5)
     pool = sorted(set("".join(paragraphs)))  # characters of the corpus itself
     dups = ["".join(_edit(list(p), 3, rng, pool)) for p in paragraphs[:40]]

@@ -157,7 +157,7 @@ def test_perplexity_filter_threshold_and_quantile(tiny_lm):
     texts = [EN_PROSE[0], "zq xv kj wp", EN_PROSE[1][:120], "aaaa bbbb cccc"]
     step = PerplexityFilter(model, tokenizer, max_perplexity=1e9)
     ppl = step.perplexities(texts)
-    for text, value in zip(texts, ppl):  # each equals the toolkit's corpus perplexity of that one text
+    for text, value in zip(texts, ppl, strict=True):  # each equals the toolkit's corpus perplexity of that one text
         assert math.isclose(value, corpus_perplexity(model, tokenizer, [text]).ppl, rel_tol=1e-5)
     worst = max(range(4), key=lambda i: ppl[i])
     ds = Dataset.from_dict({"text": texts})
@@ -167,7 +167,7 @@ def test_perplexity_filter_threshold_and_quantile(tiny_lm):
     assert dict(below.report.dropped) == {"perplexity.above_threshold": 1}
     assert below.report.examples["perplexity.above_threshold"][0]["index"] == worst
     half = clean(ds, [PerplexityFilter(model, tokenizer, quantile=0.5)])
-    assert sorted(half.dataset["text"]) == sorted(t for t, p in zip(texts, ppl) if p <= sorted(ppl)[1])
+    assert sorted(half.dataset["text"]) == sorted(t for t, p in zip(texts, ppl, strict=True) if p <= sorted(ppl)[1])
 
 
 def test_perplexity_filter_from_a_saved_folder_and_streaming_rules(tiny_lm, tmp_path):

@@ -172,8 +172,8 @@ def test_c4_line_rules_rewrite_the_page():
 
 
 def test_c4_page_drops():
-    assert run(C4Filter(), _c4_page(3, "\nLorem ipsum dolor sit amet, consectetur.")) [0] == "c4.lorem_ipsum"
-    assert run(C4Filter(), _c4_page(3, "\nThe function body { return x; } is here.")) [0] == "c4.curly_bracket"
+    assert run(C4Filter(), _c4_page(3, "\nLorem ipsum dolor sit amet, consectetur."))[0] == "c4.lorem_ipsum"
+    assert run(C4Filter(), _c4_page(3, "\nThe function body { return x; } is here."))[0] == "c4.curly_bracket"
     # as in TFDS, a brace on a line already removed (too short) does not drop the page
     assert kept(C4Filter(), _c4_page(3, "\n{ x }."))
 

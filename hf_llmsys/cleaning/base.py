@@ -63,7 +63,9 @@ class Step:
             raise ValueError(f"step {self.name!r}: parameter {param!r} must be {kind}, got {value!r}.")
         if (low is not None and value < low) or (high is not None and value > high):
             allowed = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
-            raise ValueError(f"step {self.name!r}: parameter {param!r} = {value!r} is outside the allowed range {allowed}.")
+            raise ValueError(
+                f"step {self.name!r}: parameter {param!r} = {value!r} is outside the allowed range {allowed}."
+            )
         return value
 
     def check_optional(self, param: str, value, low=None, high=None, *, integer=False):

@@ -85,7 +85,9 @@ def _check_text_field(ds: Dataset, text_field: str, source: str) -> None:
 def read_files(paths: list[Path], text_field: str = "text", lines: bool = False) -> Dataset:
     """One Dataset from JSONL / JSON / parquet files (all one kind) or plain text files (a document per file,
     or per non-empty line with `lines`)."""
-    kinds = {"json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths}
+    kinds = {
+        "json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths
+    }
     if len(kinds) > 1:
         raise ValueError(f"input files mix formats ({', '.join(sorted(kinds))}); clean them in separate runs.")
     for path in paths:

@@ -185,9 +185,14 @@ class GopherRepetition(DocumentStep):
         try:
             pairs = [(n, share) for n, share in rules]
         except (TypeError, ValueError):
-            raise ValueError(f"step {self.name!r}: parameter {param!r} must be a list of [n, max share] pairs.") from None
+            raise ValueError(
+                f"step {self.name!r}: parameter {param!r} must be a list of [n, max share] pairs."
+            ) from None
         return [
-            [self.check_number(f"{param}[{i}].n", n, 1, None, integer=True), self.check_number(f"{param}[{i}].share", s, 0, 1)]
+            [
+                self.check_number(f"{param}[{i}].n", n, 1, None, integer=True),
+                self.check_number(f"{param}[{i}].share", s, 0, 1),
+            ]
             for i, (n, s) in enumerate(pairs)
         ]
 

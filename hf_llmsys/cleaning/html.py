@@ -8,7 +8,9 @@ from .base import Document, DocumentStep
 
 # Text that contains a tag, a comment, a doctype or a character reference is parsed; other text is left alone, so
 # "a < b" in plain prose costs nothing and is never mangled.
-MARKUP = re.compile(r"<(?:[a-zA-Z][\w:-]*[\s/>]|/[a-zA-Z][\w:-]*\s*>|!--|!doctype)|&(?:[a-zA-Z]+\d*|#\d+|#x[0-9a-fA-F]+);", re.I)
+MARKUP = re.compile(
+    r"<(?:[a-zA-Z][\w:-]*[\s/>]|/[a-zA-Z][\w:-]*\s*>|!--|!doctype)|&(?:[a-zA-Z]+\d*|#\d+|#x[0-9a-fA-F]+);", re.I
+)
 # Elements whose content is never prose.
 DROPPED_ELEMENTS = "script,style,noscript,template,head,svg,math,iframe,object,canvas"
 # Elements that end a line in rendered text.

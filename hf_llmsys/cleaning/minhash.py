@@ -61,7 +61,9 @@ class MinHashDedup(CorpusStep):
         self.bands = self.check_number("bands", bands, 1, 4096, integer=True)
         self.rows = self.check_number("rows", rows, 1, 4096, integer=True)
         if bands * rows > 4096:
-            raise ValueError(f"step {self.name!r}: bands * rows = {bands * rows} is outside the allowed range [1, 4096].")
+            raise ValueError(
+                f"step {self.name!r}: bands * rows = {bands * rows} is outside the allowed range [1, 4096]."
+            )
         self.seed = self.check_number("seed", seed, 0, 2**63 - 1, integer=True)
         self._perms = None
 

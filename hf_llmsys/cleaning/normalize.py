@@ -11,7 +11,6 @@ from .base import Document, DocumentStep
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 LINE_BREAKS = re.compile(r"\r\n?|[\u2028\u2029\x85]")
 INLINE_SPACE = re.compile(r"[^\S\n]+")  # whitespace other than newline
-BLANK_RUN = re.compile(r"\n{3,}")
 
 
 class UnicodeNormalize(DocumentStep):
@@ -52,7 +51,7 @@ class WhitespaceClean(DocumentStep):
         text = CONTROL_CHARS.sub("", text)
         text = "\n".join(INLINE_SPACE.sub(" ", line).strip() for line in text.split("\n"))
         keep = "\n" * (self.max_blank_lines + 1)
-        doc.text = re.sub(r"\n{%d,}" % (self.max_blank_lines + 2), keep, text).strip()
+        doc.text = re.sub("\n{" + str(self.max_blank_lines + 2) + ",}", keep, text).strip()
 
 
 class Lowercase(DocumentStep):

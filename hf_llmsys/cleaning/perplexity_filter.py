@@ -78,7 +78,7 @@ class PerplexityFilter(CorpusStep):
                 model, tokenizer, [texts[i] for i in scored], max_length=self.max_length,
                 batch_size=self.batch_size, return_token_nlls=True, show_progress=False,
             )  # fmt: skip
-            for i, nlls in zip(scored, result.token_nlls):
+            for i, nlls in zip(scored, result.token_nlls, strict=True):
                 out[i] = math.exp(float(nlls.double().mean())) if len(nlls) else math.inf
         return out
 
@@ -95,5 +95,7 @@ class PerplexityFilter(CorpusStep):
 
     def streaming_decider(self):
         if self.quantile is not None:
-            raise ValueError(f"step {self.name!r}: 'quantile' needs the whole corpus; use 'max_perplexity' when streaming.")
+            raise ValueError(
+                f"step {self.name!r}: 'quantile' needs the whole corpus; use 'max_perplexity' when streaming."
+            )
         return lambda ppl: None if ppl <= self.max_perplexity else self.rule("above_threshold")

@@ -121,7 +121,7 @@ def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str, num
         if seen.get(drops[pos], 0) < report.max_examples:
             seen[drops[pos]] = seen.get(drops[pos], 0) + 1
             example_rows.append(pos)
-    examples = {pos: row for pos, row in zip(example_rows, ds.select(example_rows))}
+    examples = {pos: row for pos, row in zip(example_rows, ds.select(example_rows), strict=True)}
     indices = ds[INDEX]
     for pos in dropped:
         row = examples.get(pos)
@@ -145,7 +145,10 @@ def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc
     if edits:
 
         def apply_edits(batch, positions):
-            texts = [remove_lines(t, edits[p]) if p in edits else t for t, p in zip(batch[text_field], positions)]
+            texts = [
+                remove_lines(t, edits[p]) if p in edits else t
+                for t, p in zip(batch[text_field], positions, strict=True)
+            ]
             return {text_field: texts}
 
         ds = ds.map(apply_edits, with_indices=True, **_map_kwargs(None, batch_size, f"{step.name}: edit"))

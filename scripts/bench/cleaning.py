@@ -159,8 +159,8 @@ def compare(ours: dict, theirs: dict, n: int) -> dict:
     rows = {}
     for name in FILTERS:
         a, b = ours[name]["keep"], theirs[name]["keep"]
-        agree = sum(x == y for x, y in zip(a, b))
-        differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        agree = sum(x == y for x, y in zip(a, b, strict=True))
+        differ = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
         rows[name] = {
             "agreement": agree / n,
             "disagreements": n - agree,
