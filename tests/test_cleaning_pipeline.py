@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from pathlib import Path
 
 import pytest
 import torch
 from datasets import Dataset
 
+import hf_llmsys
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.cleaning import RECIPES, STEPS, clean, load_recipe
 from hf_llmsys.cleaning.analysis import AnalysisTransform, lemmatize, remove_stopwords, segment_chinese, stem, tokenize
 from hf_llmsys.cleaning.perplexity_filter import PerplexityFilter
+from hf_llmsys.cleaning.text import guess_language
+from hf_llmsys.cli import main as llmsys
 from hf_llmsys.data.tokenizer import train_bpe_tokenizer
 from hf_llmsys.evaluation import corpus_perplexity
 
@@ -182,6 +186,14 @@ def test_perplexity_filter_from_a_saved_folder_and_streaming_rules(tiny_lm, tmp_
         clean(ds, [{"step": "perplexity", "model": str(tmp_path), "quantile": 0.5}])
     with pytest.raises(ValueError, match="exactly one"):
         PerplexityFilter(str(tmp_path))
+    # and from a recipe file through the command line
+    src, recipe, out = tmp_path / "in.jsonl", tmp_path / "ppl.yaml", tmp_path / "out"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in EN_PROSE))
+    worst = max(PerplexityFilter(model, tokenizer, max_perplexity=2).perplexities(EN_PROSE))
+    recipe.write_text(f"steps:\n  - {{step: perplexity, model: {tmp_path}, max_perplexity: {worst * (1 - 1e-6)}}}\n")
+    assert llmsys(["clean", "--input", str(src), "--output", str(out), "--recipe", str(recipe)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["dropped"] == {"perplexity.above_threshold": 1} and report["documents_out"] == 2
     with pytest.raises(ValueError, match="'quantile' = 1.5"):
         PerplexityFilter(str(tmp_path), quantile=1.5)
 
@@ -211,3 +223,24 @@ def test_analysis_adds_a_column_and_keeps_the_text():
 
 def test_analysis_is_not_a_cleaning_step():
     assert not {"stopwords", "stem", "lemmatize", "segment"} & set(STEPS)
+
+
+def test_models_never_import_the_cleaning_package():
+    models = Path(hf_llmsys.__file__).parent / "models"
+    assert not [p.name for p in models.glob("*.py") if "cleaning" in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_full_recipe_on_real_data_adds_up_and_is_deterministic(recipe, shared_data, tmp_path):
+    wiki = (shared_data / "wikitext-2-valid.tokens").read_text(encoding="utf-8")
+    news = (shared_data / "peoples_daily_1998_zh_part.txt").read_text(encoding="utf-8").splitlines()
+    texts = [a for a in wiki.split("\n = ") if a.strip()] + ["\n".join(news[i : i + 8]) for i in range(0, 2000, 8)]
+    ds = Dataset.from_dict({"text": texts})
+    first, second = clean(ds, recipe, num_proc=2), clean(ds, recipe)
+    report = first.report.to_dict()
+    assert report["documents_in"] == len(texts) == report["documents_out"] + sum(report["dropped"].values())
+    assert report == second.report.to_dict() and first.dataset["text"] == second.dataset["text"]
+    if recipe != "c4":  # c4 keeps English only
+        assert any(guess_language(t) == "zh" for t in first.dataset["text"])
+    assert any(guess_language(t) == "en" for t in first.dataset["text"])

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 OUTPUT_FORMATS = ("jsonl", "parquet")
+SAVED_MARKERS = ("state.json", "dataset_dict.json")  # what save_to_disk writes
 
 
 def _read_utf8(path: Path) -> str:
@@ -128,10 +129,13 @@ def _read_parquet(paths: list[Path]) -> Dataset:
 
 
 def read_input(inputs: list[str], text_field="text", lines=False, split="train", streaming=False):
-    """Files (see read_files), a folder saved with ``save_to_disk``, or a dataset id (local cache / Hub)."""
+    """Files (see read_files), a folder saved with ``save_to_disk``, or anything ``load_dataset`` takes: a
+    dataset id (local cache / Hub) or a folder of data files."""
     paths = [Path(i) for i in inputs]
-    if len(paths) == 1 and paths[0].is_dir():
+    if len(paths) == 1 and paths[0].is_dir() and any((paths[0] / f).is_file() for f in SAVED_MARKERS):
         ds = _load_saved(paths[0], split)
+    elif len(paths) == 1 and paths[0].is_dir():
+        return _load_hub(inputs[0], text_field, split, streaming)
     elif any(p.exists() or p.suffix in JSON_SUFFIXES + PARQUET_SUFFIXES + (".txt",) for p in paths):
         ds = read_files(paths, text_field, lines)
     elif len(inputs) == 1:
@@ -163,8 +167,14 @@ def _load_hub(name: str, text_field: str, split: str, streaming: bool):
 
     try:
         ds = load_dataset(name, split=split, streaming=streaming)
-    except Exception as err:  # no such dataset, offline, bad split
-        raise ValueError(f"cannot load dataset {name!r} (split {split!r}): {err}") from err
+    except Exception as err:  # no such dataset, offline, bad split, unreadable files
+        cause = err
+        while cause.__cause__ is not None:  # datasets wraps the reader's error: show the root cause too
+            cause = cause.__cause__
+        detail = f"{err}" if cause is err else f"{err} ({type(cause).__name__}: {cause})"
+        raise ValueError(f"cannot load dataset {name!r} (split {split!r}): {detail}") from err
+    if not streaming and len(ds) == 0:
+        raise ValueError(f"dataset {name!r} (split {split!r}) has no documents.")
     if ds.column_names is not None and text_field not in ds.column_names:
         raise ValueError(f"dataset {name!r} has no field {text_field!r} (fields: {ds.column_names}); set --text-field.")
     return ds
