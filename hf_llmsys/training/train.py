@@ -1,5 +1,9 @@
 """`llmsys train`: train a byte-level BPE tokenizer and a tiny LLaMA-style model with `transformers.Trainer`.
 
+`--model_type llmsys_t5` instead pre-trains a T5 encoder-decoder with span corruption on the same text (a
+Unigram sentinel tokenizer; see `seq2seq_train.py`); the data loading, splitting, resuming and atomic save below
+are shared by both paths.
+
 Arguments are parsed the transformers-examples way (dataclasses + `HfArgumentParser`); the defaults run the
 default job (the embedded public-domain corpus, a ~1.1M-parameter model) in about five minutes on two CPU cores.
 
@@ -49,6 +53,12 @@ COMPARED_CONFIG_FIELDS = (
     "num_hidden_layers",
     "num_attention_heads",
     "num_key_value_heads",
+    "d_model",
+    "d_ff",
+    "d_kv",
+    "num_layers",
+    "num_decoder_layers",
+    "num_heads",
 )
 
 
@@ -71,6 +81,20 @@ class ModelArguments:
     )
     block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
     tie_word_embeddings: bool = field(default=True, metadata={"help": "Share input embedding and LM head."})
+    model_type: str = field(
+        default="llmsys_llama",
+        metadata={"help": "llmsys_llama (causal LM) or llmsys_t5 (encoder-decoder, span-corruption pre-training)."},
+    )
+    num_decoder_layers: int | None = field(
+        default=None, metadata={"help": "T5 only: decoder layers; None = num_hidden_layers (encoder layers)."}
+    )
+    head_dim: int | None = field(
+        default=None, metadata={"help": "T5 only: d_kv per head; None = hidden_size // num_attention_heads."}
+    )
+    feed_forward_proj: str = field(
+        default="relu", metadata={"help": "T5 only: 'relu' (v1.0) or 'gated-gelu' (v1.1) feed-forward."}
+    )
+    dropout_rate: float = field(default=0.0, metadata={"help": "T5 only: dropout (the T5 paper used 0.1)."})
 
 
 @dataclass
@@ -89,6 +113,12 @@ class DataArguments:
     )
     chunk_chars: int = field(
         default=4096, metadata={"help": "Size in characters of the contiguous chunks the split is made of."}
+    )
+    noise_density: float = field(
+        default=0.15, metadata={"help": "T5 only: fraction of tokens masked by span corruption."}
+    )
+    mean_noise_span_length: float = field(
+        default=3.0, metadata={"help": "T5 only: mean length of a masked span."}
     )
 
 
@@ -310,6 +340,15 @@ def baseline_perplexity(train_ds: Dataset, val_ds: Dataset, vocab_size: int) -> 
 
 
 def run_training(model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments) -> dict:
+    """Dispatch on --model_type: the causal-LM job below or the T5 span-corruption job (`seq2seq_train.py`)."""
+    if model_args.model_type not in TRAINING_JOBS:
+        raise ValueError(f"--model_type {model_args.model_type!r} is unknown; choose one of {sorted(TRAINING_JOBS)}")
+    return TRAINING_JOBS[model_args.model_type](model_args, data_args, training_args)
+
+
+def run_causal_lm_training(
+    model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments
+) -> dict:
     """The whole job: data, tokenizer, model, Trainer, evaluation, baseline and the atomic final save."""
     start = time.time()
     chunks = load_chunks(data_args)
@@ -349,6 +388,17 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, training_
     )
     print_results(results, training_args.output_dir)
     return results
+
+
+def run_t5_training(model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments) -> dict:
+    """The T5 span-corruption job (imported when used: `seq2seq_train.py` imports this module)."""
+    from .seq2seq_train import run_t5_training as job
+
+    return job(model_args, data_args, training_args)
+
+
+# --model_type -> the job that trains it.
+TRAINING_JOBS = {"llmsys_llama": run_causal_lm_training, "llmsys_t5": run_t5_training}
 
 
 def train_or_skip(trainer: Trainer, checkpoint: str | None, max_steps: int) -> TrainOutput:

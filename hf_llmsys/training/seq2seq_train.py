@@ -1,0 +1,213 @@
+"""`llmsys train --model_type llmsys_t5`: pre-train a T5 encoder-decoder with span corruption (Raffel et al. 2020).
+
+Data: the same text sources and chunk split as the causal-LM job (`train.py`). A Unigram sentinel tokenizer is
+trained on the training chunks (`data/sentinel_tokenizer.py`; `--vocab_size` includes the 100 sentinels). Each
+split is tokenized, concatenated (an eos after each document) and cut into raw examples of the length that span
+corruption turns into exactly `--block_size` encoder tokens (568 raw tokens for 512; `input_and_target_lengths`);
+the remainder shorter than one example is dropped. Training examples are corrupted on the fly by
+`SpanCorruptionCollator` (seeded by `--seed`); the validation examples are corrupted ONCE with a fixed seed, so
+every evaluation scores the same targets.
+
+Reported: validation loss (mean cross-entropy per target token, sentinels and eos included) and its perplexity,
+and the perplexity of an add-one unigram model of the training targets on the same validation targets. The final
+save is `train.py`'s atomic save (config.json moved in last).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+from datasets import Dataset
+from transformers import AutoTokenizer, GenerationConfig, Trainer
+
+from ..data.packing import group_texts, unigram_perplexity
+from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
+from ..data.span_corruption import SpanCorruptionCollator, corrupt
+from .train import (
+    DEFAULT_OUTPUT_DIR,
+    atomic_save,
+    check_output_dir,
+    clear_checkpoints,
+    find_checkpoint,
+    load_chunks,
+    print_results,
+    split_chunks,
+    train_or_skip,
+)
+
+DEFAULT_T5_OUTPUT_DIR = "runs/llmsys-t5-tiny"
+VALIDATION_SEED_OFFSET = 1  # the fixed validation corruption uses seed + 1 (training uses seed)
+
+
+def get_t5_tokenizer(model_args, train_chunks: list[dict], checkpoint: str | None):
+    """--tokenizer, else the resumed checkpoint's, else a Unigram sentinel tokenizer trained on the training text."""
+    source = model_args.tokenizer or checkpoint
+    if source:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        if tokenizer.convert_tokens_to_ids("<extra_id_0>") in (None, tokenizer.unk_token_id):
+            raise ValueError(f"--tokenizer {source}: has no <extra_id_0> sentinel; span corruption needs a T5-style one")
+        return tokenizer
+    return train_sentinel_tokenizer((c["text"] for c in train_chunks), model_args.vocab_size)
+
+
+def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
+    """The T5 config for these arguments and this tokenizer (special ids from the tokenizer)."""
+    from ..models import LlmsysT5Config
+
+    return LlmsysT5Config(
+        vocab_size=len(tokenizer),
+        d_model=model_args.hidden_size,
+        d_ff=model_args.intermediate_size or 4 * model_args.hidden_size,
+        d_kv=model_args.head_dim or model_args.hidden_size // model_args.num_attention_heads,
+        num_heads=model_args.num_attention_heads,
+        num_layers=model_args.num_hidden_layers,
+        num_decoder_layers=model_args.num_decoder_layers,
+        feed_forward_proj=model_args.feed_forward_proj,
+        dropout_rate=model_args.dropout_rate if dropout_rate is None else dropout_rate,
+        tie_word_embeddings=model_args.tie_word_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
+
+
+def raw_examples(chunks: list[dict], tokenizer, raw_length: int, split: str, block_size: int) -> Dataset:
+    """Tokenize the chunks (eos after each document), concatenate and cut into ``raw_length`` examples."""
+    eos = tokenizer.eos_token_id
+    ids = tokenizer([c["text"] for c in chunks], add_special_tokens=False)["input_ids"]
+    ids = [x + [eos] if c["end_of_document"] else x for x, c in zip(ids, chunks, strict=True)]
+    packed = group_texts({"input_ids": ids}, raw_length)
+    if not packed["input_ids"]:
+        n_tokens = sum(len(x) for x in ids)
+        raise ValueError(
+            f"the {split} split has {n_tokens} tokens, fewer than one span-corruption example: --block_size "
+            f"{block_size} (encoder tokens after corruption) needs {raw_length} raw tokens; give more text, a larger "
+            "--validation_fraction (for the validation split) or a smaller --block_size"
+        )
+    return Dataset.from_dict({"input_ids": packed["input_ids"]})
+
+
+def corrupted_once(dataset: Dataset, collator: SpanCorruptionCollator, seed: int) -> Dataset:
+    """The examples corrupted with their own fixed random state: columns input_ids and labels (targets)."""
+    rng = np.random.default_rng(seed)
+    pairs = [
+        corrupt(tokens, rng, collator.first_sentinel_id, collator.eos_token_id, collator.noise_density,
+                collator.mean_noise_span_length)  # fmt: skip
+        for tokens in dataset["input_ids"]
+    ]
+    return Dataset.from_dict({"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]})
+
+
+def make_collator(tokenizer, data_args, block_size: int, seed: int) -> SpanCorruptionCollator:
+    """The span-corruption collator for this tokenizer's sentinels and ids."""
+    sentinels = sum(1 for k in range(DEFAULT_SENTINELS) if tokenizer.convert_tokens_to_ids(f"<extra_id_{k}>") is not None)
+    return SpanCorruptionCollator(
+        first_sentinel_id=sentinel_id(tokenizer, 0),
+        num_sentinels=sentinels,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        input_length=block_size,
+        noise_density=data_args.noise_density,
+        mean_noise_span_length=data_args.mean_noise_span_length,
+        seed=seed,
+    )
+
+
+def t5_generation_config(tokenizer, max_new_tokens: int) -> GenerationConfig:
+    """Greedy defaults; the decoder starts from the pad id (T5)."""
+    return GenerationConfig(
+        decoder_start_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=max_new_tokens,
+    )
+
+
+def run_t5_training(model_args, data_args, training_args) -> dict:
+    """The whole T5 job: data, tokenizer, model, Trainer with span corruption, evaluation and the atomic save."""
+    from ..models import LlmsysT5ForConditionalGeneration
+
+    start = time.time()
+    if training_args.output_dir == DEFAULT_OUTPUT_DIR:
+        training_args.output_dir = DEFAULT_T5_OUTPUT_DIR
+    chunks = load_chunks(data_args)
+    train_chunks, val_chunks = split_chunks(chunks, data_args.validation_fraction, training_args.seed)
+    checkpoint = find_checkpoint(training_args)
+    tokenizer = get_t5_tokenizer(model_args, train_chunks, checkpoint)
+    config = build_t5_config(model_args, tokenizer)
+    check_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
+    if training_args.overwrite_output_dir and os.path.isdir(training_args.output_dir):
+        clear_checkpoints(training_args.output_dir)
+    collator = make_collator(tokenizer, data_args, model_args.block_size, training_args.seed)
+    raw = collator.raw_length
+    train_ds = raw_examples(train_chunks, tokenizer, raw, "training", model_args.block_size)
+    val_ds = corrupted_once(
+        raw_examples(val_chunks, tokenizer, raw, "validation", model_args.block_size),
+        collator,
+        training_args.seed + VALIDATION_SEED_OFFSET,
+    )
+    model = LlmsysT5ForConditionalGeneration(config)
+    print(
+        f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train {len(train_ds)} examples of {raw} "
+        f"raw tokens -> {model_args.block_size} input / {collator.target_length} target tokens; validation "
+        f"{len(val_ds)} examples"
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=val_ds,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    if checkpoint:
+        print(f"resuming from {checkpoint}")
+    train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
+    results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
+    results["runtime_s"] = round(time.time() - start, 1)
+    trainer.model.config.use_cache = True
+    tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
+    atomic_save(
+        training_args.output_dir,
+        trainer.model,
+        tokenizer,
+        t5_generation_config(tokenizer, training_args.max_new_tokens),
+        results,
+    )
+    print_results(results, training_args.output_dir)
+    return results
+
+
+def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:
+    """Add-one unigram model of training targets (one corruption pass) scored on the validation targets."""
+    train_targets = corrupted_once(train_ds, collator, seed)["labels"]
+    return unigram_perplexity((t for row in train_targets for t in row), [t for row in val_ds["labels"] for t in row], vocab_size)
+
+
+def summarize_t5(eval_metrics, train_out, train_ds, val_ds, collator, tokenizer, training_args) -> dict:
+    """Validation loss and perplexity per target token, the unigram baseline, ratio and token counts."""
+    loss = eval_metrics["eval_loss"]
+    unigram = target_unigram_perplexity(train_ds, val_ds, collator, len(tokenizer), training_args.seed)
+    examples_per_step = (
+        training_args.per_device_train_batch_size
+        * max(1, training_args.world_size)
+        * training_args.gradient_accumulation_steps
+    )
+    return {
+        "val_loss": loss,
+        "val_perplexity": math.exp(loss),
+        "unigram_perplexity": unigram,
+        "perplexity_ratio": unigram / math.exp(loss),
+        "train_loss": train_out.training_loss,
+        "global_step": train_out.global_step,
+        "tokens_seen": train_out.global_step * examples_per_step * collator.raw_length,
+        "train_tokens": len(train_ds) * collator.raw_length,
+        "validation_target_tokens": sum(len(row) for row in val_ds["labels"]),
+        "raw_length": collator.raw_length,
+        "target_length": collator.target_length,
+        "vocab_size": len(tokenizer),
+        "train_runtime_s": train_out.metrics.get("train_runtime"),
+    }
