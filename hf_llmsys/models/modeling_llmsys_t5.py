@@ -73,6 +73,8 @@ class ConfigOverlay:
         self.__dict__.update(overrides, _base=base)
 
     def __getattr__(self, name):
+        if "_base" not in self.__dict__:  # while copy/pickle rebuilds the object
+            raise AttributeError(name)
         return getattr(self.__dict__["_base"], name)
 
 
