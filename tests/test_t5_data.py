@@ -124,3 +124,17 @@ def test_collator_batches_and_determinism(tokenizer):
     assert not torch.equal(other["input_ids"], batch["input_ids"])
     with pytest.raises(ValueError, match="longer than the raw length"):
         collator([{"input_ids": list(range(3, raw + 4))}])
+
+
+def test_indexed_examples_depend_on_seed_epoch_and_index_only():
+    kwargs = dict(first_sentinel_id=499, num_sentinels=100, eos_token_id=1, pad_token_id=0, input_length=64, seed=3)
+    collator = SpanCorruptionCollator(**kwargs)
+    rng = np.random.default_rng(4)
+    examples = [{"input_ids": rng.integers(3, 300, size=collator.raw_length).tolist(), "example_index": i} for i in range(6)]
+    whole = collator(examples)
+    collator(examples[:2])  # other draws in between change nothing for indexed examples
+    reversed_batch = SpanCorruptionCollator(**kwargs)(examples[::-1])
+    assert torch.equal(reversed_batch["input_ids"].flip(0), whole["input_ids"])
+    assert torch.equal(collator(examples[3:4])["labels"][0], whole["labels"][3])
+    collator.epoch = 1
+    assert not torch.equal(collator(examples)["input_ids"], whole["input_ids"])

@@ -216,3 +216,15 @@ def test_max_input_length_refuses_longer_inputs():
     with pytest.raises(ValueError, match=r"longer than max_input_length=8.*truncation=True"):
         model(input_ids=torch.zeros(1, 9, dtype=torch.long), decoder_input_ids=torch.zeros(1, 1, dtype=torch.long))
     model(input_ids=torch.zeros(1, 8, dtype=torch.long), decoder_input_ids=torch.zeros(1, 1, dtype=torch.long))
+
+
+def test_plain_load_state_dict_of_a_saved_folder(pair, tmp_path):
+    """The Trainer resumes with model.load_state_dict(file of T5 names): the keys must be renamed and fused."""
+    _, ours, _ = pair
+    ours.save_pretrained(tmp_path)
+    fresh = LlmsysT5ForConditionalGeneration(ours.config)
+    result = fresh.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=False)
+    assert result.unexpected_keys == []
+    assert set(result.missing_keys) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
+    for (name, a), (_, b) in zip(ours.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -93,3 +94,19 @@ def test_unknown_model_type(text_file, tmp_path, capsys):
 def test_other_t5_shape_in_output_dir_is_refused(trained, text_file, capsys):
     assert run(text_file, trained, "--max_steps", "1", "--num_decoder_layers", "3") == 2
     assert "num_decoder_layers: 2 != 3" in capsys.readouterr().err
+
+
+def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
+    """Resuming the step-2 checkpoint of a 4-step run reproduces that run (weights and corruption stream)."""
+    full = tmp_path / "full"
+    assert run(text_file, full, "--max_steps", "4", "--save_steps", "2") == 0
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
+    capsys.readouterr()
+    assert run(text_file, resumed, "--max_steps", "4", "--save_steps", "2") == 0
+    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().out
+    a = LlmsysT5ForConditionalGeneration.from_pretrained(full / "checkpoint-4").state_dict()
+    b = LlmsysT5ForConditionalGeneration.from_pretrained(resumed).state_dict()
+    for name, tensor in a.items():
+        torch.testing.assert_close(b[name], tensor, rtol=1e-4, atol=1e-5, msg=name)

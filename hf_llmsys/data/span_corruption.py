@@ -19,7 +19,10 @@ Written after the descriptions of T5's ``random_spans_noise_mask`` and ``compute
   ``input_and_target_lengths(512)`` finds the largest L whose input fits in 512 (568 raw tokens -> 512 input,
   114 target tokens for the defaults).
 
-Randomness comes from a ``numpy.random.Generator``: equal seeds give equal corruptions.
+Randomness comes from a ``numpy.random.Generator``: equal seeds give equal corruptions. The collator seeds each
+example that carries an ``example_index`` from (seed, epoch, index), so a batch's corruption does not depend on
+what was drawn before it: a resumed run (the Trainer skips batches without collating them) sees the same
+corruptions as an uninterrupted one, and each epoch sees new ones (``epoch`` is set by the training loop).
 """
 
 from __future__ import annotations
@@ -131,8 +134,9 @@ class SpanCorruptionCollator:
 
     Returns input_ids / attention_mask (B, input_length), labels (B, target_length; -100 on padding) and
     decoder_input_ids (labels shifted right, ``decoder_start_token_id`` first, padding as pad). Examples shorter
-    than the raw length (the last piece of a corpus) give shorter rows, padded. Deterministic under ``seed``: the
-    n-th call of two collators with the same seed returns the same batch.
+    than the raw length (the last piece of a corpus) give shorter rows, padded. Deterministic under ``seed``: an
+    example with an ``example_index`` is corrupted with the random state (seed, epoch, index); one without it
+    draws from the collator's own seeded stream (the n-th call of two collators with the same seed agrees).
     """
 
     first_sentinel_id: int
@@ -144,6 +148,7 @@ class SpanCorruptionCollator:
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
     seed: int = 0
+    epoch: int = 0
 
     def __post_init__(self):
         if not 0.0 < self.noise_density < 1.0:
@@ -157,8 +162,8 @@ class SpanCorruptionCollator:
             self.decoder_start_token_id = self.pad_token_id
         self.rng = np.random.default_rng(self.seed)
 
-    def corrupt_example(self, tokens: Sequence[int]) -> tuple[list[int], list[int]]:
-        """(inputs, targets) of one example, advancing this collator's random state."""
+    def corrupt_example(self, tokens: Sequence[int], index: int | None = None) -> tuple[list[int], list[int]]:
+        """(inputs, targets) of one example: random state (seed, epoch, index), or the collator's stream."""
         if len(tokens) > self.raw_length:
             raise ValueError(
                 f"example of {len(tokens)} tokens is longer than the raw length {self.raw_length} that corrupts to "
@@ -169,7 +174,8 @@ class SpanCorruptionCollator:
                 f"{self.num_sentinels} sentinels are too few for examples of {len(tokens)} tokens; use a tokenizer "
                 "with more sentinels or a shorter input_length."
             )
-        return corrupt(tokens, self.rng, self.first_sentinel_id, self.eos_token_id, self.noise_density,
+        rng = self.rng if index is None else np.random.default_rng([self.seed, self.epoch, index])
+        return corrupt(tokens, rng, self.first_sentinel_id, self.eos_token_id, self.noise_density,
                        self.mean_noise_span_length)  # fmt: skip
 
     def collate_pairs(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> dict[str, torch.Tensor]:
@@ -192,7 +198,7 @@ class SpanCorruptionCollator:
             if "labels" in example:  # already corrupted (fixed validation set)
                 pairs.append((example["input_ids"], example["labels"]))
             else:
-                pairs.append(self.corrupt_example(example["input_ids"]))
+                pairs.append(self.corrupt_example(example["input_ids"], example.get("example_index")))
         return self.collate_pairs(pairs)
 
 

@@ -48,7 +48,7 @@ from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm, build_norm
 from .positions import POSITIONAL_ENCODINGS, T5RelativePositionalEncoding
-from .t5_checkpoint_conversion import register_t5_conversions
+from .t5_checkpoint_conversion import register_t5_conversions, rename_t5_state_dict
 
 # Beam-search length penalties: (hypothesis length, alpha) -> denominator of the summed log-probabilities.
 LENGTH_PENALTIES: dict[str, Callable[[float, float], float]] = {
@@ -231,6 +231,13 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
         if not self.config.tie_word_embeddings:
             tied.pop("lm_head.weight", None)
         return tied
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Plain ``load_state_dict`` of a folder written by ``save_pretrained`` (T5 key names, e.g. the Trainer
+        resuming a checkpoint) renames the keys first; the fused projections' own hooks then fuse them."""
+        if prefix == "":
+            rename_t5_state_dict(state_dict)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):

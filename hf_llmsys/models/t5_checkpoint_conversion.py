@@ -24,6 +24,8 @@ feed-forward in the encoder but cross-attention in the decoder, hence the stack-
 
 from __future__ import annotations
 
+import re
+
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import WeightConverter, WeightRenaming
 
@@ -63,6 +65,22 @@ T5_FUSIONS: list[tuple[list[str], str, str]] = [
 ]  # fmt: skip
 
 
+# For plain ``load_state_dict`` (the Trainer resuming from a checkpoint folder, which holds T5 names): after the
+# renames, the gated halves get the names that ``GatedMLP._load_from_state_dict`` fuses; q/k/v and cross k/v are
+# fused by their attention modules' own hooks.
+STATE_DICT_RENAMES: list[tuple[str, str]] = [(r"\.mlp\.wi_0\.", ".mlp.gate_proj."), (r"\.mlp\.wi_1\.", ".mlp.up_proj.")]
+
+
+def rename_t5_state_dict(state_dict: dict) -> None:
+    """In place: rename the T5-layout keys of a state dict to ours (other keys are left alone)."""
+    rules = [(re.compile(source), target) for source, target in T5_RENAMES + STATE_DICT_RENAMES]
+    for key in [key for key in state_dict if ".block." in key or "final_layer_norm." in key]:
+        new_key = key
+        for pattern, target in rules:
+            new_key = pattern.sub(target, new_key, count=1)
+        state_dict[new_key] = state_dict.pop(key)
+
+
 def t5_conversions() -> list:
     """Renamings and fusing converters that load transformers' T5 checkpoints into hf-llmsys' T5."""
     transforms: list = [WeightRenaming(source, target) for source, target in T5_RENAMES]
@@ -77,4 +95,4 @@ def register_t5_conversions(*names: str) -> None:
         register_checkpoint_conversion_mapping(name, t5_conversions(), overwrite=True)
 
 
-__all__ = ["T5_FUSIONS", "T5_RENAMES", "register_t5_conversions", "t5_conversions"]
+__all__ = ["T5_FUSIONS", "T5_RENAMES", "register_t5_conversions", "rename_t5_state_dict", "t5_conversions"]

@@ -5,7 +5,9 @@ trained on the training chunks (`data/sentinel_tokenizer.py`; `--vocab_size` inc
 split is tokenized, concatenated (an eos after each document) and cut into raw examples of the length that span
 corruption turns into exactly `--block_size` encoder tokens (568 raw tokens for 512; `input_and_target_lengths`);
 the remainder shorter than one example is dropped. Training examples are corrupted on the fly by
-`SpanCorruptionCollator` (seeded by `--seed`); the validation examples are corrupted ONCE with a fixed seed, so
+`SpanCorruptionCollator`, each from the random state (--seed, epoch, example index), so resuming reproduces the
+uninterrupted run and every epoch sees new masks (keep --dataloader_num_workers 0: the epoch is set on the
+collator in the main process); the validation examples are corrupted ONCE with a fixed seed, so
 every evaluation scores the same targets.
 
 Reported: validation loss (mean cross-entropy per target token, sentinels and eos included) and its perplexity,
@@ -21,7 +23,7 @@ import time
 
 import numpy as np
 from datasets import Dataset
-from transformers import AutoTokenizer, GenerationConfig, Trainer
+from transformers import AutoTokenizer, GenerationConfig, Trainer, TrainerCallback
 
 from ..data.packing import group_texts, unigram_perplexity
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
@@ -87,7 +89,8 @@ def raw_examples(chunks: list[dict], tokenizer, raw_length: int, split: str, blo
             f"{block_size} (encoder tokens after corruption) needs {raw_length} raw tokens; give more text, a larger "
             "--validation_fraction (for the validation split) or a smaller --block_size"
         )
-    return Dataset.from_dict({"input_ids": packed["input_ids"]})
+    examples = packed["input_ids"]
+    return Dataset.from_dict({"input_ids": examples, "example_index": list(range(len(examples)))})
 
 
 def corrupted_once(dataset: Dataset, collator: SpanCorruptionCollator, seed: int) -> Dataset:
@@ -114,6 +117,16 @@ def make_collator(tokenizer, data_args, block_size: int, seed: int) -> SpanCorru
         mean_noise_span_length=data_args.mean_noise_span_length,
         seed=seed,
     )
+
+
+class CorruptionEpochCallback(TrainerCallback):
+    """Tells the collator which epoch starts, so every epoch corrupts the examples anew (reproducibly)."""
+
+    def __init__(self, collator: SpanCorruptionCollator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.epoch = int(state.epoch or 0)
 
 
 def t5_generation_config(tokenizer, max_new_tokens: int) -> GenerationConfig:
@@ -150,6 +163,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         training_args.seed + VALIDATION_SEED_OFFSET,
     )
     model = LlmsysT5ForConditionalGeneration(config)
+    training_args.remove_unused_columns = False  # the collator needs example_index (it returns model inputs only)
     print(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train {len(train_ds)} examples of {raw} "
         f"raw tokens -> {model_args.block_size} input / {collator.target_length} target tokens; validation "
@@ -162,6 +176,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         eval_dataset=val_ds,
         data_collator=collator,
         processing_class=tokenizer,
+        callbacks=[CorruptionEpochCallback(collator)],
     )
     if checkpoint:
         print(f"resuming from {checkpoint}")
