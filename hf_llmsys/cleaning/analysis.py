@@ -10,10 +10,13 @@ Snowball (Porter2) stemming (``snowballstemmer``), dictionary lemmatisation (``s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .text import WORD_TOKEN, guess_language, is_symbol_word, split_words
+from .text import guess_language, is_symbol_word, split_words
+
+ANALYSIS_WORD = re.compile(r"\w+(?:['’]\w+)*")  # words with their apostrophes, no punctuation tokens
 
 SUPPORTED = ("en", "zh")
 
@@ -47,7 +50,7 @@ def segment_chinese(text: str) -> list[str]:
 def tokenize(text: str, language: str) -> list[str]:
     """Word tokens without punctuation: regex words for English, jieba segments for Chinese."""
     _check_language(language)
-    tokens = segment_chinese(text) if language == "zh" else WORD_TOKEN.findall(text)
+    tokens = segment_chinese(text) if language == "zh" else ANALYSIS_WORD.findall(text)
     return [t for t in tokens if not is_symbol_word(t)]
 
 

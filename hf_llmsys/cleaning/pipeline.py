@@ -109,9 +109,9 @@ def _step_names(steps: list[Step]) -> str:
 # ------------------------------------------------------------------------------------------------- Dataset
 
 
-def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str, num_proc, batch_size) -> Dataset:
+def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str) -> Dataset:
     """Count the rows marked dropped under their rules (examples included), then keep the others."""
-    drops = ds[DROP]
+    drops = list(ds[DROP])
     dropped = [pos for pos, rule in enumerate(drops) if rule]
     if not dropped:
         return ds
@@ -122,7 +122,7 @@ def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str, num
             seen[drops[pos]] = seen.get(drops[pos], 0) + 1
             example_rows.append(pos)
     examples = {pos: row for pos, row in zip(example_rows, ds.select(example_rows), strict=True)}
-    indices = ds[INDEX]
+    indices = list(ds[INDEX])
     for pos in dropped:
         row = examples.get(pos)
         if row is not None:
@@ -140,7 +140,7 @@ def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc
         lambda batch: {feature_col: step.features(batch[text_field])},
         **_map_kwargs(num_proc if step.parallel_features else None, batch_size, f"{step.name}: features"),
     )
-    decisions = step.decide(with_features[feature_col])
+    decisions = step.decide(list(with_features[feature_col]))
     edits = {pos: d.lines for pos, d in enumerate(decisions) if isinstance(d, RemoveLines)}
     if edits:
 
@@ -154,7 +154,7 @@ def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc
         ds = ds.map(apply_edits, with_indices=True, **_map_kwargs(None, batch_size, f"{step.name}: edit"))
     drops = [d if isinstance(d, str) else "" for d in decisions]
     ds = ds.remove_columns(DROP).add_column(DROP, drops)
-    return _record_and_filter(ds, report, text_field, num_proc, batch_size)
+    return _record_and_filter(ds, report, text_field)
 
 
 def _clean_dataset(ds: Dataset, steps, report, text_field, num_proc, batch_size) -> Dataset:
@@ -162,13 +162,13 @@ def _clean_dataset(ds: Dataset, steps, report, text_field, num_proc, batch_size)
     report.documents_in = len(ds)
     report.characters_in = sum(len(t) for t in ds[text_field] if isinstance(t, str))
     ds = ds.map(InitColumns(text_field), with_indices=True, **_map_kwargs(None, batch_size, "prepare"))
-    ds = _record_and_filter(ds, report, text_field, num_proc, batch_size)
+    ds = _record_and_filter(ds, report, text_field)
     for group in segments(steps):
         if isinstance(group[0], CorpusStep):
             ds = _run_corpus_step(ds, group[0], report, text_field, num_proc, batch_size)
         else:
             ds = ds.map(RunDocumentSteps(group, text_field), **_map_kwargs(num_proc, batch_size, _step_names(group)))
-            ds = _record_and_filter(ds, report, text_field, num_proc, batch_size)
+            ds = _record_and_filter(ds, report, text_field)
     ds = ds.select_columns(columns).flatten_indices()
     report.documents_out = len(ds)
     report.characters_out = sum(len(t) for t in ds[text_field])

@@ -1,8 +1,10 @@
 """Text helpers shared by the steps: scripts, words, sentences, punctuation.
 
-Words are language aware. English (and any non-CJK text): ``\\w+`` runs joined by inner apostrophes, hyphens or
-dots ("don't", "e-mail", "3.14") plus each run of other non-space characters as one token ("...", "#", "--"), so
-punctuation is a token of its own as in a tokenizer, not glued to the word before it. Chinese: jieba's word
+Words are language aware. English (and any non-CJK text) is split the way spaCy's and the Penn Treebank's
+tokenizers split it, since Gopher's and FineWeb's thresholds were set on such tokens: ``\\w+`` runs (kept whole
+across inner dots, "3.14", and apostrophes, "ne'er"), clitics split off ("we'll" -> we 'll, "don't" -> do n't),
+and each run of other non-space characters as one token ("...", "#", "--", the "-" of "store-houses"), so
+punctuation is a token of its own, not glued to the word before it. Chinese: jieba's word
 segmentation, whitespace tokens removed; never ``str.split()``, which sees a whole Chinese line as one word.
 """
 
@@ -15,7 +17,13 @@ from functools import lru_cache
 
 # CJK Unified Ideographs (+ extension A, compatibility ideographs); kana and hangul are not Chinese.
 CJK_CHAR = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-WORD_TOKEN = re.compile(r"\w+(?:['’\-.]\w+)*|[^\w\s]+")
+CLITIC = r"(?:ll|re|ve|s|d|m)\b"
+WORD_TOKEN = re.compile(
+    r"\w+?(?=n['’]t\b)|n['’]t\b"  # do | n't, ca | n't
+    rf"|['’]{CLITIC}"  # we | 'll, it | 's, and pre-tokenised text's "Smith 's"
+    rf"|\w+(?:['’](?!{CLITIC})\w+|\.\w+)*"  # words with inner apostrophes (ne'er) or dots (3.14, e.g)
+    r"|[^\w\s]+"  # punctuation runs ("...", "--", "#"), hyphens included: store | - | houses
+)
 # A sentence ends at . ! ? (or the CJK 。！？) followed by optional closing quotes/brackets, then space or end.
 SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)\]」』]*(?=\s|$)|[。！？]+[\"'”’)\]」』]*")
 CJK_SHARE_FOR_ZH = 0.3
