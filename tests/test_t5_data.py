@@ -75,7 +75,7 @@ def test_raw_length_is_the_longest_that_fits(input_length):
 
 def test_reconstruction_is_exact():
     rng = np.random.default_rng(0)
-    for trial in range(200):
+    for _ in range(200):
         length = int(rng.integers(2, 300))
         tokens = rng.integers(3, 900, size=length).tolist()
         inputs, targets = corrupt(tokens, rng, first_sentinel_id=999, eos_id=1)
@@ -130,7 +130,9 @@ def test_indexed_examples_depend_on_seed_epoch_and_index_only():
     kwargs = dict(first_sentinel_id=499, num_sentinels=100, eos_token_id=1, pad_token_id=0, input_length=64, seed=3)
     collator = SpanCorruptionCollator(**kwargs)
     rng = np.random.default_rng(4)
-    examples = [{"input_ids": rng.integers(3, 300, size=collator.raw_length).tolist(), "example_index": i} for i in range(6)]
+    examples = [
+        {"input_ids": rng.integers(3, 300, size=collator.raw_length).tolist(), "example_index": i} for i in range(6)
+    ]
     whole = collator(examples)
     collator(examples[:2])  # other draws in between change nothing for indexed examples
     reversed_batch = SpanCorruptionCollator(**kwargs)(examples[::-1])

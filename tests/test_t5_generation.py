@@ -20,7 +20,9 @@ from hf_llmsys.models.modeling_llmsys_t5 import LENGTH_PENALTIES, equivalent_exp
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    config = LlmsysT5Config.from_preset("debug", vocab_size=60, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    config = LlmsysT5Config.from_preset(
+        "debug", vocab_size=60, feed_forward_proj="gated-gelu", tie_word_embeddings=False
+    )
     return LlmsysT5ForConditionalGeneration(config).eval()
 
 

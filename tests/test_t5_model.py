@@ -146,7 +146,9 @@ def test_base_and_encoder_models_match_transformers(pair, tmp_path):
     theirs_encoder = T5EncoderModel.from_pretrained(path).eval()
     with torch.no_grad():
         expected = theirs_model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).last_hidden_state
-        mine = LlmsysT5Model.from_pretrained(path).eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
+        mine = LlmsysT5Model.from_pretrained(path).eval()(
+            input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids
+        )
         assert (mine.last_hidden_state - expected).abs().max().item() < 1e-5
         encoded = theirs_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         mine_encoder = LlmsysT5EncoderModel.from_pretrained(path).eval()
@@ -167,7 +169,9 @@ def test_more_decoder_than_encoder_layers(tmp_path):
                 - reference(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits)  # fmt: skip
     assert diff.abs().max().item() < 1e-5
     ours_beam = ours.generate(ids, attention_mask=mask, num_beams=4, max_new_tokens=8)
-    assert torch.equal(ours_beam, ours.generate(ids, attention_mask=mask, num_beams=4, max_new_tokens=8, use_cache=False))
+    assert torch.equal(
+        ours_beam, ours.generate(ids, attention_mask=mask, num_beams=4, max_new_tokens=8, use_cache=False)
+    )
 
 
 def test_fresh_model_save_load_and_init_scales(tmp_path):
@@ -183,7 +187,9 @@ def test_fresh_model_save_load_and_init_scales(tmp_path):
     again = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path).eval()
     ids = torch.randint(0, config.vocab_size, (1, 10))
     with torch.no_grad():
-        assert torch.equal(model(input_ids=ids, decoder_input_ids=ids).logits, again(input_ids=ids, decoder_input_ids=ids).logits)
+        assert torch.equal(
+            model(input_ids=ids, decoder_input_ids=ids).logits, again(input_ids=ids, decoder_input_ids=ids).logits
+        )
     assert json.loads((tmp_path / "config.json").read_text())["mlp_gated"] is True
 
 

@@ -112,6 +112,7 @@ def corrupt(
 
 def reconstruct(inputs: Sequence[int], targets: Sequence[int], first_sentinel_id: int, num_sentinels: int) -> list[int]:
     """Undo ``corrupt``: put each target span back in place of its sentinel (eos dropped from both)."""
+
     def is_sentinel(token: int) -> bool:
         return first_sentinel_id - num_sentinels < token <= first_sentinel_id
 
@@ -169,7 +170,10 @@ class SpanCorruptionCollator:
                 f"example of {len(tokens)} tokens is longer than the raw length {self.raw_length} that corrupts to "
                 f"input_length={self.input_length}; cut the corpus with input_and_target_lengths() first."
             )
-        if self.num_sentinels < noise_span_count(noise_token_count(len(tokens), self.noise_density), self.mean_noise_span_length) + 1:
+        if (
+            self.num_sentinels
+            < noise_span_count(noise_token_count(len(tokens), self.noise_density), self.mean_noise_span_length) + 1
+        ):
             raise ValueError(
                 f"{self.num_sentinels} sentinels are too few for examples of {len(tokens)} tokens; use a tokenizer "
                 "with more sentinels or a shorter input_length."
@@ -190,7 +194,9 @@ class SpanCorruptionCollator:
             labels[row, : len(targets)] = torch.tensor(targets)
         decoder_input_ids = torch.full_like(labels, self.decoder_start_token_id)
         decoder_input_ids[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == IGNORE_INDEX, self.pad_token_id)
-        return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_input_ids=decoder_input_ids)
+        return dict(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_input_ids=decoder_input_ids
+        )
 
     def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
         pairs = []

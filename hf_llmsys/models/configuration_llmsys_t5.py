@@ -132,7 +132,9 @@ class LlmsysT5Config(PreTrainedConfig):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.max_input_length is not None and self.max_input_length <= 0:
-            raise ValueError(f"max_input_length must be a positive integer or None (no limit), got {self.max_input_length}.")
+            raise ValueError(
+                f"max_input_length must be a positive integer or None (no limit), got {self.max_input_length}."
+            )
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}.")
         if self.layer_norm_epsilon <= 0:

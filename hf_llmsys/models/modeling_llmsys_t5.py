@@ -34,8 +34,12 @@ from transformers import initialization as init
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput
-from transformers.modeling_outputs import Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
@@ -203,7 +207,9 @@ def shift_right(labels: torch.Tensor, start_token_id: int, pad_token_id: int) ->
 
 def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
     """Cross-entropy over label tokens (-100 ignored): mean per token, or sum / ``num_items_in_batch`` (Trainer)."""
-    losses = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().to(logits.device), reduction="sum")
+    losses = nn.functional.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), reduction="sum"
+    )
     count = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum().clamp(min=1)
     return losses / count
 
@@ -257,11 +263,10 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
         """transformers' T5 scheme with ``initializer_factor`` f: embeddings N(0, f), q N(0, f (d_model d_kv)^-1/2),
         k/v/wi N(0, f d_model^-1/2), o N(0, f (H d_kv)^-1/2), wo N(0, f d_ff^-1/2), relative bias N(0, f d_model^-1/2),
         norms 1. Keyed on the modules that own the parameters (see GPT-3's note on transformers' init traversal)."""
-        factor, config = self.config.initializer_factor, self.config
-        d_model, inner = config.d_model, config.num_heads * config.d_kv
+        factor, d_model = self.config.initializer_factor, self.config.d_model
         if isinstance(module, RMSNorm):
             init.constant_(module.weight, factor)
-        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == config.vocab_size:
+        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == self.config.vocab_size:
             init.normal_(module.weight, std=factor)
         elif isinstance(module, T5RelativePositionalEncoding):
             init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
@@ -342,7 +347,9 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
     def encode(self, input_ids, attention_mask, inputs_embeds, encoder_outputs, **kwargs) -> BaseModelOutput:
         """The encoder output: computed, or given by the caller (generate encodes once) as a ModelOutput or tuple."""
         if encoder_outputs is None:
-            return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+            return self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
         if isinstance(encoder_outputs, BaseModelOutput):
             return encoder_outputs
         return BaseModelOutput(last_hidden_state=encoder_outputs[0])
@@ -457,7 +464,9 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
         self._length_penalty_kind = getattr(generation_config, "length_penalty_type", "transformers")
         try:
-            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+            return super()._beam_search(
+                input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
+            )
         finally:
             del self._length_penalty_kind
 

@@ -50,7 +50,9 @@ def get_t5_tokenizer(model_args, train_chunks: list[dict], checkpoint: str | Non
     if source:
         tokenizer = AutoTokenizer.from_pretrained(source)
         if tokenizer.convert_tokens_to_ids("<extra_id_0>") in (None, tokenizer.unk_token_id):
-            raise ValueError(f"--tokenizer {source}: has no <extra_id_0> sentinel; span corruption needs a T5-style one")
+            raise ValueError(
+                f"--tokenizer {source}: has no <extra_id_0> sentinel; span corruption needs a T5-style one"
+            )
         return tokenizer
     return train_sentinel_tokenizer((c["text"] for c in train_chunks), model_args.vocab_size)
 
@@ -97,8 +99,14 @@ def corrupted_once(dataset: Dataset, collator: SpanCorruptionCollator, seed: int
     """The examples corrupted with their own fixed random state: columns input_ids and labels (targets)."""
     rng = np.random.default_rng(seed)
     pairs = [
-        corrupt(tokens, rng, collator.first_sentinel_id, collator.eos_token_id, collator.noise_density,
-                collator.mean_noise_span_length)  # fmt: skip
+        corrupt(
+            tokens,
+            rng,
+            collator.first_sentinel_id,
+            collator.eos_token_id,
+            collator.noise_density,
+            collator.mean_noise_span_length,
+        )  # fmt: skip
         for tokens in dataset["input_ids"]
     ]
     return Dataset.from_dict({"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]})
@@ -106,7 +114,9 @@ def corrupted_once(dataset: Dataset, collator: SpanCorruptionCollator, seed: int
 
 def make_collator(tokenizer, data_args, block_size: int, seed: int) -> SpanCorruptionCollator:
     """The span-corruption collator for this tokenizer's sentinels and ids."""
-    sentinels = sum(1 for k in range(DEFAULT_SENTINELS) if tokenizer.convert_tokens_to_ids(f"<extra_id_{k}>") is not None)
+    sentinels = sum(
+        1 for k in range(DEFAULT_SENTINELS) if tokenizer.convert_tokens_to_ids(f"<extra_id_{k}>") is not None
+    )
     return SpanCorruptionCollator(
         first_sentinel_id=sentinel_id(tokenizer, 0),
         num_sentinels=sentinels,
@@ -199,7 +209,9 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
 def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:
     """Add-one unigram model of training targets (one corruption pass) scored on the validation targets."""
     train_targets = corrupted_once(train_ds, collator, seed)["labels"]
-    return unigram_perplexity((t for row in train_targets for t in row), [t for row in val_ds["labels"] for t in row], vocab_size)
+    return unigram_perplexity(
+        (t for row in train_targets for t in row), [t for row in val_ds["labels"] for t in row], vocab_size
+    )
 
 
 def summarize_t5(eval_metrics, train_out, train_ds, val_ds, collator, tokenizer, training_args) -> dict:

@@ -117,9 +117,7 @@ class DataArguments:
     noise_density: float = field(
         default=0.15, metadata={"help": "T5 only: fraction of tokens masked by span corruption."}
     )
-    mean_noise_span_length: float = field(
-        default=3.0, metadata={"help": "T5 only: mean length of a masked span."}
-    )
+    mean_noise_span_length: float = field(default=3.0, metadata={"help": "T5 only: mean length of a masked span."})
 
 
 @dataclass
@@ -390,7 +388,9 @@ def run_causal_lm_training(
     return results
 
 
-def run_t5_training(model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments) -> dict:
+def run_t5_training(
+    model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments
+) -> dict:
     """The T5 span-corruption job (imported when used: `seq2seq_train.py` imports this module)."""
     from .seq2seq_train import run_t5_training as job
 
