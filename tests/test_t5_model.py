@@ -234,3 +234,15 @@ def test_plain_load_state_dict_of_a_saved_folder(pair, tmp_path):
     assert set(result.missing_keys) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
     for (name, a), (_, b) in zip(ours.state_dict().items(), fresh.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    model = LlmsysT5ForConditionalGeneration(LlmsysT5Config.from_preset("debug", dropout_rate=0.0)).train()
+    ids, labels = torch.randint(2, 256, (2, 12)), torch.randint(2, 256, (2, 5))
+    model(input_ids=ids, labels=labels).loss.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    model.activation_checkpointing_enable()
+    model(input_ids=ids, labels=labels).loss.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], msg=name)
