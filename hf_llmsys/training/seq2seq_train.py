@@ -81,7 +81,7 @@ def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
 def raw_examples(chunks: list[dict], tokenizer, raw_length: int, split: str, block_size: int) -> Dataset:
     """Tokenize the chunks (eos after each document), concatenate and cut into ``raw_length`` examples."""
     eos = tokenizer.eos_token_id
-    ids = tokenizer([c["text"] for c in chunks], add_special_tokens=False)["input_ids"]
+    ids = tokenizer([c["text"] for c in chunks], add_special_tokens=False, verbose=False)["input_ids"]
     ids = [x + [eos] if c["end_of_document"] else x for x, c in zip(ids, chunks, strict=True)]
     packed = group_texts({"input_ids": ids}, raw_length)
     if not packed["input_ids"]:
