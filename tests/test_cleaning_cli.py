@@ -204,7 +204,7 @@ def test_bench_script_smoke(tmp_path, shared_data):
     assert saved == results
     assert results["full_recipe"]["docs_per_s"] > 0 and results["minhash"]["docs_per_s"] > 0
     assert results["full_recipe"]["documents_in"] == results["documents"] == 40 + results["planted_near_duplicates"]
-    assert results["minhash"]["near_duplicates_dropped"] >= 1
+    assert results["minhash"]["near_duplicates_dropped"] >= 1 and results["minhash"]["planted_recall"] == 1.0
     assert results["datatrove"]["available"] is False
     with pytest.raises(OSError):  # a missing interpreter is reported, never silently ignored
         bench.datatrove_decisions(str(tmp_path / "no-python"), ["text"])
