@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tensor_tracking import LargestTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_llmsys.models.sparse_attention import (
@@ -94,21 +95,6 @@ def test_bad_arguments_raise():
         strided_attention(q, k, v, 4, 1.0, num_heads=3)
 
 
-class _LargestTensor(TorchDispatchMode):
-    """Records the largest numel of any tensor an op returns (forward and backward)."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 def _largest_tensor(fn, seq_len: int, num_heads: int = 2) -> tuple[int, int]:
     """(largest op output, largest tensor saved for backward), numel, over a forward and backward pass."""
     q, k, v = (torch.randn(1, num_heads, seq_len, 16, requires_grad=True) for _ in range(3))
@@ -118,7 +104,7 @@ def _largest_tensor(fn, seq_len: int, num_heads: int = 2) -> tuple[int, int]:
         saved[0] = max(saved[0], t.numel())
         return t
 
-    with _LargestTensor() as tracker:
+    with LargestTensor() as tracker:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = fn(q, k, v)
         out.sum().backward()

@@ -76,8 +76,10 @@ class GroupedQueryAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         bias = config.attention_bias
         fused_heads = self.num_heads + 2 * self.num_key_value_heads
+        out_bias = getattr(config, "attention_out_bias", None)  # GPT-Neo: no q/k/v bias, but an output bias
         self.qkv_proj = nn.Linear(config.hidden_size, fused_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        o_bias = bias if out_bias is None else out_bias
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         fuse_split_projections(state_dict, prefix, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
@@ -102,7 +104,11 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        # A model may hand a layer a kernel instead of a mask (``attention_function`` attribute, e.g. the sparse
+        # layouts of sparse_attention.py): it then replaces the configured attention implementation for this call.
+        attention = getattr(attention_mask, "attention_function", None) or ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
         if bias is not None:  # full size: flex_attention indexes it by batch
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)

@@ -16,6 +16,7 @@ from huggingface_hub.dataclasses import strict
 
 from .configuration_llmsys_llama import LlmsysLlamaConfig
 from .sparse_layouts import layout_mask_function, resolve_layer_layouts
+from .weight_conversion import CHECKPOINT_FORMATS
 
 # transformers' GPT2Config name -> our field name.
 GPT2_ARG_NAMES = {
@@ -28,6 +29,15 @@ GPT2_ARG_NAMES = {
     "layer_norm_epsilon": "rms_norm_eps",  # the norm eps field, whatever the norm kind
     "attn_pdrop": "attention_dropout",
 }
+# transformers' GPTNeoConfig name -> our field name (GPT-Neo also sets attention_scale 1.0 and no q/k/v bias).
+GPT_NEO_ARG_NAMES = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "window_size": "local_window",
+    "activation_function": "hidden_act",
+    "layer_norm_epsilon": "rms_norm_eps",
+}
+GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 
 # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
@@ -90,9 +100,15 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
     local_window: int = 256
     sparse_stride: int | None = None
     sparse_summary: int | None = None
+    sparse_kernels: bool = True
+    attention_recompute: bool = False
+    attention_out_bias: bool | None = None
+    checkpoint_format: str = "gpt2"
 
     def __post_init__(self, **kwargs):
         kwargs.pop("n_ctx", None)  # old GPT-2 configs: same as n_positions
+        if kwargs.get("model_type") == "gpt_neo":
+            self._read_gpt_neo_fields(kwargs)
         for gpt2_name, field_name in GPT2_ARG_NAMES.items():
             if gpt2_name in kwargs:
                 setattr(self, field_name, kwargs.pop(gpt2_name))
@@ -104,6 +120,21 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         if self.intermediate_size is None and isinstance(self.hidden_size, int):
             self.intermediate_size = 4 * self.hidden_size  # GPT-2/GPT-3: d_ff = 4 d_model
         super().__post_init__(**kwargs)
+
+    def _read_gpt_neo_fields(self, kwargs: dict) -> None:
+        """Map a transformers GPT-Neo ``config.json`` (Black et al. 2021) onto our fields, in place."""
+        for neo_name, field_name in GPT_NEO_ARG_NAMES.items():
+            if neo_name in kwargs:
+                setattr(self, field_name, kwargs.pop(neo_name))
+        attention_types = kwargs.pop("attention_types", None) or [[["global", "local"], 12]]
+        kwargs.pop("attention_layers", None)  # GPT-Neo's expansion of attention_types, recomputed here
+        unknown = sorted({kind for kinds, _ in attention_types for kind in kinds} - set(GPT_NEO_LAYOUTS))
+        if unknown:
+            raise ValueError(f"GPT-Neo attention_types: unknown kinds {unknown}; known: {sorted(GPT_NEO_LAYOUTS)}.")
+        self.attention_layout = [GPT_NEO_LAYOUTS[kind] for kinds, repeat in attention_types for kind in kinds * repeat]
+        self.attention_scale = 1.0  # GPT-Neo does not divide q.k by sqrt(head_dim)
+        self.attention_bias, self.attention_out_bias = False, True
+        self.checkpoint_format = "gpt_neo"
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> LlmsysGPT3Config:
@@ -130,6 +161,10 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         """Known layout kinds, a pattern that tiles the layers, and the parameters each used kind needs."""
         for kind in sorted(set(self.layer_layouts())):
             layout_mask_function(kind, **self.layout_params())
+        if self.checkpoint_format not in CHECKPOINT_FORMATS:
+            raise ValueError(
+                f"checkpoint_format={self.checkpoint_format!r} is unknown; choose one of {sorted(CHECKPOINT_FORMATS)}."
+            )
 
 
 __all__ = ["GPT3_PRESETS", "LlmsysGPT3Config", "training_flops"]

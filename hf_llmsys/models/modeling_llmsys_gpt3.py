@@ -1,17 +1,27 @@
 """The GPT-3-style decoder (model_type ``llmsys_gpt3``): pre-norm LayerNorm, GELU MLP, per-layer attention layouts.
 
 Built from the shared blocks in ``decoder.py``. Each layer's layout kind (``config.attention_layout``, see
-``sparse_layouts.py``) is applied as a mask for now (masked dense): one ``create_causal_mask`` call per distinct
-kind and forward, shared by the layers of that kind, so every attention backend (eager, sdpa, flex) honours it.
-Head-dependent layouts ("strided") are not supported on this path yet. Init follows GPT-2: residual output
-projections (o_proj, down_proj) get std initializer_range / sqrt(2 * num_hidden_layers). transformers
-``GPT2LMHeadModel`` checkpoints load through the conversion mapping in ``weight_conversion.py``.
+``sparse_layouts.py``) runs in one of two ways, chosen once per forward:
+
+- as a kernel (``sparse_attention.LayoutKernel``): for causal self-attention over a whole unpadded sequence
+  (training, scoring, the prefill of generate) with a positional encoding that adds nothing to the scores. With
+  ``attn_implementation="sdpa"`` (default) the sparse kinds are dense SDPA calls on rearranged tensors, never an
+  S x S mask; with ``"flex_attention"`` they are FlexAttention BlockMasks. ``attention_recompute=True`` recomputes
+  the attention probabilities in backward (nothing but q, k, v saved).
+- as a mask otherwise (decoding with a KV cache, padded batches, ALiBi / T5 / Shaw biases, eager attention for
+  attention probabilities, ``sparse_kernels=False``): one ``create_causal_mask`` call per distinct kind and head
+  group, shared by the layers of that kind. Head-dependent kinds ("strided") get a per-head mask (B, H, S, K).
+
+Init follows GPT-2: residual output projections (o_proj, down_proj) get std initializer_range / sqrt(2 * layers).
+transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints load through the conversion mappings in
+``weight_conversion.py`` (``config.checkpoint_format`` says which layout a model reads and writes).
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.masking_utils import create_causal_mask
@@ -19,16 +29,30 @@ from transformers.masking_utils import create_causal_mask
 from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
-from .sparse_layouts import layout_mask_function
-from .weight_conversion import register_gpt2_conversions
+from .sparse_attention import LayoutKernel
+from .sparse_layouts import head_group_mask_functions
+from .weight_conversion import register_checkpoint_format
 
-# Layout kinds whose mask differs per head: create_causal_mask builds one mask for all heads (sparse_layouts.py).
-HEAD_DEPENDENT_LAYOUTS = {"strided"}
+# Positional encodings that add nothing to the attention scores, so a layout kernel can run them.
+KERNEL_COMPATIBLE_ENCODINGS = {"none", "learned", "sinusoidal", "rope"}
+# attn_implementation -> backend of the layout kernels.
+KERNEL_BACKENDS = {"sdpa": "kernels", "flex_attention": "flex"}
 
 
 class LlmsysGPT3PreTrainedModel(DecoderPreTrainedModel):
     config: LlmsysGPT3Config
     config_class = LlmsysGPT3Config
+
+    def __init__(self, config: LlmsysGPT3Config, *args, **kwargs):
+        # transformers looks conversion mappings up by model type when loading into this instance: point
+        # "llmsys_gpt3" at the checkpoint layout this config reads (GPT-2 or GPT-Neo) before that happens.
+        register_checkpoint_format(config.model_type, config.checkpoint_format)
+        super().__init__(config, *args, **kwargs)
+
+    def save_pretrained(self, *args, **kwargs):
+        """transformers' save, writing this model's checkpoint layout (``config.checkpoint_format``)."""
+        register_checkpoint_format(self.config.model_type, self.config.checkpoint_format)
+        return super().save_pretrained(*args, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Shared init, then GPT-2's scaled residual projections (Radford et al. 2019, section 2.3).
@@ -52,30 +76,67 @@ class LlmsysGPT3PreTrainedModel(DecoderPreTrainedModel):
 
 
 class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
-    """GPT-3-style decoder stack returning hidden states; each layer attends with its layout's mask."""
+    """GPT-3-style decoder stack returning hidden states; each layer attends with its own layout."""
 
     def __init__(self, config: LlmsysGPT3Config):
         self.layer_layouts = config.layer_layouts()
-        unsupported = sorted(HEAD_DEPENDENT_LAYOUTS.intersection(self.layer_layouts))
-        if unsupported:
-            raise ValueError(
-                f"attention_layout kinds {unsupported} differ per head and are not supported by the masked-dense "
-                "path yet (transformers' mask builders make one mask for all heads); use 'dense', 'local' or 'fixed'."
-            )
-        # None: plain causal (lets sdpa skip the mask); otherwise the layout predicate.
-        self.layout_mask_functions = {
-            kind: None if kind == "dense" else layout_mask_function(kind, **config.layout_params())
-            for kind in dict.fromkeys(self.layer_layouts)
+        params = config.layout_params()
+        kinds = list(dict.fromkeys(self.layer_layouts))
+        # (heads, head-independent predicate) per head group; None for dense: plain causal lets sdpa skip the mask.
+        self.layout_head_groups = {
+            kind: None if kind == "dense" else head_group_mask_functions(kind, **params) for kind in kinds
         }
+        self.layout_params = tuple(sorted((name, value) for name, value in params.items() if value is not None))
         super().__init__(config)
 
     def layer_attention_masks(self, mask_kwargs: dict) -> list:
-        """One mask per distinct layout kind (built once per forward), listed per layer."""
-        masks = {
-            kind: create_causal_mask(**mask_kwargs, and_mask_function=mask_fn)
-            for kind, mask_fn in self.layout_mask_functions.items()
-        }
-        return [masks[kind] for kind in self.layer_layouts]
+        """Per layer: its layout's kernel when one applies to this forward, else its mask (built once per kind)."""
+        backend = self._kernel_backend(mask_kwargs)
+        if backend is not None:
+            recompute = self.config.attention_recompute
+            per_kind = {
+                kind: LayoutKernel(kind, self.layout_params, backend, recompute) for kind in self.layout_head_groups
+            }
+        else:
+            per_kind = {kind: self._layout_mask(kind, mask_kwargs) for kind in self.layout_head_groups}
+        return [per_kind[kind] for kind in self.layer_layouts]
+
+    def _kernel_backend(self, mask_kwargs: dict) -> str | None:
+        """The kernel backend if every layer can run its layout as a kernel in this forward, else None."""
+        config, cache, mask = self.config, mask_kwargs["cache"], mask_kwargs["attention_mask"]
+        if not config.sparse_kernels or config.position_embedding_type not in KERNEL_COMPATIBLE_ENCODINGS:
+            return None
+        if cache is not None and cache.get_seq_length() > 0:  # decoding: queries see a cached prefix
+            return None
+        if mask is not None and (mask.dim() != 2 or not bool(mask.all())):  # padding or a custom 4-D mask
+            return None
+        return KERNEL_BACKENDS.get(config._attn_implementation)
+
+    def _layout_mask(self, kind: str, mask_kwargs: dict):
+        """The mask of one layout kind: transformers' causal mask AND the layout, per head group if it has several."""
+        groups = self.layout_head_groups[kind]
+        if groups is None:
+            return create_causal_mask(**mask_kwargs)
+        implementation = self.config._attn_implementation
+        if implementation.startswith("flash") or implementation.startswith("paged"):
+            raise ValueError(
+                f"attention_layout kind {kind!r} cannot run with attn_implementation={implementation!r}: that kernel "
+                "takes no mask. Use attn_implementation='sdpa' (layout kernels), 'flex_attention' or 'eager'."
+            )
+        masks = [create_causal_mask(**mask_kwargs, and_mask_function=fn) for _, fn in groups]
+        if len(masks) == 1:
+            return masks[0]
+        if not all(isinstance(mask, torch.Tensor) for mask in masks):
+            raise ValueError(
+                f"attention_layout kind {kind!r} differs per head, which needs a per-head mask tensor: with "
+                f"attn_implementation={implementation!r} use inputs without padding or cache (layout kernels), "
+                "or attn_implementation='sdpa' / 'eager'."
+            )
+        # (B, 1, S, K) per group -> (B, H, S, K): each group's mask repeated over its heads
+        return torch.cat(
+            [mask.expand(-1, heads.stop - heads.start, -1, -1) for mask, (heads, _) in zip(masks, groups, strict=True)],
+            dim=1,
+        )
 
 
 class LlmsysGPT3ForCausalLM(LlmsysGPT3PreTrainedModel, DecoderForCausalLM):
@@ -89,6 +150,6 @@ LlmsysGPT3PreTrainedModel.auto_class_map = {
     "AutoModelForCausalLM": LlmsysGPT3ForCausalLM,
 }
 # By model type only: the base model nested in the causal LM is then covered by the root's (unscoped) mapping.
-register_gpt2_conversions(LlmsysGPT3Config.model_type)
+register_checkpoint_format(LlmsysGPT3Config.model_type, "gpt2")
 
 __all__ = ["LlmsysGPT3PreTrainedModel", "LlmsysGPT3Model", "LlmsysGPT3ForCausalLM"]

@@ -22,13 +22,16 @@ the attention probabilities are recomputed there (the Sparse Transformer's atten
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from transformers.integrations.sdpa_attention import repeat_kv
 
-from .sparse_layouts import dense_layout_mask, layout_mask_function
+from .sparse_layouts import ATTENTION_LAYOUTS, dense_layout_mask, layout_mask_function
 
 SparseKernel = Callable[..., torch.Tensor]
 
@@ -54,7 +57,9 @@ def _local_block_mask(num_blocks: int, block: int, window: int, device: torch.de
     return (diff >= 0) & (diff < window) & (kv_pos >= 0)
 
 
-def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+def local_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, dropout: float = 0.0
+) -> torch.Tensor:
     """Banded causal attention, q - window < kv <= q, in blocks of ``window``: O(S * window)."""
     batch, heads, seq_len, dim = q.shape
     block = window
@@ -68,11 +73,15 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     # A 4-D mask (1, n, b, 2b), broadcast over B*H: SDPA's CPU flash kernel takes 2-D or 4-D masks only; a 3-D one
     # sends it to the unfused math path (bmm + softmax, ~2x slower forward + backward).
     mask = _local_block_mask(num_blocks, block, window, q.device)[None]
-    out = F.scaled_dot_product_attention(q_blocks, k_pairs, v_pairs, attn_mask=mask, scale=scale)  # (B*H, n, b, D)
+    out = F.scaled_dot_product_attention(
+        q_blocks, k_pairs, v_pairs, attn_mask=mask, dropout_p=dropout, scale=scale
+    )  # (B*H, n, b, D)
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
 
-def _every_lth_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, scale: float) -> torch.Tensor:
+def _every_lth_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, scale: float, dropout: float = 0.0
+) -> torch.Tensor:
     """Causal attention to every stride-th earlier token, (q - kv) % stride == 0: O(S * S / stride)."""
     batch, heads, seq_len, dim = q.shape
     per_group = -(-seq_len // stride)
@@ -84,20 +93,22 @@ def _every_lth_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stri
         return x.reshape(batch, heads * stride, per_group, dim)
 
     # Padded positions sit at the end of each group, so causality alone keeps real queries off them.
-    out = F.scaled_dot_product_attention(groups(q), groups(k), groups(v), is_causal=True, scale=scale)
+    out = F.scaled_dot_product_attention(
+        groups(q), groups(k), groups(v), is_causal=True, dropout_p=dropout, scale=scale
+    )
     out = out.reshape(batch, heads, stride, per_group, dim).transpose(2, 3)  # (B, H, m, l, D)
     return out.reshape(batch, heads, per_group * stride, dim)[:, :, :seq_len]
 
 
 def strided_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, scale: float, num_heads: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, scale: float, num_heads: int, dropout: float = 0.0
 ) -> torch.Tensor:
     """Child et al.'s strided pattern: heads [0, H//2) the previous ``stride`` tokens, the rest every stride-th."""
     if q.shape[1] != num_heads:
         raise ValueError(f"num_heads: {num_heads} given but q has {q.shape[1]} heads.")
     half = num_heads // 2  # as sparse_layouts: an odd extra head joins the every-l-th group
-    band = local_attention(q[:, :half], k[:, :half], v[:, :half], stride, scale)
-    every_lth = _every_lth_attention(q[:, half:], k[:, half:], v[:, half:], stride, scale)
+    band = local_attention(q[:, :half], k[:, :half], v[:, :half], stride, scale, dropout)
+    every_lth = _every_lth_attention(q[:, half:], k[:, half:], v[:, half:], stride, scale, dropout)
     return torch.cat([band, every_lth], dim=1)
 
 
@@ -110,7 +121,7 @@ def _fixed_block_mask(num_blocks: int, block: int, summary: int, device: torch.d
 
 
 def fixed_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, summary: int, scale: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, summary: int, scale: float, dropout: float = 0.0
 ) -> torch.Tensor:
     """Own block of ``stride`` (causal) plus the last ``summary`` positions of earlier blocks: O(S (n c + l))."""
     batch, heads, seq_len, dim = q.shape
@@ -128,25 +139,25 @@ def fixed_attention(
     # A padded last block's summaries are only visible to later blocks, of which there are none.
     mask = _fixed_block_mask(num_blocks, block, summary, q.device)[None]  # (1, n, b, n*c + b): 4-D, see local
     out = F.scaled_dot_product_attention(
-        q_blocks, with_summaries(k_blocks), with_summaries(v_blocks), attn_mask=mask, scale=scale
+        q_blocks, with_summaries(k_blocks), with_summaries(v_blocks), attn_mask=mask, dropout_p=dropout, scale=scale
     )
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
 
-def _dense_kernel(q, k, v, *, scale, **_):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+def _dense_kernel(q, k, v, *, scale, dropout, **_):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
 
 
-def _local_kernel(q, k, v, *, scale, local_window, **_):
-    return local_attention(q, k, v, local_window, scale)
+def _local_kernel(q, k, v, *, scale, dropout, local_window, **_):
+    return local_attention(q, k, v, local_window, scale, dropout)
 
 
-def _strided_kernel(q, k, v, *, scale, num_heads, sparse_stride, **_):
-    return strided_attention(q, k, v, sparse_stride, scale, num_heads)
+def _strided_kernel(q, k, v, *, scale, dropout, num_heads, sparse_stride, **_):
+    return strided_attention(q, k, v, sparse_stride, scale, num_heads, dropout)
 
 
-def _fixed_kernel(q, k, v, *, scale, sparse_stride, sparse_summary, **_):
-    return fixed_attention(q, k, v, sparse_stride, sparse_summary, scale)
+def _fixed_kernel(q, k, v, *, scale, dropout, sparse_stride, sparse_summary, **_):
+    return fixed_attention(q, k, v, sparse_stride, sparse_summary, scale, dropout)
 
 
 SPARSE_KERNELS: dict[str, SparseKernel] = {
@@ -169,13 +180,18 @@ def sparse_attention(
     sparse_stride: int | None = None,
     sparse_summary: int | None = None,
     recompute: bool = False,
+    dropout: float = 0.0,
 ) -> torch.Tensor:
-    """Causal self-attention of layout ``kind`` on (B, H, S, D) q, k, v, without any S x S tensor (but dense)."""
+    """Causal self-attention of layout ``kind`` on (B, H, S, D) q, k, v, without any S x S tensor (but dense).
+
+    ``dropout`` is attention dropout on the probabilities (SDPA's ``dropout_p``); under ``recompute`` the
+    checkpoint replays the same random state in backward.
+    """
     num_heads = q.shape[1] if num_heads is None else num_heads
     params = {"local_window": local_window, "sparse_stride": sparse_stride, "sparse_summary": sparse_summary}
     layout_mask_function(kind, num_heads=num_heads, **params)  # validates kind and parameters
     kernel = SPARSE_KERNELS[kind]
-    kwargs = {"scale": scale, "num_heads": num_heads, **params}
+    kwargs = {"scale": scale, "num_heads": num_heads, "dropout": dropout, **params}
     if recompute and torch.is_grad_enabled():
         return checkpoint(lambda q_, k_, v_: kernel(q_, k_, v_, **kwargs), q, k, v, use_reentrant=False)
     return kernel(q, k, v, **kwargs)
@@ -188,3 +204,81 @@ def masked_dense_reference(
     params.setdefault("num_heads", q.shape[1])
     mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)
+
+
+# --- FlexAttention: the same layouts as BlockMasks (Dong et al. 2024, "Flex Attention") ---------------------------
+# A BlockMask lists, per (query block, key block) of 128 x 128, whether the block is empty, full or partial, so the
+# fused kernel skips empty blocks: O(S * kept keys) work without an S x S tensor. Compiled; on CPU torch 2.13 has
+# no flex backward, so this backend is for inference on CPU and for training on GPU.
+_COMPILED_FLEX = None
+
+
+def _flex_attention():
+    global _COMPILED_FLEX
+    if _COMPILED_FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _COMPILED_FLEX = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED_FLEX
+
+
+@functools.lru_cache(maxsize=64)
+def layout_block_mask(kind: str, params: tuple, num_heads: int, seq_len: int, device: str):
+    """The layout's BlockMask for (S, S) causal self-attention; per head only for head-dependent kinds."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask_fn = layout_mask_function(kind, num_heads=num_heads, **dict(params))
+    heads = num_heads if len(ATTENTION_LAYOUTS[kind].head_groups(num_heads)) > 1 else None
+    return create_block_mask(mask_fn, B=None, H=heads, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
+
+
+def flex_layout_attention(
+    kind: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, dropout: float = 0.0, **params
+) -> torch.Tensor:
+    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
+    if dropout:
+        raise ValueError(
+            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0 or "
+            "sparse_attention_backend='kernels'."
+        )
+    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError(
+            "sparse_attention_backend='flex' has no backward on CPU (torch 2.13); train with "
+            "sparse_attention_backend='kernels' on CPU, or run flex under torch.no_grad()."
+        )
+    num_heads = params.pop("num_heads", None) or q.shape[1]
+    params.pop("recompute", None)  # flex never stores the probabilities: its backward recomputes them anyway
+    key = tuple(sorted((name, value) for name, value in params.items() if value is not None))
+    block_mask = layout_block_mask(kind, key, num_heads, q.shape[2], str(q.device))
+    return _flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
+
+
+# --- a layer's kernel as a transformers attention function ------------------------------------------------------
+SPARSE_BACKENDS = {
+    "kernels": sparse_attention,  # dense SDPA calls on rearranged tensors (this file)
+    "flex": flex_layout_attention,  # FlexAttention BlockMask (fused; GPU for training)
+}
+
+
+@dataclass(frozen=True)
+class LayoutKernel:
+    """Stands in for a layer's attention mask when its layout runs as a kernel (no mask tensor exists at all).
+
+    ``GroupedQueryAttention`` calls ``attention_function`` in place of the configured attention implementation.
+    Valid only for causal self-attention over the whole unpadded sequence (no cache prefix, no padding, no score
+    bias): the model checks that before choosing it.
+    """
+
+    kind: str
+    params: tuple  # ((name, value), ...) of local_window / sparse_stride / sparse_summary / num_heads
+    backend: str = "kernels"
+    recompute: bool = False
+
+    def attention_function(self, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
+        key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
+        value = repeat_kv(value, module.num_key_value_groups)
+        out = SPARSE_BACKENDS[self.backend](
+            self.kind, query, key, value, scale=scaling, dropout=dropout, recompute=self.recompute, **dict(self.params)
+        )  # (B, H, S, D)
+        return out.transpose(1, 2).contiguous(), None

@@ -140,8 +140,41 @@ def gpt2_conversions() -> list:
     return transforms
 
 
-def register_gpt2_conversions(*names: str) -> None:
-    """Make ``from_pretrained`` read GPT-2 checkpoints for these model types or class names (and
-    ``save_pretrained`` write that layout back)."""
-    for name in names:
-        register_checkpoint_conversion_mapping(name, gpt2_conversions(), overwrite=True)
+# transformers GPT-Neo key -> hf-llmsys key, on top of the GPT-2 renames (same embeddings, norms and blocks).
+# GPT-Neo's modules are nn.Linear (no transpose); q/k/v are separate (no bias) and fused here into qkv_proj.
+GPT_NEO_RENAMES = {
+    r"\.attn\.attention\.out_proj\.": ".self_attn.o_proj.",
+    r"\.mlp\.c_fc\.": ".mlp.up_proj.",
+    r"\.mlp\.c_proj\.": ".mlp.down_proj.",
+}
+
+
+def gpt_neo_conversions() -> list:
+    """Renamings and the q/k/v fusion that load a transformers ``GPTNeoForCausalLM`` checkpoint."""
+    renames = {**GPT2_RENAMES, **GPT_NEO_RENAMES}
+    transforms = [WeightRenaming(source, target) for source, target in renames.items()]
+    transforms.append(
+        WeightConverter(
+            [f"attn.attention.{name}_proj.weight" for name in ("q", "k", "v")],
+            "self_attn.qkv_proj.weight",
+            operations=[ConcatenateRows("qkv")],
+        )
+    )
+    return transforms
+
+
+# Checkpoint layouts a GPT-3-style model can read and write (``LlmsysGPT3Config.checkpoint_format``).
+CHECKPOINT_FORMATS = {"gpt2": gpt2_conversions, "gpt_neo": gpt_neo_conversions}
+
+
+def register_checkpoint_format(name: str, checkpoint_format: str) -> None:
+    """Make ``from_pretrained`` / ``save_pretrained`` of model type or class ``name`` use this key layout.
+
+    transformers keeps one mapping per model type; a GPT-3-style model re-points it at its own layout right
+    before loading (in ``__init__``) and saving, so GPT-2- and GPT-Neo-derived models can coexist.
+    """
+    if checkpoint_format not in CHECKPOINT_FORMATS:
+        raise ValueError(
+            f"checkpoint_format: unknown layout {checkpoint_format!r}; choose one of {sorted(CHECKPOINT_FORMATS)}."
+        )
+    register_checkpoint_conversion_mapping(name, CHECKPOINT_FORMATS[checkpoint_format](), overwrite=True)

@@ -1,0 +1,189 @@
+"""GPT-3-style model: layout kernels (training / prefill path) against the masked path, in the whole model.
+
+The masked path (``sparse_kernels=False``: transformers' mask builders AND the layout predicate) is the
+reference; ``tests/test_gpt3.py`` ties it to a hand-written masked forward and to transformers' GPT-2.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tensor_tracking import LargestTensor
+
+from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+from hf_llmsys.models.sparse_attention import LayoutKernel
+
+LAYOUTS = {
+    "gpt3": ["dense", "local"],
+    "strided": ["strided"],
+    "fixed": ["fixed"],
+    "all": ["dense", "local", "strided", "fixed"],
+}
+
+
+def layout_config(layout, **overrides) -> LlmsysGPT3Config:
+    args = dict(
+        vocab_size=100, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=128, attention_layout=layout, local_window=6, sparse_stride=5, sparse_summary=2,
+    )  # fmt: skip
+    args.update(overrides)
+    return LlmsysGPT3Config(**args)
+
+
+def pair(layout, **overrides):
+    """The same weights twice: layout kernels on, and masks only."""
+    torch.manual_seed(0)
+    kernels = LlmsysGPT3ForCausalLM(layout_config(layout, **overrides))
+    masked = LlmsysGPT3ForCausalLM(copy.deepcopy(kernels.config))
+    masked.config.sparse_kernels = False
+    masked.load_state_dict(kernels.state_dict())
+    return kernels, masked
+
+
+def loss_and_grads(model, ids):
+    model.zero_grad()
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("seq_len", [30, 40])  # 30: not a multiple of the window / stride; 40: a multiple of 5
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_kernels_equal_masks_in_the_model(layout, seq_len):
+    kernels, masked = pair(LAYOUTS[layout])
+    ids = torch.randint(0, 100, (2, seq_len))
+    loss, grads = loss_and_grads(kernels, ids)
+    ref_loss, ref_grads = loss_and_grads(masked, ids)
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=0)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
+    seq_len = 512
+    model = LlmsysGPT3ForCausalLM(
+        layout_config(["local", "strided"], local_window=16, sparse_stride=16, max_position_embeddings=seq_len)
+    )
+    plans = model.model.layer_attention_masks(
+        dict(config=model.config, inputs_embeds=torch.zeros(1, seq_len, 64), attention_mask=None, cache=None,
+             position_ids=torch.arange(seq_len)[None])
+    )  # fmt: skip
+    assert all(isinstance(plan, LayoutKernel) for plan in plans)
+    ids = torch.randint(0, 100, (1, seq_len))
+    with LargestTensor() as tracker:
+        model(ids, labels=ids).loss.backward()
+    assert tracker.largest < seq_len * seq_len, tracker.largest  # logits are S x V = 51,200; S^2 = 262,144
+    masked = copy.deepcopy(model)
+    masked.config.sparse_kernels = False
+    with LargestTensor() as tracker:  # the tracker does see the masked path's S x S mask
+        masked(ids).logits.sum()
+    assert tracker.largest >= seq_len * seq_len
+
+
+@pytest.mark.parametrize("layout", ["gpt3", "strided", "fixed"])
+def test_recomputation_and_activation_checkpointing_keep_the_gradients(layout):
+    kernels, _ = pair(LAYOUTS[layout])
+    ids = torch.randint(0, 100, (2, 33))
+    loss, grads = loss_and_grads(kernels, ids)
+    recomputing = copy.deepcopy(kernels)
+    recomputing.config.attention_recompute = True
+    checkpointed = copy.deepcopy(kernels)
+    checkpointed.gradient_checkpointing_enable()
+    checkpointed.train()
+    for model in (recomputing, checkpointed):
+        other_loss, other_grads = loss_and_grads(model, ids)
+        torch.testing.assert_close(other_loss, loss, atol=1e-6, rtol=0)
+        for name, grad in grads.items():
+            torch.testing.assert_close(other_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_generate_with_cache_equals_without_for_every_layout(layout):
+    kernels, _ = pair(LAYOUTS[layout])
+    kernels.eval()
+    prompt = torch.randint(0, 100, (2, 7))
+    kwargs = dict(max_new_tokens=16, do_sample=False, pad_token_id=0)
+    cached = kernels.generate(prompt, use_cache=True, **kwargs)
+    assert torch.equal(cached, kernels.generate(prompt, use_cache=False, **kwargs))
+    with torch.no_grad():  # step-by-step cached logits == one full (kernel) forward
+        full = kernels(cached).logits
+        out = kernels(cached[:, :7], use_cache=True)
+        steps = [out.logits]
+        for t in range(7, cached.shape[1]):
+            out = kernels(cached[:, t : t + 1], cache=out.cache, use_cache=True)
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
+
+
+def test_a_cached_local_layer_never_attends_past_its_window():
+    torch.manual_seed(0)
+    model = LlmsysGPT3ForCausalLM(layout_config(["local"], num_hidden_layers=1, local_window=4)).eval()
+    ids = torch.randint(0, 100, (1, 20))
+    changed = ids.clone()
+    changed[0, :15] = torch.randint(0, 100, (15,))  # tokens outside the last position's window of 4
+    with torch.no_grad():
+        logits = []
+        for sequence in (ids, changed):
+            out = model(sequence[:, :19], use_cache=True)
+            logits.append(model(sequence[:, 19:], cache=out.cache, use_cache=True).logits)
+    # one layer: position 19 sees only positions 16..19, which are equal in both sequences
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["gpt3", "strided"])
+def test_left_padded_rows_equal_unpadded_rows(layout):
+    kernels, _ = pair(LAYOUTS[layout])
+    kernels.eval()
+    ids = torch.randint(1, 100, (1, 12))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], dim=1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 12, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        alone = kernels(ids).logits
+        with_padding = kernels(padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    torch.testing.assert_close(with_padding[:, 3:], alone, atol=1e-5, rtol=0)
+
+
+def test_eager_per_head_masks_equal_the_kernels_and_return_probabilities():
+    kernels, _ = pair(["strided"], num_hidden_layers=1)
+    eager = copy.deepcopy(kernels).eval()
+    eager.config._attn_implementation = "eager"
+    ids = torch.randint(0, 100, (1, 21))
+    with torch.no_grad():
+        out = eager(ids, output_attentions=True)
+        torch.testing.assert_close(out.logits, kernels.eval()(ids).logits, atol=1e-5, rtol=0)
+    probs = out.attentions[0][0]  # (H, S, S)
+    # heads 0-1 keep the previous 5 tokens; heads 2-3 every 5th earlier token
+    q, kv = torch.arange(21)[:, None], torch.arange(21)[None]
+    band = (kv <= q) & (kv > q - 5)
+    every_fifth = (kv <= q) & ((q - kv) % 5 == 0)
+    assert torch.all(probs[:2][:, ~band] == 0) and torch.all(probs[2:][:, ~every_fifth] == 0)
+    assert torch.all(probs[:2][:, band] > 0) and torch.all(probs[2:][:, every_fifth] > 0)
+
+
+def test_bias_encodings_fall_back_to_masks():
+    kernels, masked = pair(["dense", "local"], position_embedding_type="alibi")
+    ids = torch.randint(0, 100, (1, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(kernels(ids).logits, masked(ids).logits, atol=0, rtol=0)
+
+
+def test_flex_backend_refuses_cpu_training_clearly():
+    kernels, _ = pair(["local"], num_hidden_layers=1)
+    kernels.config._attn_implementation = "flex_attention"
+    ids = torch.randint(0, 100, (1, 20))
+    with pytest.raises(ValueError, match="no backward on CPU"):
+        kernels(ids, labels=ids)
+
+
+def test_flex_block_masks_equal_the_kernels():
+    """FlexAttention with the layouts' BlockMasks (compiled; CPU forward) == the SDPA layout kernels."""
+    kernels, _ = pair(LAYOUTS["all"])
+    kernels.eval()
+    flex = copy.deepcopy(kernels)
+    flex.config._attn_implementation = "flex_attention"
+    ids = torch.randint(0, 100, (2, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(flex(ids).logits, kernels(ids).logits, atol=1e-5, rtol=0)
