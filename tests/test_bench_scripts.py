@@ -40,3 +40,33 @@ def test_llama_vs_hf_quick_tiny(tmp_path):
     assert decode["ratio"] > 0
     assert decode["tokens_identical"] is True
     assert returned["decode"]["tokens_identical"] is True
+
+
+@pytest.mark.timeout(300)
+def test_sparse_attention_bench_runs_and_its_memory_counter_is_right(tmp_path):
+    bench = _load_script("sparse_attention")
+    out = tmp_path / "sparse.json"
+    seq_len, heads = 1024, 2  # head_dim 16: the S x S tensors dwarf the (S, D) ones
+    bench.main(["--lengths", str(seq_len), "--heads", str(heads), "--head-dim", "16", "--reps", "1", "--warmup", "0",
+                "--window", "32", "--json", str(out)])  # fmt: skip
+    results = {name: rows[str(seq_len)] for name, rows in json.loads(out.read_text()).items() if rows}
+    probabilities_mb = heads * seq_len * seq_len * 4 / 2**20  # fp32 (H, S, S)
+    # the plain-ops attention keeps its probabilities for backward; the counters must see them
+    assert results["dense-stored"]["saved_mb"] >= probabilities_mb
+    assert results["dense-stored"]["peak_mb"] >= 2 * probabilities_mb  # scores and probabilities at once
+    assert results["dense"]["peak_mb"] < probabilities_mb  # flash SDPA keeps no S x S tensor
+    for kind in ("local", "strided", "fixed", "gpt3"):
+        assert results[kind]["saved_mb"] > 0 and results[kind + "+rc"]["saved_mb"] == 0  # recompute keeps nothing
+        assert results[kind]["ms"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
+    """scripts/gpu_check.py is for a lent GPU; on CPU its --quick mode runs the same code on tiny sizes."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--device", "cpu", "--quick", "--skip-bench"]) == 0
+    printed = capsys.readouterr().out
+    assert "parity: all ok" in printed and printed.count(" ok\n") >= 14

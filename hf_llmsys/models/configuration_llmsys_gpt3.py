@@ -69,7 +69,21 @@ def training_flops(n_params: float, n_tokens: float) -> float:
 
 @strict
 class LlmsysGPT3Config(LlmsysLlamaConfig):
-    """GPT-3-style decoder configuration (defaults: GPT-3 Small, 125M, with GPT-3's dense/local alternation)."""
+    """GPT-3-style decoder configuration (defaults: GPT-3 Small, 125M, with GPT-3's dense/local alternation).
+
+    Fields beyond the LLaMA-style config's:
+        attention_layout: kinds per layer ("dense", "local", "strided", "fixed"), or a shorter pattern repeated
+            over the layers; None = ["dense", "local"] (GPT-3), ["dense"] for a GPT-2 config.json.
+        local_window: band width of "local" layers, current token included (GPT-Neo's window_size).
+        sparse_stride / sparse_summary: l and c of "strided" and "fixed" (Child et al. 2019).
+        sparse_kernels: run layouts as sub-quadratic kernels where they apply (True) or always as masks (False,
+            the O(S^2) reference).
+        attention_recompute: recompute the attention probabilities in backward (kernels keep only q, k, v).
+        attention_out_bias: bias of the attention output projection; None = attention_bias (GPT-Neo: True
+            while q/k/v have none).
+        checkpoint_format: key layout read and written by from_pretrained / save_pretrained: "gpt2" (Conv1D,
+            fused c_attn) or "gpt_neo" (Linear, separate q/k/v); set from the config.json that was loaded.
+    """
 
     model_type = "llmsys_gpt3"
     attribute_map = {name: field for name, field in GPT2_ARG_NAMES.items() if name != "attn_pdrop"}

@@ -1,13 +1,30 @@
 #!/usr/bin/env python
-"""Benchmark: forward + backward time of dense causal SDPA vs the sparse kernels (local, strided, fixed).
+"""Benchmark: dense causal attention vs the sparse layouts of issue 5, forward + backward, time and memory.
 
-Not a test: it measures and prints a table. Inputs are (1, 8, S, 64) fp32 q, k, v (batch 1, 8 heads, head_dim 64,
-as in issue 5); each kind runs forward, then backward of ``out.sum()``; warm-up runs are discarded and the median
-of ``--reps`` is reported with its ratio to dense. ``--recompute`` also times the kernels under activation
-checkpointing (attention probabilities recomputed in backward).
+Not a test: it measures and prints tables. Inputs are (1, 8, S, 64) q, k, v (batch 1, 8 heads, head_dim 64) at
+1k ... 16k tokens. Each variant runs forward, then backward of ``(out * g).sum()``; warm-up runs are discarded
+and the median of ``--reps`` is reported.
 
-    python scripts/bench/sparse_attention.py                        # 1k, 2k, 4k tokens
-    python scripts/bench/sparse_attention.py --lengths 1024 --reps 3 --recompute
+Variants (``hf_llmsys.models.sparse_attention``):
+- ``dense``: causal SDPA without a mask (the fused flash kernel: it never stores the S x S probabilities).
+- ``dense-stored``: causal attention in plain ops, which keeps the (H, S, S) probabilities for backward (what
+  an eager / math implementation does; the "stored" column of the Sparse Transformer paper's table).
+- ``local`` (window 256, GPT-3 / GPT-Neo), ``strided`` and ``fixed`` (stride l = 8 * floor(sqrt(S) / 8),
+  ~sqrt(S) as in Child et al.; fixed summary c = 8), each also with ``+rc`` (attention recomputation: only q, k, v
+  are kept for backward).
+- ``gpt3``: GPT-3's alternation, one dense layer plus one local layer, against two dense layers.
+- with ``--flex``: ``<kind>@flex``, the same layouts as FlexAttention BlockMasks (compiled; CUDA only, as
+  torch 2.13 has no flex backward on CPU).
+
+Columns: time (ms) and speed ratio vs dense (``dense time / variant time``, > 1 is faster); peak memory (MB) of the
+attention call beyond its inputs, over forward and backward, and the ratio vs dense (``variant / dense``, < 1 is
+smaller); saved-for-backward memory (MB, kept from forward until backward: the per-layer cost in a deep model).
+On CPU memory is counted by a dispatch mode that tracks every tensor the ops allocate and when it is freed; on
+CUDA by ``torch.cuda.max_memory_allocated``.
+
+    python scripts/bench/sparse_attention.py                                  # 1k ... 16k
+    python scripts/bench/sparse_attention.py --lengths 1024 2048 --reps 1     # quick
+    python scripts/bench/sparse_attention.py --device cuda --dtype bfloat16   # GPU (see scripts/gpu_check.sh)
 
 Numbers are noisy when other processes share the CPU.
 """
@@ -15,64 +32,230 @@ Numbers are noisy when other processes share the CPU.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import sys
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hf_llmsys.models.sparse_attention import sparse_attention  # noqa: E402
+from hf_llmsys.models.sparse_attention import flex_layout_attention, sparse_attention  # noqa: E402
 
-KINDS = ("dense", "local", "strided", "fixed")
+GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
 
 
-def time_kind(kind: str, seq_len: int, args: argparse.Namespace, recompute: bool) -> float:
-    """Median seconds of one forward + backward of ``kind`` at ``seq_len`` tokens."""
-    q, k, v = (torch.randn(1, args.heads, seq_len, args.head_dim, requires_grad=True) for _ in range(3))
-    params = {"local_window": args.window, "sparse_stride": args.stride, "sparse_summary": args.summary}
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of the tensor storages allocated by ops below autograd that are alive at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._storages: dict[int, list[int]] = {}  # data_ptr -> [nbytes, tensors alive on it]
+
+    def _release(self, ptr: int) -> None:
+        entry = self._storages.get(ptr)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._storages[ptr]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else [out]:
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+                continue
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in self._storages:
+                self._storages[ptr] = [storage.nbytes(), 0]
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+            self._storages[ptr][1] += 1
+            weakref.finalize(tensor, self._release, ptr)
+        return out
+
+
+def stored_attention(q, k, v, *, scale, **_):
+    """Causal attention in plain ops: softmax(q k^T) keeps (B, H, S, S) probabilities for backward."""
+    seq_len = q.shape[2]
+    scores = (q @ k.transpose(-1, -2)) * scale
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=q.device).tril()
+    return scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+
+
+def default_stride(seq_len: int) -> int:
+    """l ~ sqrt(S) (Child et al.), rounded down to a multiple of 8."""
+    return max(8, 8 * (math.isqrt(seq_len) // 8))
+
+
+def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
+    """(q, k, v) -> output for a variant name such as ``local``, ``strided+rc``, ``gpt3`` or ``dense-stored``."""
+    kind, recompute = name.removesuffix("+rc"), name.endswith("+rc")
+    params = dict(local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8)
+    scale = args.head_dim**-0.5
+    if kind == "dense-stored":
+        return lambda q, k, v: stored_attention(q, k, v, scale=scale)
+    if kind == "gpt3":  # one dense + one local layer
+        return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale, recompute=recompute) + sparse_attention(
+            "local", q, k, v, scale=scale, recompute=recompute, **params
+        )
+    if kind == "dense-x2":  # the reference for gpt3: two dense layers
+        return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale) + sparse_attention(
+            "dense", q, k, v, scale=scale
+        )
+    if kind.endswith("@flex"):  # FlexAttention BlockMask of the same layout (backward needs CUDA)
+        return lambda q, k, v: flex_layout_attention(kind.removesuffix("@flex"), q, k, v, scale=scale, **params)
+    return lambda q, k, v: sparse_attention(kind, q, k, v, scale=scale, recompute=recompute, **params)
+
+
+def _inputs(args: argparse.Namespace, seq_len: int):
+    shape = (1, args.heads, seq_len, args.head_dim)
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(shape, device=args.device, dtype=dtype, requires_grad=True) for _ in range(3))
+    return q, k, v, torch.randn(shape, device=args.device, dtype=dtype)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_variant(fn: Callable, args: argparse.Namespace, seq_len: int, reps: int) -> float:
+    """Median seconds of forward + backward."""
+    q, k, v, grad_out = _inputs(args, seq_len)
     times = []
-    for rep in range(args.warmup + args.reps):
+    for rep in range(args.warmup + reps):
+        _sync(args.device)
         start = time.perf_counter()
-        out = sparse_attention(kind, q, k, v, scale=args.head_dim**-0.5, recompute=recompute, **params)
-        out.sum().backward()
+        (fn(q, k, v) * grad_out).sum().backward()
+        _sync(args.device)
         if rep >= args.warmup:
             times.append(time.perf_counter() - start)
         q.grad = k.grad = v.grad = None
     return statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Run the benchmark, print a table, return {"kind[+rc]@S": seconds}."""
+def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int) -> tuple[int, int]:
+    """(peak bytes beyond the inputs over forward + backward, bytes saved for backward)."""
+    q, k, v, grad_out = _inputs(args, seq_len)
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        if tensor.data_ptr() not in {q.data_ptr(), k.data_ptr(), v.data_ptr()}:  # inputs are alive anyway
+            saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(q, k, v)
+        (out * grad_out).sum().backward()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, sum(saved.values())
+    with LiveBytes() as tracker:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(q, k, v)
+        (out * grad_out).sum().backward()
+        del out
+    return tracker.peak, sum(saved.values())
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure every variant at every length; returns {variant: {length: {"ms", "peak_mb", "saved_mb"}}}."""
+    variants = ["dense", "dense-stored", "local", "strided", "fixed", "gpt3", "dense-x2"]
+    variants += ["local+rc", "strided+rc", "fixed+rc", "gpt3+rc"]
+    if args.flex:
+        variants += ["dense@flex", "local@flex", "strided@flex", "fixed@flex"]
+    results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in variants}
+    for seq_len in args.lengths:
+        reps = 1 if seq_len >= 8192 else args.reps
+        for name in variants:
+            if name == "dense-stored" and seq_len > args.max_stored_length:
+                continue  # (H, S, S) fp32 probabilities and scores: 17 GB at 16k
+            fn = variant_fn(name, args, seq_len)
+            peak, saved = memory_variant(fn, args, seq_len)
+            seconds = time_variant(fn, args, seq_len, reps)
+            results[name][seq_len] = {"ms": seconds * 1e3, "peak_mb": peak / 2**20, "saved_mb": saved / 2**20}
+            print(f"  measured {name:<13} S={seq_len:<6} {seconds * 1e3:10.1f} ms {peak / 2**20:10.1f} MB", flush=True)
+    return results
+
+
+def print_tables(results: dict, lengths: list[int]) -> None:
+    """Time and memory tables with ratios, the stored-vs-recomputed table, and the goal check."""
+
+    def reference(name: str) -> str:
+        return "dense-x2" if name.startswith("gpt3") else "dense"
+
+    def cell(name: str, seq_len: int, key: str) -> str:
+        row = results[name].get(seq_len)
+        if row is None:
+            return f"{'-':>22}"
+        ref = results[reference(name)][seq_len][key]
+        ratio = ref / row[key] if key == "ms" else row[key] / max(ref, 1e-9)
+        return f"{row[key]:11.1f} {ratio:7.2f}x  "
+
+    header = f"{'variant':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths)
+    for key, title in (("ms", "forward + backward time, ms   (ratio: reference time / variant time)"),
+                       ("peak_mb", "peak memory beyond inputs, MB   (ratio: variant / reference)")):  # fmt: skip
+        print(f"\n{title}; reference = dense (gpt3: two dense layers)\n{header}")
+        for name in results:
+            if name != "dense-x2" and results[name]:
+                print(f"{name:<13}" + "".join(cell(name, s, key) for s in lengths))
+    print("\nstored vs recomputed: memory kept from forward until backward, MB (cf. Child et al. 2019, table 4)")
+    print(f"{'kind':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths))
+    for kind in ("local", "strided", "fixed", "gpt3"):
+        cells = []
+        for seq_len in lengths:
+            stored, recomputed = results[kind][seq_len]["saved_mb"], results[kind + "+rc"][seq_len]["saved_mb"]
+            cells.append(f"{stored:9.1f} -> {recomputed:7.1f}  ")
+        print(f"{kind:<13}" + "".join(f"{c:>22}" for c in cells))
+    stored_row = [results["dense-stored"].get(s) for s in lengths]
+    print(f"{'dense-stored':<13}" + "".join(f"{r['saved_mb']:20.1f}  " if r else f"{'-':>22}" for r in stored_row))
+    if GOAL_LENGTH in lengths:
+        print(f"\ngoal at S={GOAL_LENGTH}: >= {GOAL_SPEEDUP}x faster and <= {GOAL_MEMORY} of dense memory")
+        for kind in ("local", "strided"):
+            row, ref = results[kind][GOAL_LENGTH], results["dense"][GOAL_LENGTH]
+            speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
+            verdict = "met" if speed >= GOAL_SPEEDUP and memory <= GOAL_MEMORY else "NOT met"
+            print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark, print the tables, return the raw results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--window", type=int, default=256, help="local_window (GPT-Neo / GPT-3 style band)")
-    parser.add_argument("--stride", type=int, default=64, help="sparse_stride l (~ sqrt(S))")
-    parser.add_argument("--summary", type=int, default=8, help="sparse_summary c")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--window", type=int, default=256, help="local_window (GPT-3 / GPT-Neo band)")
+    parser.add_argument("--stride", type=int, default=None, help="sparse_stride l (default ~sqrt(S))")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions (1 from 8k tokens up)")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--recompute", action="store_true", help="also time the kernels with recomputation")
+    parser.add_argument("--max-stored-length", type=int, default=8192, help="longest S for dense-stored")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--flex", action="store_true", help="also time FlexAttention BlockMasks (CUDA: backward)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    results: dict[str, float] = {}
-    variants = [(kind, False) for kind in KINDS] + [(kind, True) for kind in KINDS[1:] if args.recompute]
-    print(f"{'kind':<14}" + "".join(f"{s:>20}" for s in args.lengths))
-    for kind, recompute in variants:
-        label = kind + ("+rc" if recompute else "")
-        cells = []
-        for seq_len in args.lengths:
-            seconds = time_kind(kind, seq_len, args, recompute)
-            results[f"{label}@{seq_len}"] = seconds
-            ratio = results[f"dense@{seq_len}"] / seconds
-            cells.append(f"{seconds * 1e3:9.1f} ms {ratio:5.2f}x")
-        print(f"{label:<14}" + "".join(f"{cell:>20}" for cell in cells))
-    print("ratio = dense time / kind time (> 1: faster than dense); forward + backward, median of reps")
+    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, heads {args.heads}, head_dim "
+          f"{args.head_dim}, window {args.window}, stride {args.stride or '~sqrt(S)'}")  # fmt: skip
+    results = run(args)
+    print_tables(results, args.lengths)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
     return results
 
 
