@@ -165,3 +165,16 @@ def test_masked_kernels_take_the_fused_cpu_path(kind, params):
         sparse_attention(kind, q, k, v, scale=0.25, **params).sum().backward()
     assert "_scaled_dot_product_flash_attention_for_cpu" in ops.names, sorted(ops.names)
     assert "_softmax" not in ops.names and "bmm" not in ops.names, sorted(ops.names)
+
+
+@pytest.mark.parametrize("window, block", [(8, 4), (8, 2), (6, 4), (5, 8), (1, 1)])
+def test_local_kernel_with_smaller_blocks_equals_reference(window, block):
+    qkv = _qkv(2, 37)
+    projection = torch.randn(2, 2, 37, 16)
+    out, grads = _output_and_grads(lambda q, k, v: local_attention(q, k, v, window, 0.3, block=block), qkv, projection)
+    ref, ref_grads = _output_and_grads(
+        lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.3, local_window=window), qkv, projection
+    )
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=0)

@@ -47,34 +47,49 @@ def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     return x.reshape(batch * heads, length // block, block, dim)
 
 
-def _local_block_mask(num_blocks: int, block: int, window: int, device: torch.device) -> torch.Tensor:
-    """(n, b, 2b) bool: query i of block t keeps key j of [block t-1, block t] iff 0 <= q - kv < window."""
+def _local_block_mask(num_blocks: int, block: int, window: int, previous: int, device: torch.device) -> torch.Tensor:
+    """(n, b, (p+1) b) bool: query i of block t keeps key j of blocks [t-p, t] iff 0 <= q - kv < window."""
     q_pos = torch.arange(num_blocks, device=device)[:, None, None] * block + torch.arange(block, device=device)[:, None]
-    kv_pos = (torch.arange(num_blocks, device=device)[:, None, None] - 1) * block + torch.arange(
-        2 * block, device=device
+    kv_pos = (torch.arange(num_blocks, device=device)[:, None, None] - previous) * block + torch.arange(
+        (previous + 1) * block, device=device
     )
-    diff = q_pos - kv_pos  # (n, b, 2b)
+    diff = q_pos - kv_pos  # (n, b, (p+1) b)
     return (diff >= 0) & (diff < window) & (kv_pos >= 0)
 
 
 def local_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, dropout: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float,
+    dropout: float = 0.0,
+    block: int | None = None,
 ) -> torch.Tensor:
-    """Banded causal attention, q - window < kv <= q, in blocks of ``window``: O(S * window)."""
+    """Banded causal attention, q - window < kv <= q: O(S * window).
+
+    Queries in blocks of b (default: the window) attend to their own block and the p = ceil((window - 1) / b)
+    blocks before it, (p + 1) b keys of which ``window`` are kept: smaller blocks waste less work on masked keys
+    but make smaller matrix products.
+    """
     batch, heads, seq_len, dim = q.shape
-    block = window
+    block = block or window
+    previous = -(-(window - 1) // block)
     num_blocks = -(-seq_len // block)
     pad = num_blocks * block - seq_len
     q_blocks = _blocks(_pad_seq(q, 0, pad), block)  # (B*H, n, b, D)
-    # One leading block of zeros stands in for the "previous block" of block 0 (masked out below).
-    k_pad, v_pad = _pad_seq(k, block, pad), _pad_seq(v, block, pad)  # (B, H, (n+1)*b, D)
-    k_pairs = torch.cat([_blocks(k_pad[:, :, :-block], block), _blocks(k_pad[:, :, block:], block)], dim=2)
-    v_pairs = torch.cat([_blocks(v_pad[:, :, :-block], block), _blocks(v_pad[:, :, block:], block)], dim=2)
-    # A 4-D mask (1, n, b, 2b), broadcast over B*H: SDPA's CPU flash kernel takes 2-D or 4-D masks only; a 3-D one
-    # sends it to the unfused math path (bmm + softmax, ~2x slower forward + backward).
-    mask = _local_block_mask(num_blocks, block, window, q.device)[None]
+    # p leading blocks of zeros stand in for the blocks before block 0 (masked out below).
+    k_pad, v_pad = _pad_seq(k, previous * block, pad), _pad_seq(v, previous * block, pad)  # (B, H, (n+p)*b, D)
+
+    def windows(x: torch.Tensor) -> torch.Tensor:  # (B, H, (n+p)*b, D) -> (B*H, n, (p+1)*b, D)
+        span = num_blocks * block
+        return torch.cat([_blocks(x[:, :, i * block : i * block + span], block) for i in range(previous + 1)], dim=2)
+
+    # A 4-D mask (1, n, b, (p+1) b), broadcast over B*H: SDPA's CPU flash kernel takes 2-D or 4-D masks only; a 3-D
+    # one sends it to the unfused math path (bmm + softmax, ~2x slower forward + backward).
+    mask = _local_block_mask(num_blocks, block, window, previous, q.device)[None]
     out = F.scaled_dot_product_attention(
-        q_blocks, k_pairs, v_pairs, attn_mask=mask, dropout_p=dropout, scale=scale
+        q_blocks, windows(k_pad), windows(v_pad), attn_mask=mask, dropout_p=dropout, scale=scale
     )  # (B*H, n, b, D)
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
