@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,10 +40,12 @@ from hf_llmsys.cleaning.base import Document
 from hf_llmsys.cleaning.c4 import C4Filter
 from hf_llmsys.cleaning.fineweb import FineWebQuality
 from hf_llmsys.cleaning.gopher import GopherQuality, GopherRepetition
+from hf_llmsys.cleaning.minhash import MinHashDedup
 from hf_llmsys.cleaning.text import guess_language
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 PLANTED_SHARE = 0.05
+TOP_HEADING = re.compile(r"\n(?= = [^=\n]+ = \n)")  # " = Title = " starts an article; " = = Section = = " does not
 
 # Our step and datatrove's filter with the same parameters. C4: TFDS thresholds on both sides, and datatrove's end
 # marks (which include "'") on ours.
@@ -100,7 +103,7 @@ def load_documents(data_dir: Path, max_docs: int | None) -> list[str]:
     if not data_dir.is_dir():
         raise SystemExit(f"shared data folder {data_dir} not found (set --data-dir or LLMSYS_DATA_DIR)")
     wiki = (data_dir / "wikitext-2-valid.tokens").read_text(encoding="utf-8")
-    articles = [a.strip() for a in wiki.split("\n = ") if a.strip()]
+    articles = [a.strip() for a in TOP_HEADING.split(wiki) if a.strip()]
     shakespeare = _chunks((data_dir / "tinyshakespeare.txt").read_text(encoding="utf-8").splitlines(), 40)
     news = _chunks((data_dir / "peoples_daily_1998_zh_part.txt").read_text(encoding="utf-8").splitlines(), 8)
     docs, sources = [], [articles, shakespeare, news]
@@ -109,8 +112,8 @@ def load_documents(data_dir: Path, max_docs: int | None) -> list[str]:
     return docs[:max_docs] if max_docs else docs
 
 
-def plant_near_duplicates(docs: list[str], seed: int = 0) -> tuple[list[str], int]:
-    """docs + copies of 5% of them with 3 tokens (English words or Chinese characters) edited."""
+def plant_near_duplicates(docs: list[str], seed: int = 0) -> tuple[list[str], list[int]]:
+    """(docs + copies of 5% of them with 3 tokens (English words or Chinese characters) edited, copied positions)."""
     rng = random.Random(seed)
     picked = rng.sample(range(len(docs)), max(1, int(PLANTED_SHARE * len(docs))))
     copies = []
@@ -120,7 +123,7 @@ def plant_near_duplicates(docs: list[str], seed: int = 0) -> tuple[list[str], in
         for pos in rng.sample(range(len(tokens)), min(3, len(tokens))):
             tokens[pos] = "变" if chinese else "edited"
         copies.append(("" if chinese else " ").join(tokens))
-    return docs + copies, len(copies)
+    return docs + copies, picked
 
 
 def timed_clean(docs: list[str], recipe) -> tuple[dict, float, set[int]]:
@@ -130,6 +133,13 @@ def timed_clean(docs: list[str], recipe) -> tuple[dict, float, set[int]]:
     result = clean(ds, recipe)
     seconds = time.perf_counter() - start
     return result.report.to_dict(), seconds, set(result.dataset["position"])
+
+
+def jaccard(a: str, b: str) -> float:
+    """Jaccard similarity of the two texts' MinHash shingle sets (the quantity MinHash estimates)."""
+    step = MinHashDedup()
+    x, y = set(step.shingles(a)), set(step.shingles(b))
+    return len(x & y) / max(len(x | y), 1)
 
 
 def normalised(texts: list[str]) -> list[str]:
@@ -188,7 +198,8 @@ def compare(ours: dict, theirs: dict, n: int) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     base = load_documents(args.data_dir, args.max_docs)
-    docs, planted = plant_near_duplicates(base)
+    docs, picked = plant_near_duplicates(base)
+    planted = len(picked)
     results: dict = {"documents": len(docs), "planted_near_duplicates": planted, "load": os.getloadavg()[0]}
 
     timed_clean(docs[:3] + base[-3:], args.recipe)  # warm-up: language profiles and jieba's dictionary load once
@@ -198,11 +209,14 @@ def main(argv=None) -> dict:
         "documents_in": report["documents_in"], "documents_out": report["documents_out"], "dropped": report["dropped"],
     }  # fmt: skip
     report, seconds, kept = timed_clean(docs, [{"step": "minhash", "ngram": 5, "bands": 14, "rows": 8}])
-    planted_found = sum(i not in kept for i in range(len(base), len(docs)))
+    found = [i not in kept for i in range(len(base), len(docs))]
+    similar = [jaccard(docs[src], docs[len(base) + k]) >= 0.8 for k, src in enumerate(picked)]
     results["minhash"] = {
         "seconds": seconds, "docs_per_s": len(docs) / seconds,
         "near_duplicates_dropped": report["dropped"].get("minhash.near_duplicate", 0),
-        "planted_recall": planted_found / planted,
+        "planted_recall": sum(found) / planted,
+        "planted_with_jaccard_ge_0.8": sum(similar),
+        "planted_recall_jaccard_ge_0.8": sum(f for f, s in zip(found, similar, strict=True) if s) / max(sum(similar), 1),
     }  # fmt: skip
 
     english = normalised([d for d in base if guess_language(d) == "en"])
@@ -231,7 +245,8 @@ def print_results(results: dict) -> None:
     print(f"full recipe {full['recipe']!r}: {full['docs_per_s']:.1f} docs/s ({full['documents_out']} kept)")
     print(
         f"minhash dedup: {minhash['docs_per_s']:.1f} docs/s ({minhash['near_duplicates_dropped']} dropped, "
-        f"planted recall {minhash['planted_recall']:.3f})"
+        f"planted recall {minhash['planted_recall']:.3f}; {minhash['planted_recall_jaccard_ge_0.8']:.3f} on the "
+        f"{minhash['planted_with_jaccard_ge_0.8']} copies with 5-gram Jaccard >= 0.8)"
     )
     dt = results["datatrove"]
     if not dt["available"]:
