@@ -78,8 +78,10 @@ def kernel_parity(args) -> None:
         qkv = [torch.randn(1, 8, seq_len, 64, device=args.device, dtype=dtype, generator=gen).requires_grad_() for _ in range(3)]  # fmt: skip
         grad_out = torch.randn(1, 8, seq_len, 64, device=args.device, dtype=dtype, generator=gen)
         for kind in KINDS:
-            ours = out_and_grads(lambda q, k, v: sparse_attention(kind, q, k, v, scale=0.125, **PARAMS), qkv, grad_out)
-            ref = out_and_grads(lambda q, k, v: masked_dense_reference(kind, q, k, v, scale=0.125, **PARAMS), qkv, grad_out)  # fmt: skip
+            ours = out_and_grads(
+                lambda q, k, v, kind=kind: sparse_attention(kind, q, k, v, scale=0.125, **PARAMS), qkv, grad_out
+            )
+            ref = out_and_grads(lambda q, k, v, kind=kind: masked_dense_reference(kind, q, k, v, scale=0.125, **PARAMS), qkv, grad_out)  # fmt: skip
             scale = (lambda b: 1.0) if dtype == torch.float32 else (lambda b: b.float().abs().max().item())
             diff = max((a.float() - b.float()).abs().max().item() / scale(b) for a, b in zip(ours, ref, strict=True))
             label = "out+grads" if dtype == torch.float32 else "out+grads, relative"

@@ -133,6 +133,20 @@ def test_a_cached_local_layer_never_attends_past_its_window():
     torch.testing.assert_close(logits[0], logits[1], atol=1e-6, rtol=0)
 
 
+def test_local_layers_keep_a_window_sized_cache_and_generate_unchanged():
+    torch.manual_seed(0)
+    model = LlmsysGPT3ForCausalLM(layout_config(["dense", "local"], local_window=6)).eval()
+    assert model.config.layer_types == ["full_attention", "sliding_attention"] * 2
+    prompt = torch.randint(0, 100, (2, 9))
+    kwargs = dict(max_new_tokens=20, do_sample=False, pad_token_id=0)
+    out = model.generate(prompt, return_dict_in_generate=True, **kwargs)
+    kept = [layer.keys.shape[-2] for layer in out.cache.layers]
+    assert kept == [28, 5, 28, 5]  # dense layers: every token but the last; local ones: window - 1
+    assert torch.equal(out.sequences, model.generate(prompt, use_cache=False, **kwargs))
+    # with a score-bias encoding the bias spans every cached key, so all layers keep full caches
+    assert set(layout_config(["local"], position_embedding_type="alibi").layer_types) == {"full_attention"}
+
+
 @pytest.mark.parametrize("layout", ["gpt3", "strided"])
 def test_left_padded_rows_equal_unpadded_rows(layout):
     kernels, _ = pair(LAYOUTS[layout])
@@ -187,3 +201,18 @@ def test_flex_block_masks_equal_the_kernels():
     ids = torch.randint(0, 100, (2, 40))
     with torch.no_grad():
         torch.testing.assert_close(flex(ids).logits, kernels(ids).logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["gpt3", "strided"])
+def test_left_padded_batched_generation_equals_one_by_one(layout):
+    kernels, _ = pair(LAYOUTS[layout])
+    kernels.eval()
+    prompts = [torch.randint(1, 100, (1, 9)), torch.randint(1, 100, (1, 4))]
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    mask = torch.zeros(2, 9, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, 9 - prompt.shape[1] :], mask[row, 9 - prompt.shape[1] :] = prompt[0], 1
+    batched = kernels.generate(ids, attention_mask=mask, **kwargs)[:, 9:]
+    for row, prompt in enumerate(prompts):
+        assert torch.equal(batched[row], kernels.generate(prompt, **kwargs)[0, prompt.shape[1] :]), row

@@ -38,6 +38,8 @@ GPT_NEO_ARG_NAMES = {
     "layer_norm_epsilon": "rms_norm_eps",
 }
 GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
+# Positional encodings that add nothing to the attention scores: "local" layers can keep a window-sized KV cache.
+WINDOWED_CACHE_ENCODINGS = {"none", "learned", "sinusoidal", "rope"}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 
 # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
@@ -170,6 +172,23 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
             sparse_stride=self.sparse_stride,
             sparse_summary=self.sparse_summary,
         )
+
+    @property
+    def layer_types(self) -> list[str]:
+        """transformers' per-layer cache kinds: "local" layers keep only a window of keys ("sliding_attention").
+
+        Not with ALiBi / T5 / Shaw encodings: their score bias is built once per forward for every cached key, so
+        all layers keep full caches then.
+        """
+        windowed = self.position_embedding_type in WINDOWED_CACHE_ENCODINGS
+        return [
+            "sliding_attention" if kind == "local" and windowed else "full_attention" for kind in self.layer_layouts()
+        ]
+
+    @property
+    def sliding_window(self) -> int:
+        """transformers' name for the band of the "local" layers (window including the current token)."""
+        return self.local_window
 
     def validate_attention_layout(self):
         """Known layout kinds, a pattern that tiles the layers, and the parameters each used kind needs."""

@@ -11,6 +11,8 @@ Built from the shared blocks in ``decoder.py``. Each layer's layout kind (``conf
 - as a mask otherwise (decoding with a KV cache, padded batches, ALiBi / T5 / Shaw biases, eager attention for
   attention probabilities, ``sparse_kernels=False``): one ``create_causal_mask`` call per distinct kind and head
   group, shared by the layers of that kind. Head-dependent kinds ("strided") get a per-head mask (B, H, S, K).
+  "local" layers keep a window-sized KV cache (``config.layer_types`` marks them "sliding_attention" for
+  transformers' caches) and get transformers' sliding-window mask.
 
 Init follows GPT-2: residual output projections (o_proj, down_proj) get std initializer_range / sqrt(2 * layers).
 transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints load through the conversion mappings in
@@ -24,9 +26,9 @@ import math
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-from .configuration_llmsys_gpt3 import LlmsysGPT3Config
+from .configuration_llmsys_gpt3 import WINDOWED_CACHE_ENCODINGS, LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
 from .sparse_attention import LayoutKernel
@@ -34,7 +36,7 @@ from .sparse_layouts import head_group_mask_functions
 from .weight_conversion import register_checkpoint_format
 
 # Positional encodings that add nothing to the attention scores, so a layout kernel can run them.
-KERNEL_COMPATIBLE_ENCODINGS = {"none", "learned", "sinusoidal", "rope"}
+KERNEL_COMPATIBLE_ENCODINGS = WINDOWED_CACHE_ENCODINGS
 # attn_implementation -> backend of the layout kernels.
 KERNEL_BACKENDS = {"sdpa": "kernels", "flex_attention": "flex"}
 
@@ -117,6 +119,9 @@ class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
         groups = self.layout_head_groups[kind]
         if groups is None:
             return create_causal_mask(**mask_kwargs)
+        if kind == "local" and "sliding_attention" in self.config.layer_types:
+            # sized against the window-sized cache of the local layers (config.sliding_window == local_window)
+            return create_sliding_window_causal_mask(**mask_kwargs)
         implementation = self.config._attn_implementation
         if implementation.startswith("flash") or implementation.startswith("paged"):
             raise ValueError(

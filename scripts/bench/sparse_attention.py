@@ -105,12 +105,13 @@ def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
     if kind == "dense-stored":
         return lambda q, k, v: stored_attention(q, k, v, scale=scale)
     if kind == "gpt3":  # one dense + one local layer
-        return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale, recompute=recompute) + sparse_attention(
-            "local", q, k, v, scale=scale, recompute=recompute, **params
+        return lambda q, k, v: (
+            sparse_attention("dense", q, k, v, scale=scale, recompute=recompute)
+            + sparse_attention("local", q, k, v, scale=scale, recompute=recompute, **params)
         )
     if kind == "dense-x2":  # the reference for gpt3: two dense layers
-        return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale) + sparse_attention(
-            "dense", q, k, v, scale=scale
+        return lambda q, k, v: (
+            sparse_attention("dense", q, k, v, scale=scale) + sparse_attention("dense", q, k, v, scale=scale)
         )
     if kind.endswith("@flex"):  # FlexAttention BlockMask of the same layout (backward needs CUDA)
         return lambda q, k, v: flex_layout_attention(kind.removesuffix("@flex"), q, k, v, scale=scale, **params)
