@@ -112,6 +112,14 @@ def test_streaming_gives_the_same_files(tmp_path):
     assert _clean("--input", src, "--output", tmp_path / "a", "--recipe", "gopher") == 0
     assert _clean("--input", src, "--output", tmp_path / "b", "--recipe", "gopher", "--streaming") == 0
     assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+    for name, extra in (("c", []), ("d", ["--streaming"])):
+        assert (
+            _clean("--input", src, "--output", tmp_path / name, "--recipe", "gopher", "--format", "parquet", *extra)
+            == 0
+        )
+    tables = [pq.read_table(tmp_path / name / "data.parquet").to_pylist() for name in "cd"]
+    assert tables[0] == tables[1] and [r["id"] for r in tables[0]] == [0, 1, 2]
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["output_file"] == "data.parquet"
 
 
 # ----------------------------------------------------------------------------------------------- bad input
