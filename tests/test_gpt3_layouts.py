@@ -10,6 +10,7 @@ import copy
 
 import pytest
 import torch
+from decoding import stepwise_logits
 from tensor_tracking import LargestTensor
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
@@ -110,12 +111,7 @@ def test_generate_with_cache_equals_without_for_every_layout(layout):
     assert torch.equal(cached, kernels.generate(prompt, use_cache=False, **kwargs))
     with torch.no_grad():  # step-by-step cached logits == one full (kernel) forward
         full = kernels(cached).logits
-        out = kernels(cached[:, :7], use_cache=True)
-        steps = [out.logits]
-        for t in range(7, cached.shape[1]):
-            out = kernels(cached[:, t : t + 1], cache=out.cache, use_cache=True)
-            steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(stepwise_logits(kernels, cached, 7), full, atol=1e-5, rtol=0)
 
 
 def test_a_cached_local_layer_never_attends_past_its_window():
