@@ -174,6 +174,17 @@ def test_perplexity_filter_threshold_and_quantile(tiny_lm):
     assert sorted(half.dataset["text"]) == sorted(t for t, p in zip(texts, ppl, strict=True) if p <= sorted(ppl)[1])
 
 
+def test_perplexity_filter_takes_any_causal_lm(tiny_lm):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tokenizer = tiny_lm
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=4, n_positions=64))
+    step = PerplexityFilter(gpt2.eval(), tokenizer, max_perplexity=1e9)
+    value = step.perplexities([EN_PROSE[0]])[0]  # longer than n_positions: sliding windows
+    assert math.isclose(value, corpus_perplexity(gpt2, tokenizer, EN_PROSE[0]).ppl, rel_tol=1e-5)
+
+
 def test_perplexity_filter_from_a_saved_folder_and_streaming_rules(tiny_lm, tmp_path):
     model, tokenizer = tiny_lm
     model.save_pretrained(tmp_path)
