@@ -157,10 +157,22 @@ def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc
     return _record_and_filter(ds, report, text_field)
 
 
+def _total_chars(ds: Dataset, text_field: str) -> int:
+    """Characters (code points, as len() counts them) in the text column, missing texts as 0, summed in Arrow."""
+    if len(ds) == 0:
+        return 0
+    import pyarrow.compute as pc
+
+    column = ds.with_format("arrow")[text_field]  # respects an indices mapping
+    if column.type == "null":
+        return 0
+    return int(pc.sum(pc.utf8_length(column)).as_py() or 0)
+
+
 def _clean_dataset(ds: Dataset, steps, report, text_field, num_proc, batch_size) -> Dataset:
     columns = ds.column_names
     report.documents_in = len(ds)
-    report.characters_in = sum(len(t) for t in ds[text_field] if isinstance(t, str))
+    report.characters_in = _total_chars(ds, text_field)
     ds = ds.map(InitColumns(text_field), with_indices=True, **_map_kwargs(None, batch_size, "prepare"))
     ds = _record_and_filter(ds, report, text_field)
     for group in segments(steps):
@@ -171,7 +183,7 @@ def _clean_dataset(ds: Dataset, steps, report, text_field, num_proc, batch_size)
             ds = _record_and_filter(ds, report, text_field)
     ds = ds.select_columns(columns).flatten_indices()
     report.documents_out = len(ds)
-    report.characters_out = sum(len(t) for t in ds[text_field])
+    report.characters_out = _total_chars(ds, text_field)
     report.check_totals()
     return ds
 
