@@ -178,3 +178,18 @@ def test_local_kernel_with_smaller_blocks_equals_reference(window, block):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
     for grad, ref_grad in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 16])  # 16 > the 9 blocks of 70 tokens
+def test_fixed_kernel_in_any_number_of_chunks_equals_reference(chunks):
+    qkv = _qkv(2, 70)
+    projection = torch.randn(2, 2, 70, 16)
+    out, grads = _output_and_grads(lambda q, k, v: fixed_attention(q, k, v, 8, 3, 0.3, chunks=chunks), qkv, projection)
+    ref, ref_grads = _output_and_grads(
+        lambda q, k, v: masked_dense_reference("fixed", q, k, v, scale=0.3, sparse_stride=8, sparse_summary=3),
+        qkv,
+        projection,
+    )
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=0)

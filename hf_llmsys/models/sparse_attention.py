@@ -12,8 +12,8 @@ forward. Costs, time and memory (times B H D):
 - ``strided``: half the heads run ``local`` with w = l; the other half reshape the sequence into l interleaved
   groups (positions r, r + l, r + 2l, ...) and run plain causal attention inside each group: O(S * S / l).
 - ``fixed``: queries in blocks of l attend to their own block (causal) plus the gathered c summary columns of
-  every block (those of the current and later blocks masked out): O(S * (n c + l)), i.e. O(S sqrt(S)) for
-  l ~ sqrt(S).
+  the earlier blocks (in a few groups of query blocks, each gathering only the summaries it can see; the rest
+  masked out): O(S * (n c + l)), i.e. O(S sqrt(S)) for l ~ sqrt(S).
 
 ``recompute=True`` wraps a kernel in ``torch.utils.checkpoint`` so nothing but q, k, v is kept for backward and
 the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation).
@@ -135,27 +135,59 @@ def _fixed_block_mask(num_blocks: int, block: int, summary: int, device: torch.d
     return torch.cat([earlier[:, None, :].expand(-1, block, -1), causal.expand(num_blocks, -1, -1)], dim=2)
 
 
+def _group_keys(summaries: torch.Tensor, blocks: torch.Tensor, start: int, end: int, visible: int) -> torch.Tensor:
+    """Keys of query blocks start..end-1: the first ``visible`` summary columns, then each block's own keys.
+
+    summaries (B*H, n*c, D), blocks (B*H, n, b, D) -> (B*H, end - start, visible + b, D).
+    """
+    shared = summaries[:, None, :visible].expand(-1, end - start, -1, -1)
+    return torch.cat([shared, blocks[:, start:end]], dim=2)
+
+
 def fixed_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stride: int, summary: int, scale: float, dropout: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    stride: int,
+    summary: int,
+    scale: float,
+    dropout: float = 0.0,
+    chunks: int = 4,
 ) -> torch.Tensor:
-    """Own block of ``stride`` (causal) plus the last ``summary`` positions of earlier blocks: O(S (n c + l))."""
+    """Own block of ``stride`` (causal) plus the last ``summary`` positions of earlier blocks: O(S (n c + l)).
+
+    Query blocks run in ``chunks`` consecutive groups, one SDPA call each; a group gathers only the summary
+    columns its last block can see, so the gathered keys shrink to about (chunks + 1) / (2 chunks) of n*c per
+    block (the visible summaries grow with the block index: a ragged triangle).
+    """
     batch, heads, seq_len, dim = q.shape
     block = stride
     num_blocks = -(-seq_len // block)
     pad = num_blocks * block - seq_len
     q_blocks = _blocks(_pad_seq(q, 0, pad), block)  # (B*H, n, b, D)
     k_blocks, v_blocks = _blocks(_pad_seq(k, 0, pad), block), _blocks(_pad_seq(v, 0, pad), block)
-
-    def with_summaries(x: torch.Tensor) -> torch.Tensor:
-        # Summary columns (B*H, 1, n*c, D), shared by every query block, then each block's own keys.
-        summaries = x[:, :, block - summary :].reshape(batch * heads, 1, num_blocks * summary, dim)
-        return torch.cat([summaries.expand(-1, num_blocks, -1, -1), x], dim=2)  # (B*H, n, n*c + b, D)
-
-    # A padded last block's summaries are only visible to later blocks, of which there are none.
-    mask = _fixed_block_mask(num_blocks, block, summary, q.device)[None]  # (1, n, b, n*c + b): 4-D, see local
-    out = F.scaled_dot_product_attention(
-        q_blocks, with_summaries(k_blocks), with_summaries(v_blocks), attn_mask=mask, dropout_p=dropout, scale=scale
+    # Summary columns of every block, (B*H, n*c, D). A padded last block's summaries are only visible to later
+    # blocks, of which there are none.
+    k_summaries, v_summaries = (
+        x[:, :, block - summary :].reshape(batch * heads, num_blocks * summary, dim) for x in (k_blocks, v_blocks)
     )
+    full_mask = _fixed_block_mask(num_blocks, block, summary, q.device)  # (n, b, n*c + b)
+    bounds = sorted({round(i * num_blocks / chunks) for i in range(chunks + 1)})
+    outputs = []
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        visible = (end - 1) * summary  # summaries of the blocks before this group's last block
+        mask = torch.cat([full_mask[start:end, :, :visible], full_mask[start:end, :, num_blocks * summary :]], dim=2)
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q_blocks[:, start:end],
+                _group_keys(k_summaries, k_blocks, start, end, visible),
+                _group_keys(v_summaries, v_blocks, start, end, visible),
+                attn_mask=mask[None],  # 4-D: keeps the CPU flash path (see local)
+                dropout_p=dropout,
+                scale=scale,
+            )
+        )
+    out = torch.cat(outputs, dim=1)  # (B*H, n, b, D)
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
 
