@@ -21,6 +21,6 @@ def test_t5_vs_hf_tiny(tmp_path):
     training = results["training"]
     pairs = zip(training["ours"]["losses"], training["theirs"]["losses"], strict=True)
     assert all(abs(a - b) < 1e-4 for a, b in pairs)  # same weights, same batches: the two models train alike
-    assert training["ratio"] > 0 and len(training["ours"]["step_s"]) == 2
+    assert training["ratio"] > 0 and training["cpu_ratio"] > 0 and len(training["ours"]["step_s"]) == 2
     beam = results["beam_search"]
-    assert beam["outputs_identical"] and beam["speedup"] > 0 and beam["new_tokens"] == 3
+    assert beam["outputs_identical"] and beam["speedup"] > 0 and beam["cpu_speedup"] > 0 and beam["new_tokens"] == 3
