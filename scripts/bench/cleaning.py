@@ -12,8 +12,11 @@ Measured:
   * datatrove (when a Python with datatrove is given by --datatrove-python, run as a subprocess so its
     dependencies never touch this environment): Gopher quality, Gopher repetition, C4 quality and FineWeb quality
     with the same parameters on the same English documents (after our html / NFKC / whitespace front steps, as in
-    a recipe): agreement of keep/drop decisions and the speed ratio (datatrove's seconds / ours, per filter).
-    datatrove's English word tokenizer is spaCy's (``pip install datatrove spacy regex`` in that venv).
+    a recipe): agreement of keep/drop decisions and the speed ratio (datatrove's seconds / ours, per filter);
+    and MinHash dedup (5-grams, 14 x 8) through datatrove's four stages (signatures, 14 bucket tasks, clusters,
+    filter) against ours on the English documents with their planted copies. The datatrove venv needs
+    ``pip install datatrove spacy regex tokenizers "xxhash<4"`` (spaCy is its English word tokenizer; its
+    MinHash hashes str objects, which xxhash 4 refuses).
 
     python scripts/bench/cleaning.py                                  # our side only
     python scripts/bench/cleaning.py --datatrove-python /tmp/dt-venv/bin/python --json bench.json
@@ -77,6 +80,25 @@ for name, constructor in job["filters"].items():
         verdict = filt.filter(doc)
         keep.append(bool(verdict if isinstance(verdict, bool) else verdict[0]))
     out[name] = {"keep": keep, "seconds": time.perf_counter() - start}
+if job.get("minhash"):  # the four MinHash stages, one worker each (14 bucket tasks), in a scratch folder
+    import tempfile
+    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
+                                                  MinhashDedupFilter, MinhashDedupSignature)
+    def drain(result):
+        for _ in result or ():
+            pass
+    config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8)
+    texts = job["minhash"]
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        drain(MinhashDedupSignature(f"{tmp}/sigs", config=config).run(
+            iter([Document(text=t, id=str(i)) for i, t in enumerate(texts)]), 0, 1))
+        for bucket in range(config.num_buckets):
+            drain(MinhashDedupBuckets(f"{tmp}/sigs", f"{tmp}/buckets", config=config).run(None, bucket, config.num_buckets))
+        drain(MinhashDedupCluster(f"{tmp}/buckets", f"{tmp}/remove", config=config).run(None, 0, 1))
+        kept = {d.id for d in MinhashDedupFilter(f"{tmp}/remove").run(
+            iter([Document(text=t, id=str(i)) for i, t in enumerate(texts)]), 0, 1)}
+        out["minhash"] = {"keep": [str(i) in kept for i in range(len(texts))], "seconds": time.perf_counter() - start}
 from importlib.metadata import version
 out["_version"] = version("datatrove")
 json.dump(out, sys.stdout)
@@ -159,9 +181,10 @@ def ours_decisions(texts: list[str]) -> dict[str, dict]:
     return out
 
 
-def datatrove_decisions(python: str, texts: list[str]) -> dict:
-    """The same filters through datatrove, in its own interpreter."""
-    job = json.dumps({"texts": texts, "filters": {name: ctor for name, (_, ctor) in FILTERS.items()}})
+def datatrove_decisions(python: str, texts: list[str], minhash_texts: list[str] | None = None) -> dict:
+    """The same filters (and, given `minhash_texts`, MinHash dedup) through datatrove, in its own interpreter."""
+    filters = {name: ctor for name, (_, ctor) in FILTERS.items()}
+    job = json.dumps({"texts": texts, "filters": filters, "minhash": minhash_texts or []})
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
         script.write(DATATROVE_RUNNER)
     try:
@@ -195,6 +218,21 @@ def compare(ours: dict, theirs: dict, n: int) -> dict:
     return rows
 
 
+def compare_minhash(texts: list[str], theirs: dict) -> dict:
+    """Our MinHash dedup (same 5-grams, 14 x 8) on the texts given to datatrove: agreement and speed."""
+    step = MinHashDedup(ngram=5, bands=14, rows=8, tokenization="word")
+    start = time.perf_counter()
+    ours = [d is None for d in step.decide(step.features(texts))]
+    seconds = time.perf_counter() - start
+    agree = sum(a == b for a, b in zip(ours, theirs["keep"], strict=True))
+    return {
+        "documents": len(texts), "agreement": agree / len(texts), "disagreements": len(texts) - agree,
+        "kept_ours": sum(ours), "kept_datatrove": sum(theirs["keep"]),
+        "ours_docs_per_s": len(texts) / seconds, "datatrove_docs_per_s": len(texts) / theirs["seconds"],
+        "speed_ratio": theirs["seconds"] / seconds,
+    }  # fmt: skip
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     base = load_documents(args.data_dir, args.max_docs)
@@ -225,13 +263,15 @@ def main(argv=None) -> dict:
         results["datatrove"]["reason"] = "skipped (--no-datatrove)" if args.no_datatrove else "no --datatrove-python"
     else:
         try:
-            theirs = datatrove_decisions(args.datatrove_python, english)
+            english_with_copies = [d for d in docs if guess_language(d) == "en"]
+            theirs = datatrove_decisions(args.datatrove_python, english, english_with_copies)
         except (OSError, RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
             results["datatrove"]["reason"] = f"datatrove unavailable: {err}"
         else:
             results["datatrove"] = {
                 "available": True, "version": theirs.pop("_version"), "english_documents": len(english),
                 "filters": compare(ours_decisions(english), theirs, len(english)),
+                "minhash": compare_minhash(english_with_copies, theirs["minhash"]),
             }  # fmt: skip
     print_results(results)
     if args.json:
@@ -254,7 +294,7 @@ def print_results(results: dict) -> None:
         return
     print(f"datatrove {dt['version']} on {dt['english_documents']} English documents:")
     print(f"  {'filter':<18} {'agree':>7} {'kept ours/dt':>13} {'ours d/s':>9} {'dt d/s':>9} {'speed x':>8}")
-    for name, row in dt["filters"].items():
+    for name, row in (dt["filters"] | {"minhash (+copies)": dt["minhash"]}).items():
         kept = f"{row['kept_ours']}/{row['kept_datatrove']}"
         print(
             f"  {name:<18} {100 * row['agreement']:>6.1f}% {kept:>13} {row['ours_docs_per_s']:>9.0f} "
