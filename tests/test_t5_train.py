@@ -110,3 +110,25 @@ def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
     b = LlmsysT5ForConditionalGeneration.from_pretrained(resumed).state_dict()
     for name, tensor in a.items():
         torch.testing.assert_close(b[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_seq2seq_perplexity_of_the_trained_model_equals_transformers_t5(trained, tmp_path):
+    """The toolkit's seq2seq perplexity gives the same figure for our model and transformers' T5 on its weights."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from hf_llmsys.evaluation import seq2seq_perplexity
+
+    tokenizer = AutoTokenizer.from_pretrained(trained)
+    ours = LlmsysT5ForConditionalGeneration.from_pretrained(trained).eval()
+    config = ours.config
+    reference_config = T5Config(
+        vocab_size=config.vocab_size, d_model=config.d_model, d_kv=config.d_kv, d_ff=config.d_ff,
+        num_layers=config.num_layers, num_decoder_layers=config.num_decoder_layers, num_heads=config.num_heads,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=config.tie_word_embeddings, decoder_start_token_id=0,
+    )  # fmt: skip
+    theirs = T5ForConditionalGeneration.from_pretrained(trained, config=reference_config).eval()
+    sources = ["The old <extra_id_0> and the sea.", "A dictionary <extra_id_0> words."]
+    targets = ["<extra_id_0> man <extra_id_1>", "<extra_id_0> of <extra_id_1>"]
+    mine = seq2seq_perplexity(ours, tokenizer, sources, targets, batch_size=2)
+    reference = seq2seq_perplexity(theirs, tokenizer, sources, targets, batch_size=2)
+    assert mine.tokens == reference.tokens and mine.ppl == pytest.approx(reference.ppl, rel=1e-5)
