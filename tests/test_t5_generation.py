@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -138,3 +139,23 @@ def test_debug_preset_runs():
     model = LlmsysT5ForConditionalGeneration(LlmsysT5Config.from_preset("debug")).eval()
     out = model.generate(torch.randint(2, 256, (1, 6)), max_new_tokens=3, do_sample=False)
     assert out.shape == (1, 4) and out[0, 0].item() == model.config.decoder_start_token_id
+
+
+def test_gnmt_as_the_saved_default(model, tmp_path):
+    """length_penalty_type in a saved GenerationConfig becomes the model's default; a call can still override."""
+    from transformers import GenerationConfig
+
+    model = copy.deepcopy(model)  # the fixture is shared: leave its generation config alone
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=0, eos_token_id=1, pad_token_id=0, num_beams=4, length_penalty=0.6,
+        length_penalty_type="gnmt",
+    )  # fmt: skip
+    model.save_pretrained(tmp_path)
+    loaded = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path).eval()
+    ids = torch.randint(2, 60, (1, 9), generator=torch.Generator().manual_seed(5))
+    options = dict(max_new_tokens=6, return_dict_in_generate=True, output_scores=True)
+    default = loaded.generate(ids, **options).sequences_scores
+    assert torch.equal(default, loaded.generate(ids, length_penalty_type="gnmt", **options).sequences_scores)
+    assert not torch.equal(
+        default, loaded.generate(ids, length_penalty_type="transformers", **options).sequences_scores
+    )
