@@ -182,6 +182,13 @@ def test_fresh_model_save_load_and_init_scales(tmp_path):
     assert qkv[:inner].std().item() == pytest.approx((d_model * d_kv) ** -0.5, rel=0.15)
     assert qkv[inner:].std().item() == pytest.approx(d_model**-0.5, rel=0.15)
     assert model.shared.weight.std().item() == pytest.approx(1.0, rel=0.1)
+    assert model.lm_head.weight.std().item() == pytest.approx(1.0, rel=0.1)
+    for stack in (model.encoder, model.decoder):  # transformers' T5 init (Mesh TensorFlow's)
+        assert stack.positions.relative_attention_bias.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.3)
+    mlp = model.decoder.layers[0].mlp
+    assert mlp.gate_up_proj.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.15)
+    assert mlp.down_proj.weight.std().item() == pytest.approx(config.d_ff**-0.5, rel=0.15)
+    assert model.decoder.layers[0].cross_attn.o_proj.weight.std().item() == pytest.approx(inner**-0.5, rel=0.15)
     assert model.lm_head.weight.data_ptr() != model.shared.weight.data_ptr()
     model.save_pretrained(tmp_path)
     again = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path).eval()

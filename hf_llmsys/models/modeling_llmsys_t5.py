@@ -263,25 +263,21 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
         """transformers' T5 scheme with ``initializer_factor`` f: embeddings N(0, f), q N(0, f (d_model d_kv)^-1/2),
         k/v/wi N(0, f d_model^-1/2), o N(0, f (H d_kv)^-1/2), wo N(0, f d_ff^-1/2), relative bias N(0, f d_model^-1/2),
         norms 1. Keyed on the modules that own the parameters (see GPT-3's note on transformers' init traversal)."""
-        factor, d_model = self.config.initializer_factor, self.config.d_model
         if isinstance(module, RMSNorm):
-            init.constant_(module.weight, factor)
-        elif isinstance(module, nn.Embedding) and module.weight.shape[0] == self.config.vocab_size:
-            init.normal_(module.weight, std=factor)
-        elif isinstance(module, T5RelativePositionalEncoding):
-            init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
-        elif isinstance(module, nn.Linear):
-            for rows, std in self._linear_init_plan().get(module, [(None, factor * d_model**-0.5)]):
+            init.constant_(module.weight, self.config.initializer_factor)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            default = [(None, self.config.initializer_factor * self.config.d_model**-0.5)]
+            for rows, std in self._init_plan().get(module, default):
                 _normal_rows(module.weight, rows, std)
 
-    def _linear_init_plan(self) -> dict[nn.Linear, list[tuple[slice | None, float]]]:
-        """Per Linear: (row slice or None for all, std) pairs; computed once per model."""
+    def _init_plan(self) -> dict[nn.Module, list[tuple[slice | None, float]]]:
+        """Per Linear / Embedding: (row slice or None for all, std) pairs; computed once per model."""
         if "_t5_init_plan" in self.__dict__:
             return self.__dict__["_t5_init_plan"]
         factor, config = self.config.initializer_factor, self.config
         d_model, inner = config.d_model, config.num_heads * config.d_kv
         q_std, kv_std, o_std = factor * (d_model * config.d_kv) ** -0.5, factor * d_model**-0.5, factor * inner**-0.5
-        plan: dict[nn.Linear, list] = {}
+        plan: dict[nn.Module, list] = {}
         for module in self.modules():
             if isinstance(module, GroupedQueryAttention):
                 plan[module.qkv_proj] = [(slice(0, inner), q_std), (slice(inner, None), kv_std)]
@@ -291,8 +287,13 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
                 plan[module.o_proj] = [(None, o_std)]
             elif isinstance(module, (MLP, GatedMLP)):
                 plan[module.down_proj] = [(None, factor * config.d_ff**-0.5)]
-        if getattr(self, "lm_head", None) is not None:
-            plan[self.lm_head] = [(None, factor)]
+            elif isinstance(module, T5RelativePositionalEncoding):
+                plan[module.relative_attention_bias] = [(None, factor * d_model**-0.5)]
+            elif isinstance(module, T5Stack):
+                plan[module.embed_tokens] = [(None, factor)]
+        for name in ("shared", "lm_head"):
+            if getattr(self, name, None) is not None:
+                plan[getattr(self, name)] = [(None, factor)]
         self.__dict__["_t5_init_plan"] = plan
         return plan
 
