@@ -3,7 +3,7 @@
 
 Not a test: it measures and prints tables. Inputs are (1, 8, S, 64) q, k, v (batch 1, 8 heads, head_dim 64) at
 1k ... 16k tokens. Each variant runs forward, then backward of ``(out * g).sum()``; warm-up runs are discarded
-and the median of ``--reps`` is reported.
+and the median of ``--reps`` is reported (the variants take turns within each repetition).
 
 Variants (``hf_llmsys.models.sparse_attention``):
 - ``dense``: causal SDPA without a mask (the fused flash kernel: it never stores the S x S probabilities).
@@ -130,19 +130,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_variant(fn: Callable, args: argparse.Namespace, seq_len: int, reps: int) -> float:
-    """Median seconds of forward + backward."""
-    q, k, v, grad_out = _inputs(args, seq_len)
-    times = []
-    for rep in range(args.warmup + reps):
-        _sync(args.device)
-        start = time.perf_counter()
-        (fn(q, k, v) * grad_out).sum().backward()
-        _sync(args.device)
-        if rep >= args.warmup:
-            times.append(time.perf_counter() - start)
-        q.grad = k.grad = v.grad = None
-    return statistics.median(times)
+def time_once(fn: Callable, inputs, device: str) -> float:
+    """Seconds of one forward + backward."""
+    q, k, v, grad_out = inputs
+    _sync(device)
+    start = time.perf_counter()
+    (fn(q, k, v) * grad_out).sum().backward()
+    _sync(device)
+    q.grad = k.grad = v.grad = None
+    return time.perf_counter() - start
 
 
 def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int) -> tuple[int, int]:
@@ -173,22 +169,33 @@ def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int) -> tupl
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Measure every variant at every length; returns {variant: {length: {"ms", "peak_mb", "saved_mb"}}}."""
+    """Measure every variant at every length; returns {variant: {length: {"ms", "peak_mb", "saved_mb"}}}.
+
+    Timing is round-robin: each repetition times every variant once, so a change in the machine's load during
+    the run hits all variants alike instead of whichever happened to run then; the median per variant is kept.
+    """
     variants = ["dense", "dense-stored", "local", "strided", "fixed", "gpt3", "dense-x2"]
     variants += ["local+rc", "strided+rc", "fixed+rc", "gpt3+rc"]
     if args.flex:
         variants += ["dense@flex", "local@flex", "strided@flex", "fixed@flex"]
     results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in variants}
     for seq_len in args.lengths:
-        reps = 1 if seq_len >= 8192 else args.reps
-        for name in variants:
-            if name == "dense-stored" and seq_len > args.max_stored_length:
-                continue  # (H, S, S) fp32 probabilities and scores: 17 GB at 16k
-            fn = variant_fn(name, args, seq_len)
-            peak, saved = memory_variant(fn, args, seq_len)
-            seconds = time_variant(fn, args, seq_len, reps)
-            results[name][seq_len] = {"ms": seconds * 1e3, "peak_mb": peak / 2**20, "saved_mb": saved / 2**20}
-            print(f"  measured {name:<13} S={seq_len:<6} {seconds * 1e3:10.1f} ms {peak / 2**20:10.1f} MB", flush=True)
+        names = [n for n in variants if not (n == "dense-stored" and seq_len > args.max_stored_length)]
+        fns = {name: variant_fn(name, args, seq_len) for name in names}
+        for name in names:  # memory first, one variant at a time
+            peak, saved = memory_variant(fns[name], args, seq_len)
+            results[name][seq_len] = {"peak_mb": peak / 2**20, "saved_mb": saved / 2**20}
+        inputs = _inputs(args, seq_len)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for rep in range(args.warmup + args.reps):
+            for name in names:
+                seconds = time_once(fns[name], inputs, args.device)
+                if rep >= args.warmup:
+                    times[name].append(seconds)
+        for name in names:
+            row = results[name][seq_len]
+            row["ms"] = statistics.median(times[name]) * 1e3
+            print(f"  measured {name:<13} S={seq_len:<6} {row['ms']:10.1f} ms {row['peak_mb']:10.1f} MB", flush=True)
     return results
 
 
@@ -240,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--window", type=int, default=256, help="local_window (GPT-3 / GPT-Neo band)")
     parser.add_argument("--stride", type=int, default=None, help="sparse_stride l (default ~sqrt(S))")
-    parser.add_argument("--reps", type=int, default=3, help="timed repetitions (1 from 8k tokens up)")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions (round-robin over the variants)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-stored-length", type=int, default=8192, help="longest S for dense-stored")
     parser.add_argument("--device", default="cpu")
