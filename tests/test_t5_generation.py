@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from remote_code import run_without_the_package, saved_auto_map
 from transformers import T5Config, T5ForConditionalGeneration
 
 from hf_llmsys import LlmsysT5Config, LlmsysT5ForConditionalGeneration
@@ -83,41 +79,32 @@ def test_equivalent_exponent_reproduces_each_penalty():
 def test_saved_folder_loads_with_remote_code_without_the_package(model, tmp_path):
     """save_pretrained ships the modeling code; a clean interpreter with hf_llmsys blocked loads and matches."""
     model.save_pretrained(tmp_path / "ckpt")
-    auto_map = json.loads((tmp_path / "ckpt" / "config.json").read_text())["auto_map"]
-    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    assert saved_auto_map(tmp_path / "ckpt") == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     ids = torch.randint(2, 60, (2, 9))
     with torch.no_grad():
         logits = model(input_ids=ids, decoder_input_ids=ids[:, :5]).logits
     beams = model.generate(ids, num_beams=4, length_penalty=0.6, max_new_tokens=6, length_penalty_type="gnmt")
     torch.save({"ids": ids, "logits": logits, "beams": beams}, tmp_path / "expected.pt")
-    script = textwrap.dedent(
+    run_without_the_package(
+        tmp_path,
         f"""
-        import sys, importlib.abc
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "hf_llmsys" or name.startswith("hf_llmsys."):
-                    raise ImportError("hf_llmsys is blocked in this test")
-        sys.meta_path.insert(0, Block())
         import torch
         from transformers import AutoModel, AutoModelForSeq2SeqLM
         path = {str(tmp_path / "ckpt")!r}
         model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True).eval()
-        assert "hf_llmsys" not in sys.modules
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         saved = torch.load({str(tmp_path / "expected.pt")!r})
         with torch.no_grad():
-            diff = (model(input_ids=saved["ids"], decoder_input_ids=saved["ids"][:, :5]).logits - saved["logits"]).abs().max()
-        assert diff.item() == 0.0, diff
-        beams = model.generate(saved["ids"], num_beams=4, length_penalty=0.6, max_new_tokens=6, length_penalty_type="gnmt")
+            logits = model(input_ids=saved["ids"], decoder_input_ids=saved["ids"][:, :5]).logits
+        assert (logits - saved["logits"]).abs().max().item() == 0.0
+        beams = model.generate(
+            saved["ids"], num_beams=4, length_penalty=0.6, max_new_tokens=6, length_penalty_type="gnmt"
+        )
         assert torch.equal(beams, saved["beams"])
         base = AutoModel.from_pretrained(path, trust_remote_code=True)
         assert type(base).__name__ == "LlmsysT5Model", type(base).__name__
-        print("REMOTE_OK")
-        """
+        """,
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert "REMOTE_OK" in result.stdout, result.stderr[-3000:]
 
 
 @pytest.mark.parametrize("name", sorted(set(T5_PRESETS) - {"debug"}))

@@ -97,6 +97,19 @@ def test_greedy_and_beam_search_match_transformers(pair):
         assert torch.equal(mine, theirs), options
 
 
+def test_sampling_matches_transformers_under_the_same_seed(pair):
+    reference, ours, _ = pair
+    ids, mask, _ = batch(4)
+    options = dict(do_sample=True, top_k=20, temperature=1.3, max_new_tokens=12)
+    drawn = []
+    for model in (reference, ours):
+        torch.manual_seed(7)  # identical logits + identical random stream -> identical samples
+        drawn.append(model.generate(ids, attention_mask=mask, **options))
+    assert torch.equal(drawn[0], drawn[1])
+    torch.manual_seed(8)
+    assert not torch.equal(ours.generate(ids, attention_mask=mask, **options), drawn[1])  # it does sample
+
+
 def test_generate_with_cache_equals_without(pair):
     _, ours, _ = pair
     ids, mask, _ = batch(3)
