@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from huggingface_hub.errors import StrictDataclassError
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "hf_llmsys.training.train:main",
@@ -16,7 +18,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ppl": ("hf_llmsys.evaluation.ppl_cli:main", "corpus perplexity of a causal LM over text files (sliding window)"),
     "ifd": ("hf_llmsys.evaluation.ifd_cli:main", "instruction-following difficulty of Alpaca records; select the top"),
-    "clean": ("hf_llmsys.cleaning.cli:main", "clean pretraining documents with a recipe (normalise, filter, dedup, report)"),
+    "clean": (
+        "hf_llmsys.cleaning.cli:main",
+        "clean pretraining documents with a recipe (normalise, filter, dedup, report)",
+    ),
 }
 
 
@@ -34,7 +39,11 @@ def resolve(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a subcommand; user errors (ValueError) print `llmsys <cmd>: error: ...` and return 2."""
+    """Dispatch to a subcommand; user errors print `llmsys <cmd>: error: ...` and return 2.
+
+    User errors are ValueErrors and the validation errors of transformers' @strict configs (which wrap the
+    ValueError a config's ``validate_*`` raised, message included).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         resolve(name)(rest)
-    except ValueError as err:
+    except (ValueError, StrictDataclassError) as err:
         print(f"llmsys {name}: error: {err}", file=sys.stderr)
         return 2
     return 0

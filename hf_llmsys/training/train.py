@@ -83,8 +83,22 @@ class ModelArguments:
     tie_word_embeddings: bool = field(default=True, metadata={"help": "Share input embedding and LM head."})
     model_type: str = field(
         default="llmsys_llama",
-        metadata={"help": "llmsys_llama (causal LM) or llmsys_t5 (encoder-decoder, span-corruption pre-training)."},
+        metadata={
+            "help": "llmsys_llama or llmsys_gpt3 (causal LMs), or llmsys_t5 (encoder-decoder, span-corruption "
+            "pre-training)."
+        },
     )
+    attention_layout: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "GPT-3 only: layout kinds per layer (dense local strided fixed), repeated; None = dense local."
+        },
+    )
+    local_window: int | None = field(
+        default=None, metadata={"help": "GPT-3 only: band of the local layers; None = block_size // 4."}
+    )
+    sparse_stride: int | None = field(default=None, metadata={"help": "GPT-3 only: l of strided / fixed layers."})
+    sparse_summary: int | None = field(default=None, metadata={"help": "GPT-3 only: c of fixed layers."})
     num_decoder_layers: int | None = field(
         default=None, metadata={"help": "T5 only: decoder layers; None = num_hidden_layers (encoder layers)."}
     )
@@ -229,8 +243,7 @@ def tokenize_and_pack(chunks: list[dict], tokenizer, block_size: int, split: str
     return packed
 
 
-def build_config(args: ModelArguments, tokenizer):
-    """The model config for these arguments and this tokenizer."""
+def _llama_config(args: ModelArguments, tokenizer):
     from ..models import LlmsysLlamaConfig
 
     return LlmsysLlamaConfig(
@@ -250,15 +263,45 @@ def build_config(args: ModelArguments, tokenizer):
     )
 
 
+def _gpt3_config(args: ModelArguments, tokenizer):
+    from ..models import LlmsysGPT3Config
+
+    return LlmsysGPT3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden_size,
+        intermediate_size=None,  # GPT-3: 4d
+        num_hidden_layers=args.num_hidden_layers,
+        num_attention_heads=args.num_attention_heads,
+        max_position_embeddings=args.block_size,
+        attention_layout=args.attention_layout,  # None: GPT-3's dense / local alternation
+        local_window=args.local_window or max(1, args.block_size // 4),
+        sparse_stride=args.sparse_stride,
+        sparse_summary=args.sparse_summary,
+        tie_word_embeddings=args.tie_word_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+# --model_type -> builder of the causal-LM config (the T5 job builds its own, in seq2seq_train.py).
+CAUSAL_LM_CONFIGS = {"llmsys_llama": _llama_config, "llmsys_gpt3": _gpt3_config}
+
+
+def build_config(args: ModelArguments, tokenizer):
+    """The causal-LM config for these arguments and this tokenizer."""
+    return CAUSAL_LM_CONFIGS[args.model_type](args, tokenizer)
+
+
 def build_model(args: ModelArguments, tokenizer):
-    """The one place the model class is chosen: a fresh LLaMA-style model sized by `args`.
+    """The one place the causal-LM class is chosen: a fresh model of --model_type sized by `args`.
 
     Resuming needs nothing special: the Trainer's `load_state_dict` of a checkpoint's split q/k/v, gate/up
     tensors is fused by the model's own `_load_from_state_dict` hooks.
     """
-    from ..models import LlmsysLlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    return LlmsysLlamaForCausalLM(build_config(args, tokenizer))
+    return AutoModelForCausalLM.from_config(build_config(args, tokenizer))
 
 
 def _mismatches(existing: dict, wanted: dict) -> list[str]:
@@ -398,7 +441,11 @@ def run_t5_training(
 
 
 # --model_type -> the job that trains it.
-TRAINING_JOBS = {"llmsys_llama": run_causal_lm_training, "llmsys_t5": run_t5_training}
+TRAINING_JOBS = {
+    "llmsys_llama": run_causal_lm_training,
+    "llmsys_gpt3": run_causal_lm_training,
+    "llmsys_t5": run_t5_training,
+}
 
 
 def train_or_skip(trainer: Trainer, checkpoint: str | None, max_steps: int) -> TrainOutput:
