@@ -17,7 +17,6 @@ save is `train.py`'s atomic save (config.json moved in last).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -33,8 +32,10 @@ from .train import (
     atomic_save,
     check_output_dir,
     clear_checkpoints,
+    examples_per_step,
     find_checkpoint,
     load_chunks,
+    loss_metrics,
     print_results,
     split_chunks,
     train_or_skip,
@@ -216,25 +217,13 @@ def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, voca
 
 def summarize_t5(eval_metrics, train_out, train_ds, val_ds, collator, tokenizer, training_args) -> dict:
     """Validation loss and perplexity per target token, the unigram baseline, ratio and token counts."""
-    loss = eval_metrics["eval_loss"]
     unigram = target_unigram_perplexity(train_ds, val_ds, collator, len(tokenizer), training_args.seed)
-    examples_per_step = (
-        training_args.per_device_train_batch_size
-        * max(1, training_args.world_size)
-        * training_args.gradient_accumulation_steps
-    )
     return {
-        "val_loss": loss,
-        "val_perplexity": math.exp(loss),
-        "unigram_perplexity": unigram,
-        "perplexity_ratio": unigram / math.exp(loss),
-        "train_loss": train_out.training_loss,
-        "global_step": train_out.global_step,
-        "tokens_seen": train_out.global_step * examples_per_step * collator.raw_length,
+        **loss_metrics(eval_metrics, unigram, train_out),
+        "tokens_seen": train_out.global_step * examples_per_step(training_args) * collator.raw_length,
         "train_tokens": len(train_ds) * collator.raw_length,
         "validation_target_tokens": sum(len(row) for row in val_ds["labels"]),
         "raw_length": collator.raw_length,
         "target_length": collator.target_length,
         "vocab_size": len(tokenizer),
-        "train_runtime_s": train_out.metrics.get("train_runtime"),
     }

@@ -461,16 +461,18 @@ def train_or_skip(trainer: Trainer, checkpoint: str | None, max_steps: int) -> T
     return trainer.train(resume_from_checkpoint=checkpoint)
 
 
-def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, training_args) -> dict:
-    """Validation loss and perplexity, unigram baseline, ratio and token counts as a JSON-ready dict."""
-    loss = eval_metrics["eval_loss"]
-    unigram = baseline_perplexity(train_ds, val_ds, len(tokenizer))
-    tokens_per_step = (
+def examples_per_step(training_args) -> int:
+    """Training examples per optimizer step, over devices and gradient accumulation."""
+    return (
         training_args.per_device_train_batch_size
-        * model_args.block_size
         * max(1, training_args.world_size)
         * training_args.gradient_accumulation_steps
     )
+
+
+def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> dict:
+    """Validation loss and perplexity, the unigram baseline and their ratio, steps and tokens seen."""
+    loss = eval_metrics["eval_loss"]
     return {
         "val_loss": loss,
         "val_perplexity": math.exp(loss),
@@ -478,11 +480,19 @@ def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, 
         "perplexity_ratio": unigram / math.exp(loss),
         "train_loss": train_out.training_loss,
         "global_step": train_out.global_step,
-        "tokens_seen": train_out.global_step * tokens_per_step,
+        "train_runtime_s": train_out.metrics.get("train_runtime"),
+    }
+
+
+def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, training_args) -> dict:
+    """Validation loss and perplexity, unigram baseline, ratio and token counts as a JSON-ready dict."""
+    unigram = baseline_perplexity(train_ds, val_ds, len(tokenizer))
+    return {
+        **loss_metrics(eval_metrics, unigram, train_out),
+        "tokens_seen": train_out.global_step * examples_per_step(training_args) * model_args.block_size,
         "train_tokens": len(train_ds) * model_args.block_size,
         "validation_tokens": len(val_ds) * model_args.block_size,
         "vocab_size": len(tokenizer),
-        "train_runtime_s": train_out.metrics.get("train_runtime"),
     }
 
 
