@@ -25,3 +25,13 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} not found (set LLMSYS_DATA_DIR)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    """20,000 characters of the embedded corpus as a UTF-8 text file (training-job tests)."""
+    from hf_llmsys.data.corpus import load_default_corpus
+
+    path = tmp_path_factory.mktemp("data") / "tiny.txt"
+    path.write_text(load_default_corpus()[5000:25000], encoding="utf-8")
+    return path

@@ -24,13 +24,6 @@ TINY_T5 = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "tiny.txt"
-    path.write_text(load_default_corpus()[5000:25000], encoding="utf-8")
-    return path
-
-
 def run(text_file, out, *extra):
     return main(["train", "--train_files", str(text_file), "--output_dir", str(out), *TINY_T5, *extra])
 

@@ -10,7 +10,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from hf_llmsys.cli import main
-from hf_llmsys.data.corpus import load_default_corpus
 from hf_llmsys.models import LlmsysLlamaForCausalLM
 from hf_llmsys.training import train
 
@@ -20,13 +19,6 @@ TINY_MODEL = [
     "--per_device_eval_batch_size", "8", "--logging_steps", "2", "--disable_tqdm", "true",
     "--validation_fraction", "0.2",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "tiny.txt"
-    path.write_text(load_default_corpus()[5000:25000], encoding="utf-8")
-    return path
 
 
 def run(text_file, out, *extra):
