@@ -29,14 +29,13 @@ from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sent
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
 from .train import (
     DEFAULT_OUTPUT_DIR,
-    atomic_save,
     check_output_dir,
     clear_checkpoints,
     examples_per_step,
     find_checkpoint,
+    finish_job,
     load_chunks,
     loss_metrics,
-    print_results,
     split_chunks,
     train_or_skip,
 )
@@ -193,18 +192,8 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         print(f"resuming from {checkpoint}")
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
-    results["runtime_s"] = round(time.time() - start, 1)
-    trainer.model.config.use_cache = True
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
-    atomic_save(
-        training_args.output_dir,
-        trainer.model,
-        tokenizer,
-        t5_generation_config(tokenizer, training_args.max_new_tokens),
-        results,
-    )
-    print_results(results, training_args.output_dir)
-    return results
+    return finish_job(trainer, tokenizer, t5_generation_config(tokenizer, training_args.max_new_tokens), results, start)
 
 
 def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:

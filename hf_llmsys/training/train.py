@@ -418,17 +418,7 @@ def run_causal_lm_training(
         print(f"resuming from {checkpoint}")
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
-    results["runtime_s"] = round(time.time() - start, 1)
-    trainer.model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
-    atomic_save(
-        training_args.output_dir,
-        trainer.model,
-        tokenizer,
-        generation_config(tokenizer, training_args.max_new_tokens),
-        results,
-    )
-    print_results(results, training_args.output_dir)
-    return results
+    return finish_job(trainer, tokenizer, generation_config(tokenizer, training_args.max_new_tokens), results, start)
 
 
 def run_t5_training(
@@ -494,6 +484,16 @@ def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, 
         "validation_tokens": len(val_ds) * model_args.block_size,
         "vocab_size": len(tokenizer),
     }
+
+
+def finish_job(trainer: Trainer, tokenizer, gen_config: GenerationConfig, results: dict, start: float) -> dict:
+    """Record the runtime, re-enable the cache for generation, save atomically, print and return the results."""
+    output_dir = trainer.args.output_dir
+    results["runtime_s"] = round(time.time() - start, 1)
+    trainer.model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
+    atomic_save(output_dir, trainer.model, tokenizer, gen_config, results)
+    print_results(results, output_dir)
+    return results
 
 
 def print_results(results: dict, output_dir: str) -> None:
