@@ -22,6 +22,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "hf_llmsys.cleaning.cli:main",
         "clean pretraining documents with a recipe (normalise, filter, dedup, report)",
     ),
+    "sft": (
+        "hf_llmsys.training.sft:main",
+        "instruction-tune a model on Alpaca-format records (loss on the response only; LoRA, packing)",
+    ),
+    "card": ("hf_llmsys.hub.cards:main", "write or refresh README.md (the model card) of a saved model folder"),
+    "push": ("hf_llmsys.hub.cli:push_main", "push a saved model, adapter or dataset folder to the Hub"),
+    "pull": ("hf_llmsys.hub.cli:pull_main", "download a Hub repo (or one revision of it) into a folder"),
+    "demo": ("hf_llmsys.demo.cli:main", "open the Gradio demo (positional encodings, perplexity, sparse attention)"),
 }
 
 

@@ -2,6 +2,8 @@
 # Creates (or reuses) .venv and installs hf-llmsys with its development extras.
 # torch: pinned to LLMSYS_TORCH_SPEC (default torch==2.13.0, the CPU build these machines carry on local disk)
 # only when the environment has no torch yet; set LLMSYS_TORCH_SPEC="" to let pip choose.
+# As root on Debian, also installs Debian's chromium + chromium-driver for the demo's browser test (skipped
+# when apt is unavailable or LLMSYS_SKIP_BROWSER=1; the test then skips and says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,3 +14,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   [ -n "$spec" ] && .venv/bin/python -m pip install -q "$spec"
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"
+if [ "${LLMSYS_SKIP_BROWSER:-0}" != 1 ] && [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } >/dev/null 2>&1 \
+    || echo "setup: could not install chromium (the browser test will skip)" >&2
+fi
