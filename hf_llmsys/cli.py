@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from huggingface_hub.errors import StrictDataclassError
+from .user_errors import debug_enabled, describe
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
@@ -47,10 +47,12 @@ def resolve(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a subcommand; user errors print `llmsys <cmd>: error: ...` and return 2.
+    """Dispatch to a subcommand; user errors print one line `llmsys <cmd>: error: ...` and return 2.
 
-    User errors are ValueErrors and the validation errors of transformers' @strict configs (which wrap the
-    ValueError a config's ``validate_*`` raised, message included).
+    User errors are ValueErrors (what the subcommands raise for what they check), the validation errors of
+    transformers' @strict configs, and what `user_errors.describe` recognises from the libraries underneath
+    (missing / unreadable files, a full or read-only disk, Hub errors, corrupt weight files). Anything else is a
+    bug and keeps its traceback. Ctrl-C returns 130. `LLMSYS_DEBUG=1` re-raises user errors too.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -62,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         resolve(name)(rest)
-    except (ValueError, StrictDataclassError) as err:
-        print(f"llmsys {name}: error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"llmsys {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        message = describe(err)
+        if message is None or debug_enabled():
+            raise
+        print(f"llmsys {name}: error: {message}", file=sys.stderr)
         return 2
     return 0
