@@ -1,0 +1,5 @@
+"""Real pretrained checkpoints obtainable without the Hugging Face Hub, converted to ordinary transformers folders."""
+
+from .smollm2 import SMOLLM2, default_cache_dir, fetch_smollm2, find_smollm2
+
+__all__ = ["SMOLLM2", "default_cache_dir", "fetch_smollm2", "find_smollm2"]
