@@ -1,0 +1,222 @@
+"""Instruction-tuning examples: a record, a template and a tokenizer -> ``input_ids`` / ``labels``.
+
+Decoder-only (causal LM) example, one row of length T <= max_length::
+
+    input_ids = [BOS?] + prompt ids + response ids + [EOS]
+    labels    = [-100] * (len(BOS?) + len(prompt ids)) + response ids + [EOS]
+
+The model shifts the labels itself (label t is predicted at position t - 1), so the first response token is
+predicted from the last prompt token and the EOS is supervised: the model learns where to stop.
+
+Encoder-decoder (T5) example::
+
+    input_ids = [BOS?] + prompt ids + [the tokenizer's trailing specials, e.g. T5's </s>]   (the encoder input)
+    labels    = response ids + [EOS]                                                       (decoder_input_ids =
+                labels shifted right with decoder_start_token_id, done by the model, T5's convention)
+
+Boundary: the prompt and the response texts (`PromptTemplate.split`) are tokenized SEPARATELY and the ids
+concatenated, so no token straddles the seam and exactly the prompt tokens are -100 whatever the tokenizer merges
+(Stanford Alpaca's ``train.py`` tokenizes prompt and prompt + answer and masks ``len(prompt ids)`` tokens: off by
+one when BPE merges across the seam, stanford_alpaca PR #229). Generation is given `encode_prompt`, the same ids.
+The BOS (the tokenizer's leading special tokens, if ``add_special_tokens`` adds any) is prepended once; the EOS is
+appended as an id, never as text (a tokenizer with ``split_special_tokens`` would spell it out as bytes).
+
+Truncation to ``max_length`` (tokens, BOS and EOS included) cuts the prompt first, never below
+``min(len(prompt), max_length // 2)`` tokens: ``prompt_truncation="middle"`` (default) keeps the head and tail of
+the prompt (the template's preamble and its response marker) and drops the middle of the instruction / input;
+``"left"`` drops the prompt's first tokens (after the BOS). Only then is the response cut from the right (its
+EOS lost, counted as ``response_truncated``), or the example dropped with ``response_overflow="drop"``. An example
+that would keep no response token is dropped and counted (``no_response_left``), never kept as an all -100 row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from datasets import Dataset
+
+IGNORE_INDEX = -100
+PROMPT_TRUNCATIONS = ("middle", "left")
+RESPONSE_OVERFLOWS = ("truncate", "drop")
+
+
+def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids `tokenizer` adds before and after the text with ``add_special_tokens=True`` (e.g. BOS; T5's EOS)."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return full[:start], full[start + len(plain) :]
+    return [], []
+
+
+def check_tokenizer(tokenizer, needs_pad: bool = True) -> None:
+    """An SFT tokenizer needs an EOS (to learn to stop) and, for padded batches, a pad token."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError(
+            "the tokenizer has no eos_token: the model could not learn where a response ends; set "
+            "tokenizer.eos_token (and save the tokenizer) before instruction tuning"
+        )
+    if needs_pad and tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer has no pad_token, needed to batch examples of different lengths; set tokenizer.pad_token "
+            "(e.g. to its eos_token: pass --pad_token eos), or use --packing"
+        )
+
+
+def cut_prompt(ids: list[int], keep: int, side: str) -> list[int]:
+    """The prompt ids cut to `keep` tokens: its head and tail ("middle") or its tail ("left")."""
+    if keep >= len(ids):
+        return ids
+    if keep <= 0:
+        return []
+    if side == "left":
+        return ids[len(ids) - keep :]
+    head = keep // 2
+    return ids[:head] + ids[len(ids) - (keep - head) :]
+
+
+@dataclass
+class SFTExampleEncoder:
+    """Turns records into SFT examples under one tokenizer, template and truncation policy (see module doc).
+
+    `encode(record)` -> ``(example or None, events)``: the example dict holds ``input_ids`` and ``labels``; events
+    name what happened (``prompt_truncated``, ``response_truncated``, or the drop reason ``no_response_left`` /
+    ``response_too_long``). `encode_prompt(record)` gives the generation input of a decoder-only model.
+    """
+
+    tokenizer: object
+    template: object
+    max_length: int
+    is_encoder_decoder: bool = False
+    prompt_truncation: str = "middle"
+    response_overflow: str = "truncate"
+    max_target_length: int | None = None  # encoder-decoder: label length limit (None: max_length)
+    lead: list[int] = field(init=False)
+    trail: list[int] = field(init=False)
+
+    def __post_init__(self):
+        if self.prompt_truncation not in PROMPT_TRUNCATIONS:
+            raise ValueError(f"--prompt_truncation {self.prompt_truncation!r}: choose one of {PROMPT_TRUNCATIONS}")
+        if self.response_overflow not in RESPONSE_OVERFLOWS:
+            raise ValueError(f"--response_overflow {self.response_overflow!r}: choose one of {RESPONSE_OVERFLOWS}")
+        check_tokenizer(self.tokenizer, needs_pad=False)
+        lead, trail = special_affixes(self.tokenizer)
+        self.lead = lead if self.template.add_bos else []
+        self.trail = trail if self.is_encoder_decoder else []
+        self._check_max_length()
+
+    def _check_max_length(self) -> None:
+        """max_length must hold the template's own text, one response token and the EOS."""
+        empty = {"instruction": "", "input": "", "output": ""}
+        prompt_text, _ = self.template.split(empty)
+        fixed = len(self.lead) + len(self._tokens(prompt_text)) + len(self.trail)
+        needed = fixed if self.is_encoder_decoder else fixed + 2
+        if self.max_length < needed:
+            raise ValueError(
+                f"--max_length {self.max_length} is below the template's own length ({needed} tokens: "
+                f"template {self.template.name!r} with empty fields"
+                + ("" if self.is_encoder_decoder else ", one response token and the EOS")
+                + "); raise --max_length or choose a shorter --template"
+            )
+
+    def _tokens(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] if text else []
+
+    def _response_ids(self, response_ids: list[int]) -> list[int]:
+        eos = [self.tokenizer.eos_token_id] if self.template.appends_eos else []
+        return response_ids + eos
+
+    def encode_ids(self, prompt_ids: list[int], response_ids: list[int]) -> tuple[dict | None, list[str]]:
+        """One example from already tokenized prompt and response texts (no specials)."""
+        if self.is_encoder_decoder:
+            return self._seq2seq(prompt_ids, self._response_ids(response_ids))
+        return self._causal(prompt_ids, self._response_ids(response_ids))
+
+    def encode(self, record: dict) -> tuple[dict | None, list[str]]:
+        """One example for `record` (see class doc)."""
+        prompt_text, response_text = self.template.split(record)
+        return self.encode_ids(self._tokens(prompt_text), self._tokens(response_text))
+
+    def _causal(self, prompt: list[int], response: list[int]) -> tuple[dict | None, list[str]]:
+        events = []
+        budget = self.max_length - len(self.lead)
+        if len(prompt) + len(response) > budget:
+            keep = max(budget - len(response), min(len(prompt), budget // 2))
+            if keep < len(prompt):
+                prompt = cut_prompt(prompt, keep, self.prompt_truncation)
+                events.append("prompt_truncated")
+            room = budget - len(prompt)
+            if room < len(response):
+                if room <= 0:
+                    return None, ["no_response_left"]
+                if self.response_overflow == "drop":
+                    return None, ["response_too_long"]
+                response = response[:room]
+                events.append("response_truncated")
+        prefix = self.lead + prompt
+        return {"input_ids": prefix + response, "labels": [IGNORE_INDEX] * len(prefix) + response}, events
+
+    def _seq2seq(self, prompt: list[int], response: list[int]) -> tuple[dict | None, list[str]]:
+        events = []
+        room = self.max_length - len(self.lead) - len(self.trail)
+        if len(prompt) > room:
+            prompt = cut_prompt(prompt, room, self.prompt_truncation)
+            events.append("prompt_truncated")
+        limit = self.max_target_length or self.max_length
+        if len(response) > limit:
+            if self.response_overflow == "drop":
+                return None, ["response_too_long"]
+            response = response[:limit]
+            events.append("response_truncated")
+        return {"input_ids": self.lead + prompt + self.trail, "labels": response}, events
+
+    def encode_prompt(self, record: dict, max_prompt_length: int | None = None) -> list[int]:
+        """The ids generation starts from: the same prompt ids as in training (cut the same way when too long)."""
+        ids = self._tokens(self.template.prompt(record))
+        room = (max_prompt_length or self.max_length) - len(self.lead) - len(self.trail)
+        return self.lead + cut_prompt(ids, room, self.prompt_truncation) + self.trail
+
+    def encode_batch(self, records: Sequence[dict]) -> tuple[list[dict | None], list[list[str]]]:
+        """`encode` for many records, with the tokenizer called once for all prompts and once for all responses."""
+        pairs = [self.template.split(r) for r in records]
+        prompts = self._batch_tokens([p for p, _ in pairs])
+        responses = self._batch_tokens([r for _, r in pairs])
+        results = [self.encode_ids(p, r) for p, r in zip(prompts, responses, strict=True)]
+        return [ex for ex, _ in results], [ev for _, ev in results]
+
+    def _batch_tokens(self, texts: list[str]) -> list[list[int]]:
+        ids = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+        return [x if t else [] for x, t in zip(ids, texts, strict=True)]
+
+
+def build_sft_dataset(records: Sequence[dict], encoder: SFTExampleEncoder) -> tuple[Dataset, dict]:
+    """The examples of `records` as a `Dataset` (columns input_ids, labels) and the counts of what happened.
+
+    Counts: ``records``, ``examples``, ``dropped`` (reason -> count), ``prompt_truncated``, ``response_truncated``,
+    ``response_tokens`` (supervised label tokens over all examples).
+    """
+    examples, events = encoder.encode_batch(records)
+    counts = Counter(e for ev in events for e in ev)
+    kept = [ex for ex in examples if ex is not None]
+    dropped = {reason: counts[reason] for reason in ("no_response_left", "response_too_long") if counts[reason]}
+    stats = {
+        "records": len(records),
+        "examples": len(kept),
+        "dropped": dropped,
+        "prompt_truncated": counts["prompt_truncated"],
+        "response_truncated": counts["response_truncated"],
+        "response_tokens": sum(sum(1 for t in ex["labels"] if t != IGNORE_INDEX) for ex in kept),
+    }
+    columns = {"input_ids": [ex["input_ids"] for ex in kept], "labels": [ex["labels"] for ex in kept]}
+    return Dataset.from_dict(columns), stats
+
+
+def encode_records(
+    records: Sequence[dict], tokenizer, template, max_length: int, is_encoder_decoder: bool = False, **options
+) -> tuple[Dataset, dict]:
+    """One call for scripts: `build_sft_dataset` with an `SFTExampleEncoder` built from these arguments."""
+    encoder = SFTExampleEncoder(tokenizer, template, max_length, is_encoder_decoder=is_encoder_decoder, **options)
+    return build_sft_dataset(records, encoder)

@@ -1,0 +1,96 @@
+"""Local tokenizers and records for the instruction-tuning tests (nothing is downloaded).
+
+- `byte_bpe()`: our byte-level BPE (GPT-2 style: spaces attach to the next word, no BOS added);
+- `sentencepiece_like(kind)`: a `tokenizers` Unigram with the Metaspace pre-tokenizer (SentencePiece's "▁"
+  convention); ``kind="llama"`` adds ``<s>`` in front (LLaMA), ``kind="t5"`` appends ``</s>`` (T5);
+- `gpt2()`: the real GPT-2 tokenizer files from the shared data folder, or None when absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+RECORDS = [
+    {"instruction": "Give three tips for staying healthy.", "input": "", "output": "Eat well, sleep, and move."},
+    {"instruction": "Translate to French.", "input": "Good morning, friend.", "output": "Bonjour, mon ami."},
+    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"},
+    {"instruction": "Name the capital of France.", "output": "Paris"},
+    {"instruction": "Say hi with an emoji.", "input": "", "output": ":) hi"},
+    {"instruction": "Continue.", "input": "\n", "output": "\n\nIndented\n  text"},
+]
+
+TRAINING_TEXT = [
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.",
+    "### Instruction: ### Input: ### Response: Paris is the capital of France. Bonjour, mon ami.",
+    "Eat well, sleep, and move. Give three tips for staying healthy. Translate to French. Add the numbers 2 and 3.",
+    "0 1 2 3 4 5 6 7 8 9 reverse sort add digits :) hi emoji Indented text continue",
+] * 20
+
+
+@functools.cache
+def byte_bpe() -> PreTrainedTokenizerFast:
+    """Our byte-level BPE trained on a little template-like text."""
+    from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+
+    return train_bpe_tokenizer(TRAINING_TEXT, vocab_size=400)
+
+
+def _unigram() -> Tokenizer:
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>", "<s>"], unk_token="<unk>", show_progress=False
+    )
+    tok.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    return tok
+
+
+@functools.cache
+def sentencepiece_like(kind: str = "llama") -> PreTrainedTokenizerFast:
+    """A SentencePiece-style Unigram tokenizer; "llama": BOS <s> prepended, "t5": </s> appended."""
+    tok = _unigram()
+    if kind == "llama":
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+        )
+    else:
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+def gpt2(tmp_dir: Path):
+    """The real GPT-2 BPE from the shared data folder (a tokenizer_config.json written beside it), or None."""
+    src = SHARED_DATA / "tokenizers" / "gpt2"
+    if not (src / "vocab.json").exists():
+        return None
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("vocab.json", "merges.txt"):
+        (tmp_dir / name).write_bytes((src / name).read_bytes())
+    (tmp_dir / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+    tok = AutoTokenizer.from_pretrained(tmp_dir)
+    tok.pad_token = tok.eos_token
+    return tok
+
+
+def reverse_task(n: int, seed: int, length: tuple[int, int] = (3, 5)) -> list[dict]:
+    """Records of a learnable synthetic task: reverse a short string of digits (distinct prompts per seed)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        digits = " ".join(rng.choice("0123456789") for _ in range(rng.randint(*length)))
+        out.append({"instruction": "Reverse the digits.", "input": digits, "output": " ".join(digits.split()[::-1])})
+    return out
