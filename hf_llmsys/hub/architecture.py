@@ -1,0 +1,206 @@
+"""What a model card says about an architecture, read from its config: table rows, tags, task, papers.
+
+One describer per model type (``ARCHITECTURES``: model_type -> function(config) -> ``Architecture``); parameters
+are counted on the model built from the config on the meta device (no memory, no weights), so the figure is the
+model's own, never a number written down. Positional encodings, feed-forward kinds and attention layouts are
+named through small tables so that a new variant is one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
+
+# position_embedding_type -> (card text, tag, citation keys)
+POSITIONAL_ENCODING_NAMES = {
+    "rope": ("RoPE", "rope", ["su2021roformer"]),
+    "none": ("none (NoPE)", "nope", ["kazemnejad2023nope"]),
+    "sinusoidal": ("sinusoidal absolute", "sinusoidal-positions", ["vaswani2017attention"]),
+    "learned": ("learned absolute", "learned-positions", ["radford2019gpt2"]),
+    "alibi": ("ALiBi linear biases", "alibi", ["press2022alibi"]),
+    "t5": ("T5 relative buckets", "t5-relative-bias", ["raffel2020t5"]),
+    "relative": ("Shaw et al. relative embeddings", "relative-positions", ["shaw2018relative"]),
+}
+
+# (activation, gated) -> feed-forward name
+FEED_FORWARD_NAMES = {
+    ("silu", True): "SwiGLU",
+    ("gelu", True): "GeGLU",
+    ("gelu_new", True): "GeGLU (tanh GELU)",
+    ("relu", True): "ReGLU",
+}
+
+# attention layout kind -> card text (GPT-3-style sparse layers)
+LAYOUT_NAMES = {
+    "dense": "dense causal",
+    "local": "local band of {local_window}",
+    "strided": "strided (stride {sparse_stride})",
+    "fixed": "fixed (block {sparse_stride}, {sparse_summary} summary)",
+}
+
+
+@dataclass
+class Architecture:
+    """The architecture facts a card shows: table rows, Hub tags, pipeline task, Auto class and papers."""
+
+    name: str
+    parameters: int
+    rows: list[tuple[str, str]]
+    pipeline_tag: str
+    auto_class: str
+    tags: list[str] = field(default_factory=list)
+    citations: list[str] = field(default_factory=list)
+
+
+def count_parameters(config: PreTrainedConfig, auto_class) -> int:
+    """Parameters of the model built from ``config`` on the meta device (shared / tied tensors counted once)."""
+    with torch.device("meta"):
+        model = auto_class.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def human_count(n: int) -> str:
+    """1234567 -> '1.23M' (for titles; the table carries the exact count)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return str(n)
+
+
+def feed_forward_name(activation: str, gated: bool) -> str:
+    return FEED_FORWARD_NAMES.get((activation, gated), f"{activation} {'GLU' if gated else 'MLP'}")
+
+
+def attention_kind(heads: int, kv_heads: int) -> tuple[str, str, list[str]]:
+    """MHA / MQA / GQA from the head counts: (text, tag, citations)."""
+    if kv_heads == heads:
+        return "multi-head", "mha", []
+    if kv_heads == 1:
+        return "multi-query", "mqa", ["shazeer2019mqa"]
+    return f"grouped-query ({heads // kv_heads} queries per kv head)", "gqa", ["ainslie2023gqa"]
+
+
+def positional_encoding(config) -> tuple[str, str, list[str]]:
+    """The positional encoding's card text, tag and citations; RoPE adds its scaling type, theta and pairing."""
+    kind = getattr(config, "position_embedding_type", "rope")
+    text, tag, cites = POSITIONAL_ENCODING_NAMES.get(kind, (kind, kind, []))
+    if kind == "rope":
+        rope = getattr(config, "rope_parameters", None) or {}
+        pairing = "interleaved pairs (Meta)" if getattr(config, "rope_interleaved", False) else "rotate-half"
+        scaling = rope.get("rope_type", "default")
+        text = f"RoPE ({scaling}), theta {rope.get('rope_theta', 10000.0):g}, {pairing}"
+    return text, tag, list(cites)
+
+
+def layer_layouts(config) -> list[str]:
+    """Per-layer attention kinds: the config's own list when it has one, else dense causal in every layer."""
+    if hasattr(config, "layer_layouts"):
+        return list(config.layer_layouts())
+    return ["dense"] * config.num_hidden_layers
+
+
+def describe_layouts(config, kinds: list[str]) -> str:
+    """'dense causal, local band of 256 (x6)': the per-layer pattern, compressed when it repeats."""
+    names = [LAYOUT_NAMES.get(kind, kind).format(**vars_of(config)) for kind in kinds]
+    for period in range(1, len(names) + 1):
+        if len(names) % period == 0 and names == names[:period] * (len(names) // period):
+            break
+    pattern = ", ".join(names[:period])
+    repeats = len(names) // period
+    if period == 1:
+        return f"{pattern} in all {len(names)} layers"
+    return f"{pattern} (repeated x{repeats})" if repeats > 1 else pattern
+
+
+def vars_of(config) -> dict:
+    return {key: getattr(config, key, None) for key in ("local_window", "sparse_stride", "sparse_summary")}
+
+
+def describe_decoder(config, name: str, paper: str) -> Architecture:
+    """LLaMA-style and GPT-3-style decoders (same field names)."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    attention, attention_tag, attention_cites = attention_kind(heads, kv_heads)
+    position, position_tag, position_cites = positional_encoding(config)
+    activation, gated = config.hidden_act, getattr(config, "mlp_gated", True)
+    norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(getattr(config, "norm_type", "rmsnorm"), "?")
+    eps = getattr(config, "rms_norm_eps", None)
+    kinds = layer_layouts(config)
+    parameters = count_parameters(config, AutoModelForCausalLM)
+    rows = [
+        ("parameters", f"{parameters:,}"),
+        ("layers", str(config.num_hidden_layers)),
+        ("hidden size", str(config.hidden_size)),
+        ("heads / kv heads (head dim)", f"{heads} / {kv_heads} ({head_dim}), {attention}"),
+        ("feed-forward", f"{feed_forward_name(activation, gated)}, intermediate {config.intermediate_size}"),
+        ("norm", f"{norm} pre-norm, eps {eps:g}" if eps is not None else f"{norm} pre-norm"),
+        ("positional encoding", position),
+        ("per-layer attention", describe_layouts(config, kinds)),
+        ("context", f"{config.max_position_embeddings} tokens"),
+        ("vocabulary / embeddings", f"{config.vocab_size:,}, {'tied' if config.tie_word_embeddings else 'untied'}"),
+    ]
+    sparse = sorted(set(kinds) - {"dense"})
+    tags = [config.model_type, position_tag, attention_tag, *(f"{kind}-attention" for kind in sparse)]
+    cites = [paper, *position_cites, *attention_cites]
+    if gated and activation == "silu":
+        cites.append("shazeer2020glu")
+    if norm == "RMSNorm":
+        cites.append("zhang2019rmsnorm")
+    if set(sparse) & {"strided", "fixed"}:
+        cites.append("child2019sparse")
+    return Architecture(name, parameters, rows, "text-generation", "AutoModelForCausalLM", tags, cites)
+
+
+def describe_llama(config) -> Architecture:
+    return describe_decoder(config, "LLaMA-style decoder", "touvron2023llama")
+
+
+def describe_gpt3(config) -> Architecture:
+    return describe_decoder(config, "GPT-3-style decoder", "brown2020gpt3")
+
+
+def describe_t5(config) -> Architecture:
+    """T5-style encoder-decoder."""
+    parameters = count_parameters(config, AutoModelForSeq2SeqLM)
+    ffn = feed_forward_name(config.hidden_act, config.mlp_gated)
+    rows = [
+        ("parameters", f"{parameters:,}"),
+        ("encoder / decoder layers", f"{config.num_layers} / {config.num_decoder_layers}"),
+        ("d_model / heads / d_kv / d_ff", f"{config.d_model} / {config.num_heads} / {config.d_kv} / {config.d_ff}"),
+        ("feed-forward", ffn),
+        ("norm", f"T5 RMS norm pre-norm, eps {config.layer_norm_epsilon:g}"),
+        (
+            "positional encoding",
+            f"T5 relative buckets ({config.relative_attention_num_buckets} buckets, max distance "
+            f"{config.relative_attention_max_distance}), one table per stack",
+        ),
+        ("per-layer attention", "bidirectional self-attention (encoder); causal self- and cross-attention (decoder)"),
+        ("vocabulary / embeddings", f"{config.vocab_size:,}, {'tied' if config.tie_word_embeddings else 'untied'}"),
+    ]
+    tags = [config.model_type, "t5-relative-bias", "encoder-decoder"]
+    return Architecture(
+        "T5-style encoder-decoder", parameters, rows, "text2text-generation", "AutoModelForSeq2SeqLM", tags,
+        ["raffel2020t5", "zhang2019rmsnorm"],
+    )  # fmt: skip
+
+
+# model_type -> describer
+ARCHITECTURES: dict[str, Callable[[PreTrainedConfig], Architecture]] = {
+    "llmsys_llama": describe_llama,
+    "llmsys_gpt3": describe_gpt3,
+    "llmsys_t5": describe_t5,
+}
+
+
+def describe(config: PreTrainedConfig) -> Architecture:
+    """The card facts of a config of one of our model types (ValueError naming the type otherwise)."""
+    if config.model_type not in ARCHITECTURES:
+        raise ValueError(
+            f"model_type {config.model_type!r} is not an hf-llmsys architecture; cards are written for "
+            f"{sorted(ARCHITECTURES)}."
+        )
+    return ARCHITECTURES[config.model_type](config)

@@ -1,0 +1,399 @@
+"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card DIR`.
+
+``write_model_card(folder)`` reads what the folder holds and nothing else:
+- ``config.json`` -> the architecture table (parameters counted on the model built on the meta device, layers,
+  width, heads / kv heads, FFN, norm, positional encoding, per-layer attention), the Hub tags and pipeline task,
+  the papers to cite (``architecture.py``, ``citations.py``);
+- ``adapter_config.json`` (PEFT) -> the adapter table, ``base_model`` and the base's architecture when the base
+  folder is at hand;
+- ``train_results.json`` (written by `llmsys train` / `llmsys sft`) -> the training budget (tokens, steps, time,
+  hardware), the evaluation table and the ``model-index`` (validation perplexity and the split it was measured
+  on). Keys read beyond the training job's losses: ``dataset`` (name of the training data), ``datasets`` (Hub
+  dataset ids), ``eval_split``, ``base_model``, ``hardware``; any other scalar key is listed as recorded.
+
+The metadata is a ``huggingface_hub.ModelCardData`` (``library_name: transformers``, ``pipeline_tag``, tags
+including ``custom_code``, ``base_model``, ``datasets``, ``license``, ``model-index`` from ``EvalResult``s). The body
+is the Jinja2 template ``templates/model_card.md`` rendered with ``StrictUndefined``: a template that uses a
+field the card does not have is a ValueError naming the field, never a silent blank. The card is deterministic
+(no dates), so re-writing it for an unchanged folder changes no byte and an unchanged re-push makes no commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import tempfile
+from pathlib import Path
+
+import jinja2
+import torch
+from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers import AutoConfig
+
+from .. import registration
+from .architecture import Architecture, describe, human_count
+from .citations import bibtex
+from .folders import SavedFolder, saved_folder
+
+TEMPLATE = Path(__file__).parent / "templates" / "model_card.md"
+DEFAULT_LICENSE = "apache-2.0"
+
+# train_results.json key -> (row label, formatter), in table order
+TRAINING_ROWS = {
+    "tokens_seen": ("tokens seen", lambda v: f"{int(v):,}"),
+    "train_tokens": ("training tokens (one pass over the data)", lambda v: f"{int(v):,}"),
+    "global_step": ("optimizer steps", lambda v: f"{int(v):,}"),
+    "train_runtime_s": ("training time", lambda v: f"{float(v):.1f} s"),
+    "runtime_s": ("wall time of the whole job", lambda v: f"{float(v):.1f} s"),
+    "hardware": ("hardware", str),
+    "train_loss": ("mean training loss", lambda v: f"{float(v):.4f}"),
+}
+EVALUATION_ROWS = {
+    "val_loss": ("validation loss", lambda v: f"{float(v):.4f}"),
+    "val_perplexity": ("validation perplexity", lambda v: f"{float(v):.2f}"),
+    "unigram_perplexity": ("add-one unigram baseline perplexity (same tokens)", lambda v: f"{float(v):.2f}"),
+    "perplexity_ratio": ("baseline / model", lambda v: f"{float(v):.2f}x"),
+    "validation_tokens": ("validation tokens", lambda v: f"{int(v):,}"),
+    "validation_target_tokens": ("validation target tokens", lambda v: f"{int(v):,}"),
+}
+DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model"}
+
+# task type of adapter_config.json -> pipeline tag
+PEFT_TASKS = {"CAUSAL_LM": "text-generation", "SEQ_2_SEQ_LM": "text2text-generation"}
+
+
+def current_hardware() -> str:
+    """This machine in one line (for train_results.json's ``hardware`` when a job records where it ran)."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    return f"{os.cpu_count()} CPU cores ({platform.machine()})"
+
+
+def is_hub_id(name: str | None) -> bool:
+    """True for a Hub repo id ("user/name"), False for a local path (a card's base_model must be a Hub id)."""
+    if not name or Path(name).exists() or name.startswith((".", "/", "~")):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "data"
+
+
+def load_config(path: Path):
+    """The config of a saved model folder (our architectures registered first)."""
+    registration.register_all()
+    return AutoConfig.from_pretrained(path)
+
+
+def adapter_facts(folder: SavedFolder) -> tuple[list[tuple[str, str]], str | None, str, int]:
+    """Adapter table rows, the base model named in adapter_config.json, the pipeline task and trainable params."""
+    from safetensors import safe_open
+
+    config = folder.json("adapter_config.json")
+    weights = folder.path / "adapter_model.safetensors"
+    trainable = 0
+    if weights.is_file():
+        with safe_open(weights, framework="pt") as file:
+            trainable = sum(_numel(file, name) for name in file.keys())
+    targets = config.get("target_modules")
+    targets = ", ".join(sorted(targets)) if isinstance(targets, list) else str(targets)
+    rows = [
+        ("method", f"{config.get('peft_type', 'LORA')} (PEFT)"),
+        ("rank r / alpha / dropout", f"{config.get('r')} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"),
+        ("target modules", targets),
+        ("adapter parameters", f"{trainable:,}"),
+        ("base model", str(config.get("base_model_name_or_path"))),
+    ]
+    task = PEFT_TASKS.get(config.get("task_type") or "CAUSAL_LM", "text-generation")
+    return rows, config.get("base_model_name_or_path"), task, trainable
+
+
+def _numel(file, name: str) -> int:
+    shape = file.get_slice(name).get_shape()
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def base_architecture(base: str | None) -> Architecture | None:
+    """The architecture of an adapter's base when the base is a local saved folder (None otherwise)."""
+    if base and (Path(base) / "config.json").is_file():
+        return describe(load_config(Path(base)))
+    return None
+
+
+def load_snippets(auto_class: str, model_id: str, adapter: bool) -> tuple[str, str]:
+    """Python to load the model with hf-llmsys installed, and without it (remote code)."""
+    if adapter:
+        peft_class = "AutoPeftModelForCausalLM" if auto_class == "AutoModelForCausalLM" else "AutoPeftModelForSeq2SeqLM"
+        with_plugin = (
+            f"import hf_llmsys\nfrom peft import {peft_class}\n\nmodel = {peft_class}.from_pretrained({model_id!r})"
+        )
+        without = f"from peft import {peft_class}\n\nmodel = {peft_class}.from_pretrained({model_id!r}, trust_remote_code=True)"
+        return with_plugin, without
+    with_plugin = (
+        f"import hf_llmsys\nfrom transformers import {auto_class}, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({model_id!r})\nmodel = {auto_class}.from_pretrained({model_id!r})"
+    )
+    without = (
+        f"from transformers import {auto_class}, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({model_id!r})\n"
+        f"model = {auto_class}.from_pretrained({model_id!r}, trust_remote_code=True)"
+    )
+    return with_plugin, without
+
+
+def result_rows(results: dict, table: dict) -> list[tuple[str, str]]:
+    return [(label, fmt(results[key])) for key, (label, fmt) in table.items() if results.get(key) is not None]
+
+
+def other_rows(results: dict) -> list[tuple[str, str]]:
+    """Scalar keys of train_results.json that no table shows (e.g. the SFT job's extra counts)."""
+    known = set(TRAINING_ROWS) | set(EVALUATION_ROWS) | DESCRIPTIVE_KEYS
+    rows = []
+    for key, value in sorted(results.items()):
+        if key in known or isinstance(value, (dict, list)) or value is None:
+            continue
+        rows.append((key, f"{value:.4g}" if isinstance(value, float) else str(value)))
+    return rows
+
+
+def eval_results(results: dict, task: str, dataset_name: str, dataset_id: str, split: str) -> list[EvalResult]:
+    """The model-index entries: validation perplexity (and loss) on the named dataset and split."""
+    entries = []
+    for key, metric, name in (("val_perplexity", "perplexity", "validation perplexity"), ("val_loss", "loss", "validation loss")):  # fmt: skip
+        if results.get(key) is not None:
+            entries.append(
+                EvalResult(
+                    task_type=task,
+                    dataset_type=dataset_id,
+                    dataset_name=dataset_name,
+                    dataset_split=split,
+                    metric_type=metric,
+                    metric_name=name,
+                    metric_value=round(float(results[key]), 4),
+                )
+            )
+    return entries
+
+
+def limitations(parameters: int, trained: bool) -> str:
+    if parameters < 100_000_000 and trained:
+        return (
+            f"A {human_count(parameters)}-parameter model trained briefly on a small corpus: it shows the pipeline "
+            "working end to end and produces locally plausible text in the style of its data, otherwise "
+            "nonsense. It has not been evaluated for safety, bias or any downstream task; not for downstream use."
+        )
+    return (
+        "Research code. Beyond the figures above the model has not been evaluated for safety, bias or any "
+        "downstream task; check it on your own data before any use."
+    )
+
+
+def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, hardware) -> tuple[ModelCardData, dict]:
+    """The card metadata and the template fields of a model or adapter folder."""
+    results = dict(folder.json("train_results.json") or {})
+    if hardware and not results.get("hardware"):
+        results["hardware"] = hardware
+    adapter = folder.kind == "adapter"
+    adapter_rows, adapter_base, architecture = [], None, None
+    if adapter:
+        adapter_rows, adapter_base, task, _ = adapter_facts(folder)
+        architecture = base_architecture(adapter_base)
+    else:
+        architecture = describe(load_config(folder.path))
+        task = architecture.pipeline_tag
+    base = base_model or results.get("base_model") or adapter_base
+    datasets = list(datasets or results.get("datasets") or [])
+    dataset_name = results.get("dataset") or (datasets[0] if datasets else None)
+    split = results.get("eval_split") or "validation"
+    model_id = repo_id or folder.path.resolve().name
+    tags = ["hf-llmsys", *(architecture.tags if architecture else []), "custom_code"]
+    if adapter:
+        tags += ["lora", "peft"]
+    citations = (architecture.citations if architecture else []) + (["hu2022lora"] if adapter else [])
+    metadata = ModelCardData(
+        library_name="peft" if adapter else "transformers",
+        pipeline_tag=task,
+        tags=tags,
+        license=license,
+        base_model=base if is_hub_id(base) else None,
+        datasets=[d for d in datasets if is_hub_id(d)] or None,
+        model_name=model_id,
+        eval_results=eval_results(
+            results, task, dataset_name or "held-out split of the training data",
+            datasets[0] if datasets else slug(dataset_name or "training data"), split,
+        ) or None,
+    )  # fmt: skip
+    parameters = architecture.parameters if architecture else 0
+    if adapter:
+        summary = f"A LoRA adapter for `{base}`, trained with hf-llmsys (PEFT format: `adapter_config.json` + weights)."
+    else:
+        summary = f"A {human_count(parameters)}-parameter {architecture.name} built with hf-llmsys."
+        if base:
+            summary += f" Fine-tuned from `{base}`."
+    training_data = (
+        f"Trained on {dataset_name}." if dataset_name else "The training data was not recorded in train_results.json."
+    )
+    with_plugin, without = load_snippets(
+        architecture.auto_class if architecture else "AutoModelForCausalLM", model_id, adapter
+    )
+    context = {
+        "title": model_id,
+        "summary": summary,
+        "model_type": architecture_type(folder) if not adapter else (results.get("model_type") or "base model's"),
+        "architecture_name": architecture.name if architecture else "The base model's architecture",
+        "architecture_rows": architecture.rows if architecture else [("base model", str(base))],
+        "adapter_rows": adapter_rows,
+        "training_data": training_data,
+        "training_rows": result_rows(results, TRAINING_ROWS),
+        "evaluation_rows": result_rows(results, EVALUATION_ROWS),
+        "evaluation_dataset": dataset_name or "a held-out split of the training data",
+        "evaluation_split": split,
+        "other_rows": other_rows(results),
+        "load_with_plugin": with_plugin,
+        "load_without_plugin": without,
+        "limitations": limitations(parameters, bool(results)) if architecture else limitations(10**12, bool(results)),
+        "citations": bibtex(citations),
+    }
+    return metadata, context
+
+
+def architecture_type(folder: SavedFolder) -> str:
+    return (folder.json("config.json") or {}).get("model_type", "?")
+
+
+def render(metadata: ModelCardData | DatasetCardData, context: dict, template: Path, card_class=ModelCard):
+    """Render ``template`` with StrictUndefined; a field the card lacks is a ValueError naming it and the file."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    try:
+        text = environment.from_string(template.read_text(encoding="utf-8")).render(
+            card_data=metadata.to_yaml(), **context
+        )
+    except jinja2.UndefinedError as err:
+        raise ValueError(
+            f"card template {template}: {err.message}; the fields a model card provides are {sorted(context)} "
+            "and card_data."
+        ) from err
+    except jinja2.TemplateSyntaxError as err:
+        raise ValueError(f"card template {template}, line {err.lineno}: {err.message}") from err
+    return card_class(text)
+
+
+def build_model_card(
+    folder: str | Path,
+    *,
+    repo_id: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    license: str = DEFAULT_LICENSE,
+    hardware: str | None = None,
+    template: str | Path | None = None,
+) -> ModelCard:
+    """The ModelCard of a saved model or adapter folder (see the module docstring for what is read)."""
+    saved = saved_folder(folder)
+    if saved.kind == "dataset":
+        raise ValueError(f"{saved.path} is a dataset (llmsys clean output): use write_dataset_card for it.")
+    metadata, context = card_context(saved, repo_id, base_model, datasets, license, hardware)
+    return render(metadata, context, Path(template) if template else TEMPLATE)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and os.replace, so a reader never sees half a card."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".README.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_model_card(
+    folder: str | Path,
+    *,
+    repo_id: str | None = None,
+    base_model: str | None = None,
+    datasets: list[str] | None = None,
+    license: str = DEFAULT_LICENSE,
+    hardware: str | None = None,
+    template: str | Path | None = None,
+) -> Path:
+    """Write (or refresh) ``folder/README.md``, the model card of a saved model or adapter; returns its path.
+
+    ``hardware`` fills the training table's hardware row when train_results.json does not record it.
+    """
+    saved = saved_folder(folder)
+    if saved.kind == "dataset":
+        return write_dataset_card(saved.path, repo_id=repo_id, license=license)
+    card = build_model_card(
+        saved.path,
+        repo_id=repo_id,
+        base_model=base_model,
+        datasets=datasets,
+        license=license,
+        hardware=hardware,
+        template=template,
+    )
+    path = saved.path / "README.md"
+    write_text_atomically(path, str(card))
+    return path
+
+
+def write_dataset_card(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> Path:
+    """README.md of a `llmsys clean` output folder: what was kept and dropped, from its report.json."""
+    saved = saved_folder(folder)
+    report = saved.json("report.json") or {}
+    dropped = report.get("dropped") or {}
+    steps = report.get("steps") or []
+    step_names = [s.get("name", str(s)) if isinstance(s, dict) else str(s) for s in steps]
+    metadata = DatasetCardData(
+        license=license, tags=["hf-llmsys", "llmsys-clean"], task_categories=["text-generation"], pretty_name=repo_id
+    )
+    rows = "".join(f"| {key} | {report[key]:,} |\n" for key in ("documents_in", "documents_out", "characters_in", "characters_out") if isinstance(report.get(key), int))  # fmt: skip
+    drops = "".join(f"| {rule} | {count:,} |\n" for rule, count in sorted(dropped.items()))
+    body = (
+        f"---\n{metadata.to_yaml()}\n---\n\n# {repo_id or saved.path.resolve().name}\n\n"
+        f"Pretraining text cleaned by `llmsys clean` (hf-llmsys). File: `{saved.data_file.name}`; the full report "
+        f"is `report.json`.\n\nSteps: {', '.join(step_names) or 'not recorded'}.\n\n"
+        f"| figure | value |\n|---|---|\n{rows}\n"
+        + (f"Documents dropped per rule:\n\n| rule | documents |\n|---|---|\n{drops}" if drops else "")
+    )
+    card = DatasetCard(body)
+    path = saved.path / "README.md"
+    write_text_atomically(path, str(card))
+    return path
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """`llmsys card DIR`: write or refresh DIR/README.md and print its path."""
+    parser = argparse.ArgumentParser(prog="llmsys card", description="Write the model card (README.md) of a folder.")
+    parser.add_argument("folder", help="a saved model, adapter or `llmsys clean` output folder")
+    parser.add_argument("--repo-id", help="the Hub id the card names in its title and loading code")
+    parser.add_argument("--base-model", help="Hub id of the base model (fine-tunes)")
+    parser.add_argument("--dataset", action="append", dest="datasets", help="Hub id of a training dataset (repeat)")
+    parser.add_argument("--license", default=DEFAULT_LICENSE, help=f"licence identifier (default {DEFAULT_LICENSE})")
+    parser.add_argument("--hardware", help="hardware the training ran on, when train_results.json lacks it")
+    parser.add_argument("--template", help="a Jinja2 template to use instead of the built-in one")
+    args = parser.parse_args(argv)
+    path = write_model_card(
+        args.folder,
+        repo_id=args.repo_id,
+        base_model=args.base_model,
+        datasets=args.datasets,
+        license=args.license,
+        hardware=args.hardware,
+        template=args.template,
+    )
+    print(f"wrote {path}")
+    return path
