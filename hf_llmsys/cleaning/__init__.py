@@ -4,7 +4,7 @@
     result = clean(dataset, "fineweb-like", num_proc=2)
     result.dataset, result.report.to_dict()
 
-Steps (``recipes.STEPS``): html, normalize, whitespace, lowercase, length, language, noise, c4, c4_spans,
+Steps (``recipes.STEPS``): html, normalize, whitespace, lowercase, length, language, noise, c4, c4_lines, c4_spans,
 gopher_quality, gopher_repetition, fineweb, exact_dedup, minhash, perplexity. Built-in recipes: c4, gopher,
 fineweb-like (``recipes.RECIPES``). Analysis transforms (stopwords, stemming, lemmatisation, Chinese
 segmentation) live apart in ``analysis``. Command line: ``llmsys clean`` (``cleaning.cli``).

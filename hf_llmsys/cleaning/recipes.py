@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .base import Step
 from .c4 import C4Filter, C4SpanDedup
+from .c4_line_dedup import C4LineDedup
 from .dedup_exact import ExactDedup
 from .fineweb import FineWebQuality
 from .gopher import GopherQuality, GopherRepetition
@@ -38,7 +39,7 @@ STEPS: dict[str, type[Step]] = {
     cls.name: cls
     for cls in (
         HtmlStrip, UnicodeNormalize, WhitespaceClean, Lowercase, LengthFilter, LanguageFilter, NoisyTextFilter,
-        C4Filter, C4SpanDedup, GopherQuality, GopherRepetition, FineWebQuality, ExactDedup, MinHashDedup,
+        C4Filter, C4LineDedup, C4SpanDedup, GopherQuality, GopherRepetition, FineWebQuality, ExactDedup, MinHashDedup,
         PerplexityFilter,
     )
 }  # fmt: skip
@@ -49,12 +50,14 @@ _FRONT = [{"step": "html"}, {"step": "normalize", "form": "NFKC"}, {"step": "whi
 _DEDUP = [{"step": "exact_dedup"}, {"step": "minhash", "ngram": 5, "char_ngram": 5, "bands": 14, "rows": 8}]
 
 RECIPES: dict[str, list[dict]] = {
-    # C4 (Raffel et al. 2020; TFDS c4_utils): English by langdetect >= 0.99, page cleaning, 3-sentence-span dedup.
+    # C4 (Raffel et al. 2020) in the order of its reference implementation (TFDS c4.py / c4_utils): page cleaning,
+    # line dedup (remove_duplicate_text), then English by langdetect >= 0.99. The paper's three-sentence-span
+    # dedup is the separate step "c4_spans".
     "c4": _FRONT
     + [
-        {"step": "language", "languages": ["en"], "min_score": 0.99},
         {"step": "c4", "min_words_per_line": 5, "min_sentences": 3},
-        {"step": "c4_spans", "span": 3, "min_sentences": 3},
+        {"step": "c4_lines", "min_sentences": 3},
+        {"step": "language", "languages": ["en"], "min_score": 0.99},
     ]
     + _DEDUP,
     # Gopher (Rae et al. 2021, table A1): repetition then quality rules; English and Chinese kept, quality rules
