@@ -37,7 +37,7 @@ channel = sys.stdout
 import torch, transformers, huggingface_hub, hf_llmsys  # imported once, after HF_ENDPOINT was set
 assert huggingface_hub.constants.ENDPOINT == os.environ["HF_ENDPOINT"], huggingface_hub.constants.ENDPOINT
 channel.write(json.dumps({"ready": True}) + "\n"); channel.flush()
-shared = {}
+namespace = {}  # persists across snippets: a setup snippet can define helpers the later ones use
 for line in sys.stdin:
     request = json.loads(line)
     for key, value in request["env"].items():
@@ -45,7 +45,7 @@ for line in sys.stdin:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    namespace = {"shared": shared, "result": None}
+    namespace["result"] = None
     out, err = io.StringIO(), io.StringIO()
     answer = {}
     try:

@@ -94,6 +94,7 @@ class Repo:
     owner: str
     name: str
     private: bool
+    gated: bool = False  # set by tests: others get 403 GatedRepo on file downloads
     commits: dict[str, Commit] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
@@ -652,6 +653,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         hub = self.server_hub
         repo = hub.repo(params["type"], params["repo"], self.caller)
         oid = hub.revision(repo, params["rev"])
+        if repo.gated and self.caller != repo.owner:
+            raise HubError(403, "GatedRepo", f"Access to model {repo.repo_id} is restricted: you must ask for access")
         blob = repo.commits[oid].tree.get(params["path"])
         if blob is None:
             raise HubError(404, "EntryNotFound", f"Entry Not Found: {params['path']} at {params['rev']}")
