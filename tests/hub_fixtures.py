@@ -13,6 +13,7 @@ look at its state (commits, branches, the request log) and inject faults.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -142,18 +143,35 @@ class HubClient:
         self.stderr.close()
 
 
+# One server and one worker for the whole test session, shared by every module that imports these fixtures:
+# a module-level cache rather than scope="session" because a fixture imported into two modules is two fixture
+# definitions to pytest (and two workers would pay the imports twice). Tests use distinct repo names.
+_SESSION: dict = {}
+
+
+def _stop_session() -> None:
+    if "client" in _SESSION:
+        _SESSION.pop("client").close()
+    if "hub" in _SESSION:
+        _SESSION.pop("hub").stop()
+
+
+atexit.register(_stop_session)
+
+
 @pytest.fixture(scope="module")
 def hub():
     """The loopback Hub on 127.0.0.1 with the users alice (write and read tokens) and bob."""
-    server = LoopbackHub(dict(TOKENS))
-    server.start()
-    yield server
-    server.stop()
+    if "hub" not in _SESSION:
+        server = LoopbackHub(dict(TOKENS))
+        server.start()
+        _SESSION["hub"] = server
+    return _SESSION["hub"]
 
 
 @pytest.fixture(scope="module")
 def client(hub, tmp_path_factory):
     """A client interpreter configured for ``hub`` (HF_TOKEN set per call; alice's write token by default)."""
-    worker = HubClient(hub.endpoint, tmp_path_factory.mktemp("hf_home"))
-    yield worker
-    worker.close()
+    if "client" not in _SESSION or _SESSION["client"].proc.poll() is not None:
+        _SESSION["client"] = HubClient(hub.endpoint, tmp_path_factory.mktemp("hf_home"))
+    return _SESSION["client"]

@@ -34,7 +34,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import AutoConfig
 
 from .. import registration
-from .architecture import Architecture, describe, human_count
+from .architecture import ARCHITECTURES, Architecture, describe, human_count
 from .citations import bibtex
 from .folders import SavedFolder, saved_folder
 
@@ -87,7 +87,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "data"
 
 
-def load_config(path: Path):
+def load_config(path: Path | str):
     """The config of a saved model folder (our architectures registered first)."""
     registration.register_all()
     return AutoConfig.from_pretrained(path)
@@ -125,10 +125,19 @@ def _numel(file, name: str) -> int:
 
 
 def base_architecture(base: str | None) -> Architecture | None:
-    """The architecture of an adapter's base when the base is a local saved folder (None otherwise)."""
-    if base and (Path(base) / "config.json").is_file():
+    """The architecture of an adapter's base: a local saved folder, or a Hub id whose config.json can be read
+    (None when neither: offline, or not one of our model types)."""
+    if not base:
+        return None
+    if (Path(base) / "config.json").is_file():
         return describe(load_config(Path(base)))
-    return None
+    if not is_hub_id(base):
+        return None
+    try:
+        config = load_config(base)
+    except (OSError, ValueError):  # offline, missing or private base: the card names it without its table
+        return None
+    return describe(config) if config.model_type in ARCHITECTURES else None
 
 
 def load_snippets(auto_class: str, model_id: str, adapter: bool) -> tuple[str, str]:
@@ -325,17 +334,24 @@ def write_model_card(
     repo_id: str | None = None,
     base_model: str | None = None,
     datasets: list[str] | None = None,
-    license: str = DEFAULT_LICENSE,
+    license: str | None = None,
     hardware: str | None = None,
     template: str | Path | None = None,
 ) -> Path:
     """Write (or refresh) ``folder/README.md``, the model card of a saved model or adapter; returns its path.
+
+    A refresh keeps what only the previous card knew: its ``base_model``, ``datasets`` and ``license`` stay
+    unless given here (the licence defaults to apache-2.0 for a new card).
 
     ``hardware`` fills the training table's hardware row when train_results.json does not record it.
     """
     saved = saved_folder(folder)
     if saved.kind == "dataset":
         return write_dataset_card(saved.path, repo_id=repo_id, license=license)
+    previous = previous_card_data(saved.path / "README.md")
+    base_model = base_model or previous.get("base_model")
+    datasets = datasets or previous.get("datasets")
+    license = license or previous.get("license") or DEFAULT_LICENSE
     card = build_model_card(
         saved.path,
         repo_id=repo_id,
@@ -348,6 +364,16 @@ def write_model_card(
     path = saved.path / "README.md"
     write_text_atomically(path, str(card))
     return path
+
+
+def previous_card_data(readme: Path) -> dict:
+    """The metadata of an existing card (empty when there is none or it does not parse)."""
+    if not readme.is_file():
+        return {}
+    try:
+        return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
+    except Exception:  # noqa: BLE001 - a hand-broken README is replaced, not a reason to refuse
+        return {}
 
 
 def write_dataset_card(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> Path:
@@ -382,7 +408,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--repo-id", help="the Hub id the card names in its title and loading code")
     parser.add_argument("--base-model", help="Hub id of the base model (fine-tunes)")
     parser.add_argument("--dataset", action="append", dest="datasets", help="Hub id of a training dataset (repeat)")
-    parser.add_argument("--license", default=DEFAULT_LICENSE, help=f"licence identifier (default {DEFAULT_LICENSE})")
+    parser.add_argument("--license", help=f"licence identifier (default: the card's, else {DEFAULT_LICENSE})")
     parser.add_argument("--hardware", help="hardware the training ran on, when train_results.json lacks it")
     parser.add_argument("--template", help="a Jinja2 template to use instead of the built-in one")
     args = parser.parse_args(argv)
