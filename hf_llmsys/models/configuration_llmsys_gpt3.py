@@ -15,6 +15,7 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 
 from .configuration_llmsys_llama import LlmsysLlamaConfig
+from .positions import POSITIONAL_ENCODINGS, encoding_class
 from .sparse_layouts import layout_mask_function, resolve_layer_layouts
 from .weight_conversion import CHECKPOINT_FORMATS
 
@@ -38,8 +39,9 @@ GPT_NEO_ARG_NAMES = {
     "layer_norm_epsilon": "rms_norm_eps",
 }
 GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
-# Positional encodings that add nothing to the attention scores: "local" layers can keep a window-sized KV cache.
-WINDOWED_CACHE_ENCODINGS = {"none", "learned", "sinusoidal", "rope"}
+# Positional encodings that add nothing to the attention scores (their ``adds_score_bias`` capability): "local"
+# layers can keep a window-sized KV cache. Derived from the registry; kept for code that imported the name.
+WINDOWED_CACHE_ENCODINGS = {kind for kind, cls in POSITIONAL_ENCODINGS.items() if not cls.adds_score_bias}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 
 # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
@@ -180,7 +182,7 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         Not with ALiBi / T5 / Shaw encodings: their score bias is built once per forward for every cached key, so
         all layers keep full caches then.
         """
-        windowed = self.position_embedding_type in WINDOWED_CACHE_ENCODINGS
+        windowed = not encoding_class(self.position_embedding_type).adds_score_bias
         return [
             "sliding_attention" if kind == "local" and windowed else "full_attention" for kind in self.layer_layouts()
         ]

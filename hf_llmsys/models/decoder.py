@@ -25,6 +25,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .attention import GroupedQueryAttention
 from .decoder_layer import DecoderLayer
 from .kv_cache import GrowingCache
+from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
@@ -33,17 +34,6 @@ from .positions import build_positional_encoding
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):
     _no_split_modules = ["DecoderLayer"]
     _can_record_outputs = {"hidden_states": DecoderLayer, "attentions": GroupedQueryAttention}
-
-
-def key_positions(attention_mask: torch.Tensor | None, key_length: int, device) -> torch.Tensor:
-    """Positions of all K = cached + new keys: counted over real tokens of a 2D mask (B, K), else arange (1, K).
-
-    Relative encodings (ALiBi, T5, Shaw) need them for cached tokens too; left padding shifts each row, as
-    generate shifts ``position_ids`` (padding gets position 0, it is masked anyway).
-    """
-    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] == key_length:
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, K)
-    return torch.arange(key_length, device=device)[None]  # (1, K)
 
 
 class DecoderModel(DecoderPreTrainedModel):
@@ -80,26 +70,21 @@ class DecoderModel(DecoderPreTrainedModel):
         past_seen = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
-        key_position_ids = key_positions(attention_mask, past_seen + inputs_embeds.shape[1], inputs_embeds.device)
-        masks = self.layer_attention_masks(
-            dict(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                cache=cache,
-                position_ids=position_ids,
-            )
+        mask_inputs = MaskInputs.build(
+            self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen
         )
+        masks = self.layer_attention_masks(mask_inputs)
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
-        positions = self.positions.prepare(hidden_states, position_ids, key_position_ids)
+        positions = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
         for layer, mask in zip(self.layers, masks, strict=True):
             hidden_states = layer(hidden_states, positions=positions, attention_mask=mask, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
 
-    def layer_attention_masks(self, mask_kwargs: dict) -> list:
-        """One attention mask per layer from ``create_causal_mask`` keyword arguments; here causal for all."""
-        return [create_causal_mask(**mask_kwargs)] * len(self.layers)
+    def layer_attention_masks(self, mask_inputs: MaskInputs) -> list:
+        """One attention mask per layer; here causal for all (packed examples kept apart)."""
+        mask = create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
+        return [mask] * len(self.layers)
 
 
 def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):

@@ -26,17 +26,17 @@ import math
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
-from .configuration_llmsys_gpt3 import WINDOWED_CACHE_ENCODINGS, LlmsysGPT3Config
+from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
+from .mask_inputs import MaskInputs, at_positions
+from .positions import encoding_class
 from .sparse_attention import LayoutKernel
-from .sparse_layouts import head_group_mask_functions
+from .sparse_layouts import ATTENTION_LAYOUTS, head_group_mask_functions
 from .weight_conversion import register_checkpoint_format
 
-# Positional encodings that add nothing to the attention scores, so a layout kernel can run them.
-KERNEL_COMPATIBLE_ENCODINGS = WINDOWED_CACHE_ENCODINGS
 # attn_implementation -> backend of the layout kernels.
 KERNEL_BACKENDS = {"sdpa": "kernels", "flex_attention": "flex"}
 
@@ -91,44 +91,57 @@ class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
         self.layout_params = tuple(sorted((name, value) for name, value in params.items() if value is not None))
         super().__init__(config)
 
-    def layer_attention_masks(self, mask_kwargs: dict) -> list:
+    def layer_attention_masks(self, mask_inputs: MaskInputs) -> list:
         """Per layer: its layout's kernel when one applies to this forward, else its mask (built once per kind)."""
-        backend = self._kernel_backend(mask_kwargs)
+        backend = self._kernel_backend(mask_inputs)
         if backend is not None:
             recompute = self.config.attention_recompute
             per_kind = {
                 kind: LayoutKernel(kind, self.layout_params, backend, recompute) for kind in self.layout_head_groups
             }
         else:
-            per_kind = {kind: self._layout_mask(kind, mask_kwargs) for kind in self.layout_head_groups}
+            per_kind = {kind: self._layout_mask(kind, mask_inputs) for kind in self.layout_head_groups}
         return [per_kind[kind] for kind in self.layer_layouts]
 
-    def _kernel_backend(self, mask_kwargs: dict) -> str | None:
-        """The kernel backend if every layer can run its layout as a kernel in this forward, else None."""
-        config, cache, mask = self.config, mask_kwargs["cache"], mask_kwargs["attention_mask"]
-        if not config.sparse_kernels or config.position_embedding_type not in KERNEL_COMPATIBLE_ENCODINGS:
+    def _kernel_backend(self, mask_inputs: MaskInputs) -> str | None:
+        """The kernel backend if every layer can run its layout as a kernel in this forward, else None.
+
+        Kernels compute causal self-attention over one whole sequence per row at positions 0 .. S-1; packed rows,
+        padding, a cached prefix or shifted positions take the mask path, which honours them all.
+        """
+        config = self.config
+        if not config.sparse_kernels or encoding_class(config.position_embedding_type).adds_score_bias:
             return None
-        if cache is not None and cache.get_seq_length() > 0:  # decoding: queries see a cached prefix
-            return None
-        if mask is not None and (mask.dim() != 2 or not bool(mask.all())):  # padding or a custom 4-D mask
+        if not mask_inputs.is_plain:
             return None
         return KERNEL_BACKENDS.get(config._attn_implementation)
 
-    def _layout_mask(self, kind: str, mask_kwargs: dict):
-        """The mask of one layout kind: transformers' causal mask AND the layout, per head group if it has several."""
+    def _layout_mask(self, kind: str, mask_inputs: MaskInputs):
+        """The mask of one layout kind: transformers' causal mask AND the layout, per head group if it has several.
+
+        Packed examples are kept apart (``same_segment``); layouts anchored at absolute positions ("fixed") are
+        evaluated at token positions, so left padding and packing do not move their blocks.
+        """
         groups = self.layout_head_groups[kind]
+        mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
         if groups is None:
-            return create_causal_mask(**mask_kwargs)
+            return create_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
         if kind == "local" and "sliding_attention" in self.config.layer_types:
             # sized against the window-sized cache of the local layers (config.sliding_window == local_window)
-            return create_sliding_window_causal_mask(**mask_kwargs)
+            return create_sliding_window_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
         implementation = self.config._attn_implementation
         if implementation.startswith("flash") or implementation.startswith("paged"):
             raise ValueError(
                 f"attention_layout kind {kind!r} cannot run with attn_implementation={implementation!r}: that kernel "
                 "takes no mask. Use attn_implementation='sdpa' (layout kernels), 'flex_attention' or 'eager'."
             )
-        masks = [create_causal_mask(**mask_kwargs, and_mask_function=fn) for _, fn in groups]
+        anchored = ATTENTION_LAYOUTS[kind].position_anchored
+        masks = []
+        for _, fn in groups:
+            fn = at_positions(fn, mask_inputs.token_positions) if anchored else fn
+            masks.append(
+                create_causal_mask(**mask_kwargs, and_mask_function=and_masks(fn, *filter(None, [segment_fn])))
+            )
         if len(masks) == 1:
             return masks[0]
         if not all(isinstance(mask, torch.Tensor) for mask in masks):

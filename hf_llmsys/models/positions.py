@@ -68,7 +68,17 @@ class PositionState:
 
 
 class PositionalEncoding(nn.Module):
-    """Base class: no positional information at all (``position_embedding_type="none"``, NoPE)."""
+    """Base class: no positional information at all (``position_embedding_type="none"``, NoPE).
+
+    Capabilities, read through ``POSITIONAL_ENCODINGS`` (``encoding_class``) by models and tools instead of lists
+    of names, so a new encoding is one class plus one registry row:
+        has_length_limit: positions past a fixed table size are refused (learned absolute positions only).
+        adds_score_bias: adds a bias to the attention scores (ALiBi, T5, Shaw): flash attention cannot take it, a
+            sparse layout kernel cannot run it, and a window-sized KV cache would drop keys the bias is built for.
+    """
+
+    has_length_limit: bool = False
+    adds_score_bias: bool = False
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -127,6 +137,8 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
 class LearnedPositionalEncoding(PositionalEncoding):
     """A trained table of ``max_position_embeddings`` absolute position vectors (GPT-2/GPT-3 style)."""
 
+    has_length_limit = True
+
     def __init__(self, config):
         super().__init__()
         self.max_positions = config.max_position_embeddings
@@ -162,6 +174,8 @@ def check_bias_support(config, needs_eager: bool = False) -> None:
 
 class BiasPositionalEncoding(PositionalEncoding):
     """Base of encodings that add one bias (B or 1, H, Q, K), built once per forward, to every layer's scores."""
+
+    adds_score_bias = True
 
     def __init__(self, config):
         super().__init__()
@@ -214,6 +228,8 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     computed as q @ a^K^T (B, H, Q, 2k+1) gathered at the table indices: an additive bias, so every kernel that
     takes a bias works. The output gains sum_j p_ij a^V_ij (eq. 3), which needs the probabilities: eager only.
     """
+
+    adds_score_bias = True
 
     def __init__(self, config):
         super().__init__()
@@ -269,9 +285,13 @@ POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
 }
 
 
-def build_positional_encoding(config) -> PositionalEncoding:
-    """Return the encoding registered under ``config.position_embedding_type``."""
-    kind = config.position_embedding_type
+def encoding_class(kind: str) -> type[PositionalEncoding]:
+    """The class registered under ``position_embedding_type`` ``kind`` (its capabilities are class attributes)."""
     if kind not in POSITIONAL_ENCODINGS:
         raise ValueError(f"position_embedding_type={kind!r} is unknown; choose one of {sorted(POSITIONAL_ENCODINGS)}.")
-    return POSITIONAL_ENCODINGS[kind](config)
+    return POSITIONAL_ENCODINGS[kind]
+
+
+def build_positional_encoding(config) -> PositionalEncoding:
+    """Return the encoding registered under ``config.position_embedding_type``."""
+    return encoding_class(config.position_embedding_type)(config)

@@ -41,11 +41,16 @@ MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 @dataclass(frozen=True)
 class AttentionLayout:
-    """One layout kind: the parameters it needs and how to build its predicate and head groups."""
+    """One layout kind: the parameters it needs, how to build its predicate and head groups, what it can do.
+
+    ``position_anchored``: the predicate depends on absolute positions, not only on q - kv (``fixed`` blocks start
+    at multiples of l), so masks evaluate it at token positions: left padding and packed rows keep the pattern.
+    """
 
     required: tuple[str, ...]
     build: Callable[..., MaskFunction]
     head_groups: Callable[[int], list[slice]]
+    position_anchored: bool = False
 
 
 def _one_group(num_heads: int) -> list[slice]:
@@ -101,7 +106,7 @@ ATTENTION_LAYOUTS: dict[str, AttentionLayout] = {
     "dense": AttentionLayout((), _dense, _one_group),
     "local": AttentionLayout(("local_window",), _local, _one_group),
     "strided": AttentionLayout(("sparse_stride",), _strided, _two_halves),
-    "fixed": AttentionLayout(("sparse_stride", "sparse_summary"), _fixed, _one_group),
+    "fixed": AttentionLayout(("sparse_stride", "sparse_summary"), _fixed, _one_group, position_anchored=True),
 }
 
 

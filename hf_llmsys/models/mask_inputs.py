@@ -1,0 +1,98 @@
+"""What a decoder's attention masks are built from, computed once per forward: positions and packed segments.
+
+Legend: B batch, S new (query) tokens, K cached + new (key) tokens.
+
+- ``token_positions`` (B, K): the position of every key token, the one the positional encoding sees. Without a
+  cached prefix it is ``position_ids``, so packed rows (``position_ids`` restarting at 0) and left padding
+  (positions counted over real tokens, as generate does) are honoured; with a cached prefix it is counted over
+  the real tokens of the 2D attention mask (``key_positions``).
+- ``segments`` (B, S) or None: the example each token of a packed row belongs to (transformers'
+  ``find_packed_sequence_indices``: a new example starts wherever the position does not grow by 1). Only when
+  there is no attention mask and no cached prefix, as transformers decides; None when no row is packed.
+
+Mask predicates follow transformers' ``masking_utils`` convention ``fn(batch_idx, head_idx, q_idx, kv_idx)``
+with q_idx / kv_idx key indices; ``same_segment`` keeps packed examples apart and ``at_positions`` evaluates a
+layout predicate at token positions instead of row indices (for layouts anchored at absolute positions, such
+as ``fixed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.masking_utils import find_packed_sequence_indices
+
+
+def key_positions(attention_mask: torch.Tensor | None, key_length: int, device) -> torch.Tensor:
+    """Positions of all K = cached + new keys: counted over real tokens of a 2D mask (B, K), else arange (1, K).
+
+    Relative encodings (ALiBi, T5, Shaw) need them for cached tokens too; left padding shifts each row, as
+    generate shifts ``position_ids`` (padding gets position 0, it is masked anyway).
+    """
+    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] == key_length:
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, K)
+    return torch.arange(key_length, device=device)[None]  # (1, K)
+
+
+@dataclass
+class MaskInputs:
+    """Everything a model needs to build its layers' attention: transformers' mask kwargs, positions, segments."""
+
+    mask_kwargs: dict  # create_causal_mask keyword arguments (position_ids left out: segments are handled here)
+    token_positions: torch.Tensor  # (B, K)
+    segments: torch.Tensor | None  # (B, S) or None
+    past_seen: int
+
+    @classmethod
+    def build(cls, config, inputs_embeds, attention_mask, cache, position_ids, past_seen: int) -> MaskInputs:
+        """Positions and segments of this forward; position_ids (B or 1, S) are the queries' positions."""
+        batch, seq_len = inputs_embeds.shape[:2]
+        segments = None
+        if past_seen == 0:
+            positions = position_ids.expand(batch, -1)
+            if attention_mask is None:
+                segments = find_packed_sequence_indices(positions)
+        else:
+            positions = key_positions(attention_mask, past_seen + seq_len, inputs_embeds.device).expand(batch, -1)
+        kwargs = dict(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache)
+        return cls(kwargs, positions, segments, past_seen)
+
+    @property
+    def is_plain(self) -> bool:
+        """No padding, no packing, no cached prefix, positions 0 .. S-1: a layout kernel computes this forward."""
+        mask = self.mask_kwargs["attention_mask"]
+        if self.past_seen > 0 or self.segments is not None:
+            return False
+        if mask is not None and (mask.dim() != 2 or not bool(mask.all())):  # padding or a custom 4-D mask
+            return False
+        arange = torch.arange(self.token_positions.shape[-1], device=self.token_positions.device)
+        return bool((self.token_positions == arange).all())
+
+    def segment_mask_function(self):
+        """``same_segment`` for packed rows, else None (transformers' plain causal mask may then be skipped)."""
+        return None if self.segments is None else same_segment(self.segments)
+
+
+def same_segment(segments: torch.Tensor):
+    """Predicate keeping (q, kv) pairs of the same packed example; segments (B, S), queries == keys."""
+
+    def inner(batch_idx, head_idx, q_idx, kv_idx):
+        return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
+
+    return inner
+
+
+def at_positions(mask_function, token_positions: torch.Tensor):
+    """``mask_function`` evaluated at the token positions (B, K) of q_idx and kv_idx instead of their indices.
+
+    Indices past K (empty slots of a preallocated cache, masked as future keys anyway) read the last position.
+    """
+    last = token_positions.shape[-1] - 1
+
+    def inner(batch_idx, head_idx, q_idx, kv_idx):
+        q_pos = token_positions[batch_idx, q_idx.clamp(max=last)]
+        kv_pos = token_positions[batch_idx, kv_idx.clamp(max=last)]
+        return mask_function(batch_idx, head_idx, q_pos, kv_pos)
+
+    return inner
