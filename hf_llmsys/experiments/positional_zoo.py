@@ -38,17 +38,19 @@ import math
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from ..models.positions import POSITIONAL_ENCODINGS
-from ..training.train import DataArguments, load_chunks, split_chunks, tokenize_and_pack
+from ..training.pretrain_arguments import DataArguments
+from ..training.text_data import load_chunks, split_chunks, tokenize_and_pack
 
 FORMAT_VERSION = 1
 DEFAULT_FACTORS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -83,6 +85,7 @@ class ZooSettings:
     intermediate_size: int = 384
     train_files: list[str] | None = None
     rope_scalings: list[str] = field(default_factory=lambda: sorted(ROPE_SCALINGS))
+    max_eval_chars: int | None = None  # evaluate on the first N held-out characters only (None: all of them)
 
     @property
     def eval_lengths(self) -> list[int]:
@@ -94,6 +97,35 @@ class ZooSettings:
             "num_attention_heads": self.num_attention_heads, "intermediate_size": self.intermediate_size,
             "max_position_embeddings": self.train_length, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
         }  # fmt: skip
+
+
+# Budgets as data. "smoke": seconds, for tests of the output format. "demo": what `llmsys demo` trains in the
+# background on first run, every encoding in <= 3 minutes on 2 CPU cores (measured by scripts/bench/demo_latency.py
+# --zoo-train), evaluated at 0.5x ... 8x its 64-token training length on 40k held-out characters.
+PRESETS: dict[str, dict] = {
+    "smoke": {"steps": 3, "batch_size": 4, "train_length": 16, "hidden_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 300, "eval_factors": (1.0, 2.0)},
+    "demo": {"steps": 100, "batch_size": 16, "train_length": 64, "hidden_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "intermediate_size": 192, "vocab_size": 1024, "learning_rate": 3e-3,
+             "max_eval_chars": 40_000},
+}  # fmt: skip
+
+ProgressFn = Callable[[dict], None]
+
+
+class StepProgress(TrainerCallback):
+    """Reports ``{"stage": "train", "run", "step", "steps"}`` to a progress function every few optimizer steps."""
+
+    def __init__(self, progress: ProgressFn, run: str, every: int):
+        self.progress, self.run, self.every = progress, run, max(1, every)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            self.progress({"stage": "train", "run": self.run, "step": state.global_step, "steps": state.max_steps})
+
+
+def _no_progress(event: dict) -> None:
+    return None
 
 
 def validate(settings: ZooSettings) -> None:
@@ -108,6 +140,8 @@ def validate(settings: ZooSettings) -> None:
         raise ValueError("--train-length must be >= 4, --steps and --batch-size >= 1.")
     if not settings.eval_factors or min(settings.eval_factors) <= 0:
         raise ValueError("--eval-factors must be positive numbers, e.g. 0.5 1 2 4 8.")
+    if settings.max_eval_chars is not None and settings.max_eval_chars < 1:
+        raise ValueError("max_eval_chars must be a positive number of characters (or None for all).")
 
 
 def prepare_data(settings: ZooSettings):
@@ -116,11 +150,13 @@ def prepare_data(settings: ZooSettings):
     train_chunks, eval_chunks = split_chunks(chunks, 0.05, settings.seed)
     tokenizer = train_bpe_tokenizer((c["text"] for c in train_chunks), settings.vocab_size)
     train_ds = tokenize_and_pack(train_chunks, tokenizer, settings.train_length, "training")
-    eval_text = "\n\n".join(c["text"] for c in eval_chunks)
+    eval_text = "\n\n".join(c["text"] for c in eval_chunks)[: settings.max_eval_chars]
     return tokenizer, train_ds, eval_text
 
 
-def train_one(settings: ZooSettings, encoding: str, tokenizer, train_ds) -> tuple[LlmsysLlamaForCausalLM, dict]:
+def train_one(
+    settings: ZooSettings, encoding: str, tokenizer, train_ds, progress: ProgressFn = _no_progress
+) -> tuple[LlmsysLlamaForCausalLM, dict]:
     """Train the model for one encoding with the shared budget; returns it and its training summary."""
     torch.manual_seed(settings.seed)
     config = LlmsysLlamaConfig(
@@ -136,7 +172,11 @@ def train_one(settings: ZooSettings, encoding: str, tokenizer, train_ds) -> tupl
         disable_tqdm=True, dataloader_pin_memory=False,
     )  # fmt: skip
     start = time.time()
-    output = Trainer(model=model, args=args, train_dataset=train_ds, data_collator=default_data_collator).train()
+    callbacks = [StepProgress(progress, encoding, settings.steps // 20)]
+    trainer = Trainer(
+        model=model, args=args, train_dataset=train_ds, data_collator=default_data_collator, callbacks=callbacks
+    )
+    output = trainer.train()
     model.config.use_cache = True
     return model.eval(), {"train_seconds": round(time.time() - start, 1), "final_train_loss": output.training_loss}
 
@@ -205,29 +245,38 @@ def plot(runs: list[dict], path: Path, train_length: int) -> None:
     plt.close(fig)
 
 
-def run_zoo(settings: ZooSettings) -> dict:
-    """Train and evaluate every encoding; write zoo.json, zoo.png, the tokenizer and the checkpoints."""
+def run_zoo(settings: ZooSettings, progress: ProgressFn = _no_progress) -> dict:
+    """Train and evaluate every encoding; write zoo.json, zoo.png, the tokenizer and the checkpoints.
+
+    ``progress(event)`` is called as work advances: ``{"stage": "data"}``, ``{"stage": "train", "run", "step",
+    "steps"}``, ``{"stage": "evaluate", "run"}``, ``{"stage": "done"}``. zoo.json is written last, so a folder
+    holding it is complete.
+    """
     validate(settings)
     settings.out.mkdir(parents=True, exist_ok=True)
+    progress({"stage": "data"})
     tokenizer, train_ds, eval_text = prepare_data(settings)
     tokenizer.save_pretrained(settings.out / "tokenizer")
     runs = []
     for encoding in settings.encodings:
-        model, summary = train_one(settings, encoding, tokenizer, train_ds)
+        model, summary = train_one(settings, encoding, tokenizer, train_ds, progress)
         model.save_pretrained(settings.out / "checkpoints" / encoding)
+        progress({"stage": "evaluate", "run": encoding})
         results = evaluate_lengths(model, tokenizer, eval_text, settings.eval_lengths)
         runs.append({"name": encoding, "position_embedding_type": encoding, "checkpoint": f"checkpoints/{encoding}",
                      "rope_scaling": None, **summary, "results": results})  # fmt: skip
         print(format_run(runs[-1]), flush=True)
     if "rope" in settings.encodings:
+        progress({"stage": "evaluate", "run": "rope scalings"})
         for run in evaluate_rope_scalings(settings, tokenizer, eval_text):
             runs.append(run)
             print(format_run(run), flush=True)
     report = {"format_version": FORMAT_VERSION, "settings": settings_dict(settings, tokenizer, train_ds, eval_text),
               "runs": runs}  # fmt: skip
-    (settings.out / "zoo.json").write_text(json.dumps(report, indent=2) + "\n")
     shutil.rmtree(settings.out / "trainer", ignore_errors=True)  # Trainer scratch (no checkpoints are saved)
     plot(runs, settings.out / "zoo.png", settings.train_length)
+    (settings.out / "zoo.json").write_text(json.dumps(report, indent=2) + "\n")  # last: marks the folder complete
+    progress({"stage": "done"})
     return report
 
 
@@ -239,7 +288,7 @@ def settings_dict(settings: ZooSettings, tokenizer, train_ds, eval_text: str) ->
         "learning_rate": settings.learning_rate, "seed": settings.seed, "model": settings.model_fields(),
         "vocab_size": len(tokenizer), "train_tokens": len(train_ds) * settings.train_length,
         "eval_tokens": len(tokenizer(eval_text, add_special_tokens=False)["input_ids"]),
-        "corpus": settings.train_files or "embedded default corpus",
+        "corpus": settings.train_files or "embedded default corpus", "max_eval_chars": settings.max_eval_chars,
     }  # fmt: skip
 
 
@@ -262,17 +311,21 @@ def parse_args(argv: list[str] | None) -> ZooSettings:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-files", nargs="+", default=None)
-    parser.add_argument("--quick", action="store_true", help="tiny budget for smoke tests")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a budget from PRESETS: 'demo' (what `llmsys demo` trains, <= 3 min), 'smoke' (seconds)",
+    )
+    parser.add_argument("--quick", action="store_true", help="same as --preset smoke (tiny budget for tests)")
     args = parser.parse_args(argv)
     settings = ZooSettings(
         out=args.out, encodings=args.encodings, train_length=args.train_length,
         eval_factors=tuple(args.eval_factors), steps=args.steps, batch_size=args.batch_size, seed=args.seed,
         train_files=args.train_files, rope_scalings=args.rope_scalings,
     )  # fmt: skip
-    if args.quick:
-        settings = replace(settings, steps=3, batch_size=4, train_length=16, hidden_size=32, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=64, vocab_size=300, eval_factors=(1.0, 2.0))  # fmt: skip
-    return settings
+    preset = "smoke" if args.quick else args.preset
+    return replace(settings, **PRESETS[preset]) if preset else settings
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -1,0 +1,127 @@
+"""``llmsys demo``: the Gradio page on 127.0.0.1 (analytics and share links off), nothing to download.
+
+llmsys demo                          # full zoo (runs/pe_zoo) if present, else the cached demo zoo, else train it
+llmsys demo --zoo runs/pe_zoo        # a zoo folder, or a Hub repo id (owner/name)
+llmsys demo --no-train               # no background training (tabs 1, 3 and 5 need no model)
+llmsys demo --quick                  # the quick demo zoo even when a full zoo exists
+llmsys demo --host 0.0.0.0 --port 7860
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .limits import Limits
+from .zoo import FULL_ZOO_DIR, ZooManager, default_cache_dir, load_real_model
+
+DEFAULT_PORT = 7860
+
+
+@dataclass
+class DemoOptions:
+    zoo: str | None
+    host: str
+    port: int
+    train: bool
+    quick: bool
+    cache_dir: Path
+    real_model: bool
+    t5: list[Path]
+    sparse_bench: Path | None
+    limits: Limits
+
+
+def parse_args(argv: list[str] | None) -> DemoOptions:
+    """Command-line options -> DemoOptions (ValueError for contradictory ones)."""
+    defaults = Limits()
+    parser = argparse.ArgumentParser(prog="llmsys demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--zoo", default=None, help="zoo folder or Hub repo id (default: see the module docstring)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT} or $GRADIO_SERVER_PORT)")
+    parser.add_argument("--no-train", action="store_true", help="never train the demo zoo in the background")
+    parser.add_argument("--quick", action="store_true", help="use (or train) the quick demo zoo, not runs/pe_zoo")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="demo zoo cache (default $LLMSYS_DEMO_ZOO_DIR "
+                        "or ~/.cache/hf_llmsys/pe_zoo_demo)")  # fmt: skip
+    parser.add_argument("--no-real-model", action="store_true", help="do not load the fetched SmolLM2 checkpoint")
+    parser.add_argument("--t5", type=Path, nargs="*", default=[], help="llmsys_t5 model folders for the generation "
+                        "tab (GNMT length penalty), e.g. runs/llmsys-t5-tiny")  # fmt: skip
+    parser.add_argument(
+        "--sparse-bench",
+        type=Path,
+        default=None,
+        help="JSON written by scripts/bench/sparse_attention.py --json, shown in the sparse tab",
+    )
+    for name, help_text in (
+        ("max_chars", "characters of pasted text"),
+        ("max_tokens", "tokens of pasted text"),
+        ("max_new_tokens", "generated tokens"),
+        ("max_beams", "beams"),
+        ("concurrency_limit", "requests run at once"),
+        ("max_queue_size", "requests waiting"),
+    ):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name),
+                            help=f"limit: {help_text} (default {getattr(defaults, name)})")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.zoo and args.quick:
+        raise ValueError("--zoo and --quick both choose the zoo; give one of them.")
+    for name in ("max_chars", "max_tokens", "max_new_tokens", "max_beams", "concurrency_limit", "max_queue_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    port = args.port if args.port is not None else int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT))
+    if not 0 < port < 65536:
+        raise ValueError(f"--port must be in 1 .. 65535, got {port}.")
+    missing = [str(p) for p in args.t5 if not (p / "config.json").is_file()]
+    if missing:
+        raise ValueError(f"--t5: no config.json in {missing}; train one with `llmsys train --model_type llmsys_t5`.")
+    limits = Limits(**{name: getattr(args, name) for name in ("max_chars", "max_tokens", "max_new_tokens",
+                                                             "max_beams", "concurrency_limit", "max_queue_size")})  # fmt: skip
+    return DemoOptions(args.zoo, args.host, port, not args.no_train, args.quick, args.cache_dir or default_cache_dir(),
+                       not args.no_real_model, args.t5, args.sparse_bench, limits)  # fmt: skip
+
+
+def load_t5(folder: Path):
+    """An llmsys_t5 folder as a generation-tab entry (seq2seq, GNMT-capable)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    import hf_llmsys  # noqa: F401
+
+    from .generation_tab import GenerationModel
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    return GenerationModel(f"t5: {folder.name}", model, AutoTokenizer.from_pretrained(folder), seq2seq=True)
+
+
+def build_context(options: DemoOptions):
+    """The DemoContext the options describe; the zoo is loaded or its training started."""
+    from .app import DemoContext
+
+    manager = ZooManager(source=options.zoo, cache_dir=options.cache_dir, train=options.train)
+    if options.quick:
+        manager.skip_folders = (FULL_ZOO_DIR,)
+    manager.start()
+    return DemoContext(zoo=manager, limits=options.limits,
+                       real_model=load_real_model() if options.real_model else None,
+                       seq2seq=[load_t5(folder) for folder in options.t5], sparse_bench=options.sparse_bench)  # fmt: skip
+
+
+def launch(demo, host: str, port: int, prevent_thread_lock: bool = False):
+    """Start the server: no share link, no analytics; local requests bypass any HTTP proxy."""
+    no_proxy = {"localhost", "127.0.0.1", "::1"} | set(filter(None, os.environ.get("NO_PROXY", "").split(",")))
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(sorted(no_proxy))
+    return demo.launch(server_name=host, server_port=port, share=False, prevent_thread_lock=prevent_thread_lock,
+                       show_error=True, footer_links=["api"], quiet=prevent_thread_lock)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``llmsys demo``."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    options = parse_args(argv)
+    from .app import build_app
+
+    demo = build_app(build_context(options))
+    print(f"llmsys demo: http://{options.host}:{options.port} (Ctrl+C to stop)", flush=True)
+    launch(demo, options.host, options.port)

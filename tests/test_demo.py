@@ -1,0 +1,327 @@
+"""The Gradio demo through gradio_client against the launched app: every event, outputs checked for content
+against the package's functions and independent references (transformers' T5 buckets, the ALiBi paper's
+get_slopes), the limits' messages, and 20 concurrent clients on the perplexity event."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from test_demo_support import TINY_ENCODINGS, build_tiny_t5, build_tiny_zoo, launch_demo
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client.exceptions import AppError  # noqa: E402
+
+TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the foolish their lack of "
+        "understanding. A hacker is a person who enjoys exploring the details of programmable systems.")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory):
+    return build_tiny_zoo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def served(zoo_dir):
+    from transformers import AutoTokenizer
+
+    t5 = build_tiny_t5(zoo_dir.parent, AutoTokenizer.from_pretrained(zoo_dir / "tokenizer"))
+    demo, url, ctx = launch_demo(["--zoo", str(zoo_dir), "--t5", str(t5), "--max-chars", "2000"])
+    client = gradio_client.Client(url, verbose=False)
+    yield client, ctx
+    client.close()
+    demo.close()
+
+
+def frame(value: dict):
+    """A gr.Dataframe / gr.LinePlot value from the client as a pandas DataFrame."""
+    import pandas as pd
+
+    if "value" in value:  # LinePlot returned as an update: {"value": {"columns", "data"}, "x_title", ...}
+        value = value["value"]
+    if "columns" in value:  # LinePlot: {"columns", "data", "datatypes", "mark"}
+        value = {"headers": value["columns"], "data": value["data"]}
+    return pd.DataFrame(value["data"], columns=value["headers"])
+
+
+def assert_plot(plot: dict) -> None:
+    assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/") and len(plot["plot"]) > 2000
+
+
+def paper_get_slopes(n: int) -> list[float]:
+    """The ALiBi paper's reference get_slopes (github.com/ofirpress/attention_with_linear_biases)."""
+
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_get_slopes(2 * closest)[0::2][: n - closest]
+
+
+ENCODING_ARGS = dict(length=48, heads=8, dim=32, t5_buckets=32, t5_max_distance=64, shaw_k=4, rope_offset=777)
+
+
+def show(client, encoding, **overrides):
+    args = {**ENCODING_ARGS, **overrides}
+    return client.predict(encoding, *args.values(), api_name="/show_encoding")
+
+
+@pytest.mark.parametrize("heads", [8, 6, 12])
+def test_alibi_slopes_equal_the_paper_formula(served, heads):
+    figure, curve, table, caption = show(served[0], "alibi", heads=heads)
+    assert_plot(figure)
+    slopes = frame(table)["slope m_h"].tolist()
+    assert slopes == pytest.approx(paper_get_slopes(heads), rel=1e-6)
+    assert sorted(frame(curve)["series"].unique()) == sorted(f"head {h}" for h in range(heads))
+    assert ("not a power of two" in caption) == (heads & (heads - 1) != 0)
+
+
+def test_sinusoidal_dot_product_depends_on_distance_only(served):
+    figure, curve, _, _ = show(served[0], "sinusoidal")
+    assert_plot(figure)
+    df = frame(curve)
+    assert set(df["series"]) == {"i=0", "i=24"}
+    a = df[df.series == "i=0"].set_index("x")["y"]
+    b = df[df.series == "i=24"].set_index("x")["y"]
+    common = b.index
+    assert torch.allclose(torch.tensor(a[common].values), torch.tensor(b.values), atol=1e-4)
+    assert a[0] == pytest.approx(16.0)  # d/2 pairs of sin^2 + cos^2
+
+
+def test_rope_score_is_a_function_of_the_offset_only(served):
+    figure, curve, table, caption = show(served[0], "rope")
+    assert_plot(figure)
+    df = frame(curve)
+    assert set(df["series"]) == {"n=0", "n=777"}
+    a, b = (torch.tensor(df[df.series == s]["y"].values) for s in ("n=0", "n=777"))
+    assert torch.allclose(a, b, atol=1e-3) and a.std() > 0.1  # not a constant curve
+    theta = frame(table)["θ_i (rad / position)"].tolist()
+    assert theta == pytest.approx([10000 ** (-2 * i / 32) for i in range(16)], rel=1e-5)
+
+
+def test_t5_buckets_equal_transformers_t5(served):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    figure, curve, _, _ = show(served[0], "t5", t5_buckets=16, t5_max_distance=64)
+    assert_plot(figure)
+    df = frame(curve)
+    distance = torch.tensor(df["x"].values)
+    reference = T5Attention._relative_position_bucket(-distance, bidirectional=False, num_buckets=16, max_distance=64)
+    assert df["y"].tolist() == reference.tolist()
+
+
+def test_shaw_table_clips_at_k(served):
+    _, _, table, _ = show(served[0], "relative (Shaw)", shaw_k=4)
+    df = frame(table)
+    expected = [min(max(d, -4), 4) + 4 for d in df["j - i"]]
+    assert df["table row"].tolist() == expected
+
+
+def test_permutation_nope_first_layer_is_order_invariant_rope_is_not(served):
+    table, note = served[0].predict("床前明月", "前床明月", api_name="/permutation")
+    assert "same tokens in another order" in note
+    df = frame(table).set_index(["model", "layers"])
+    nope, rope = df.loc[("NoPE", 1), "total variation"], df.loc[("RoPE", 1), "total variation"]
+    assert nope < 1e-6
+    assert rope > 10 * nope + 1e-7
+
+
+def test_perplexity_rows_per_token_and_figures_equal_the_toolkit(served):
+    from hf_llmsys.evaluation.perplexity import corpus_perplexity
+
+    client, ctx = served
+    coloured, tokens, summary = client.predict(TEXT, False, api_name="/perplexity")
+    zoo = ctx.zoo.zoo
+    n_tokens = len(zoo.tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    tokens, summary = frame(tokens), frame(summary)
+    assert len(tokens) == n_tokens and list(tokens.columns) == ["position", "token", *TINY_ENCODINGS]
+    assert "".join(tokens["token"]) == TEXT
+    assert coloured.count('class="surprisal-row"') == len(TINY_ENCODINGS)
+    for name in TINY_ENCODINGS:
+        expected = corpus_perplexity(zoo.models[name], zoo.tokenizer, TEXT, max_length=zoo.train_length,
+                                     stride=zoo.train_length // 2)  # fmt: skip
+        row = summary.set_index("model").loc[name]
+        assert row["token ppl"] == pytest.approx(expected.ppl, rel=1e-5)
+        assert row["bits per byte"] == pytest.approx(expected.bits_per_byte, rel=1e-5)
+        assert tokens[name].sum() == pytest.approx(expected.nll / math.log(2), rel=1e-5)
+
+
+def test_zoo_curves_and_paper_table(served):
+    import json
+
+    client, ctx = served
+    zoo_curve, paper = client.predict(api_name="/zoo_curves")
+    report = json.loads((ctx.zoo.zoo.folder / "zoo.json").read_text())
+    df = frame(zoo_curve)
+    assert set(df["series"]) == {run["name"] for run in report["runs"]}
+    paper = frame(paper)
+    assert set(paper["series"]) == {"sinusoidal", "rotary", "T5 bias", "ALiBi"}
+    assert paper[paper.series == "ALiBi"]["y"].tolist() == [19.73, 18.73, 18.41, 18.34, 18.31]
+    assert len(paper[paper.series == "T5 bias"]) == 4  # out of memory at 15512
+
+
+def test_rope_scaling_past_the_training_context(served):
+    from hf_llmsys.evaluation.perplexity import corpus_perplexity
+
+    client, ctx = served
+    zoo = ctx.zoo.zoo
+    df = frame(client.predict(TEXT, "yarn", 32, api_name="/rope_scaling"))
+    assert set(df["rope scaling"]) == {"none (trained RoPE)", "yarn x2"} and set(df["context"]) == {16, 32}
+    expected = corpus_perplexity(zoo.rope_with_scaling("yarn", 2.0), zoo.tokenizer, TEXT, max_length=32, stride=32)
+    row = df[(df["rope scaling"] == "yarn x2") & (df["context"] == 32)].iloc[0]
+    assert row["token ppl"] == pytest.approx(expected.ppl, rel=1e-5)
+
+
+def test_sparse_layouts_keys_and_memory(served):
+    from hf_llmsys.models.sparse_layouts import attended_counts
+
+    figure, keys, memory, bench = served[0].predict(64, 8, 16, 2, 4, 16, api_name="/sparse")
+    assert_plot(figure)
+    keys = frame(keys).set_index("layout")
+    assert keys.loc["dense", "max keys per query"] == 64
+    local = attended_counts("local", 64, num_heads=4, local_window=16)
+    assert keys.loc["local", "mean keys per query"] == pytest.approx(float(local.float().mean()))
+    memory = frame(memory).set_index("layout")
+    qkv_mb = 3 * 4 * 64 * 16 * 4 / 2**20
+    assert memory.loc["dense", "stored probs, masked dense (MB)"] == pytest.approx(4 * 64 * 64 * 4 / 2**20)
+    assert memory["recomputed: q, k, v only (MB)"].tolist() == pytest.approx([qkv_mb] * 4)
+    for kind in ("local", "strided", "fixed"):  # recomputation keeps no more than q, k, v (plus small buffers)
+        assert (
+            memory.loc[kind, "measured saved, recompute (MB)"] <= memory.loc[kind, "measured saved, no recompute (MB)"]
+        )
+    assert "note" in frame(bench).columns  # no benchmark JSON configured in this app
+
+
+def generate(client, prompt="A hacker is", names=("rope",), strategy="greedy", max_new=8, beams=2,
+             penalty_type="transformers", seed=0, temperature=0.8):  # fmt: skip
+    return client.predict(prompt, list(names), strategy, max_new, temperature, 0.95, beams, 0.6, penalty_type, seed,
+                          api_name="/generate")  # fmt: skip
+
+
+def test_generation_greedy_equals_generate_and_models_side_by_side(served):
+    client, ctx = served
+    zoo = ctx.zoo.zoo
+    df = frame(generate(client, names=TINY_ENCODINGS))
+    assert df["model"].tolist() == TINY_ENCODINGS
+    ids = zoo.tokenizer("A hacker is", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = zoo.models["rope"].generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=zoo.tokenizer.pad_token_id)
+    assert df.set_index("model").loc["rope", "output"] == zoo.tokenizer.decode(out[0, ids.shape[1] :],
+                                                                               skip_special_tokens=True)  # fmt: skip
+    a = frame(generate(client, strategy="sampling", seed=3))
+    b = frame(generate(client, strategy="sampling", seed=3))
+    assert a["output"].tolist() == b["output"].tolist()  # seeded sampling is reproducible
+
+
+def test_gnmt_beam_search_on_t5_and_refused_for_causal_models(served):
+    client, ctx = served
+    t5 = ctx.seq2seq[0]
+    df = frame(generate(client, names=[t5.name], strategy="beam search", beams=3, penalty_type="gnmt"))
+    ids = t5.tokenizer("A hacker is", return_tensors="pt")["input_ids"]
+    out = t5.model.generate(ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, length_penalty_type="gnmt",
+                            early_stopping=True, pad_token_id=t5.tokenizer.pad_token_id)  # fmt: skip
+    assert df["output"][0] == t5.tokenizer.decode(out[0], skip_special_tokens=True)
+    with pytest.raises(AppError, match="GNMT length penalty is implemented by llmsys_t5 models only"):
+        generate(client, names=["rope"], strategy="beam search", penalty_type="gnmt")
+
+
+def test_cleaning_verdict_equals_the_pipeline(served):
+    from datasets import Dataset
+
+    from hf_llmsys.cleaning import clean
+
+    client = served[0]
+    spam = "<p>Click here!!!</p><p>Buy now</p>"
+    verdict, trace, _ = client.predict(spam, "fineweb-like", api_name="/clean")
+    docs = Dataset.from_dict({"text": [spam, TEXT * 3]})
+    dropped = clean(docs, "fineweb-like").report.to_dict()["dropped"]
+    (rule,) = dropped
+    assert "**Dropped**" in verdict and f"`{rule}`" in verdict
+    assert f"DROP ({rule})" in frame(trace)["result"].tolist()
+    verdict, _, normalised = client.predict("<p>Hello,\u00a0  world</p>", "c4", api_name="/clean")
+    assert "Hello, world" in normalised or "**Dropped**" in verdict
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.predict("x" * 2001, False, api_name="/perplexity"), "2001 characters is over the limit of 2000"),
+        (lambda c: generate(c, max_new=65), "max new tokens: 65 is outside the allowed range 1 .. 64"),
+        (lambda c: generate(c, strategy="beam search", beams=5), "beams: 5 is outside the allowed range 1 .. 4"),
+        (lambda c: show(c, "alibi", heads=17), "heads: 17 is outside the allowed range 1 .. 16"),
+        (lambda c: c.predict(2048, 8, 16, 2, 4, 16, api_name="/sparse"), "length: 2048 is outside"),
+        (lambda c: c.predict("", "c4", api_name="/clean"), "document: paste some text first"),
+    ],
+)
+def test_over_limit_requests_get_the_limit_message(served, call, message):
+    with pytest.raises(AppError, match=message):
+        call(served[0])
+    assert served[0].predict(api_name="/zoo_status").startswith("Zoo loaded")  # the server is still up
+
+
+def test_limits_and_queue_settings_are_in_the_page(served):
+    client, ctx = served
+    config = client.config
+    texts = " ".join(str(c.get("props", {}).get("value", "")) for c in config["components"])
+    assert "2000 characters" in texts and "64 new tokens" in texts and "4 beams" in texts
+    assert ctx.limits.concurrency_limit == 2
+
+
+def test_twenty_concurrent_clients_are_all_served(served):
+    client = served[0]
+    url = client.src
+
+    def one(_):
+        start = time.perf_counter()
+        own = gradio_client.Client(url, verbose=False)
+        _, tokens, _ = own.predict(TEXT, False, api_name="/perplexity")
+        own.close()
+        return time.perf_counter() - start, len(tokens["data"])
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(one, range(20)))
+    latencies = sorted(r[0] for r in results)
+    assert len(results) == 20 and len({r[1] for r in results}) == 1
+    p95 = latencies[math.ceil(0.95 * len(latencies)) - 1]
+    print(f"\n20 concurrent /perplexity clients: median {statistics.median(latencies):.2f} s, p95 {p95:.2f} s")
+
+
+def test_cli_rejects_bad_options(tmp_path):
+    from hf_llmsys.demo.cli import parse_args
+    from hf_llmsys.demo.zoo import resolve_zoo_source
+
+    with pytest.raises(ValueError, match="--zoo and --quick"):
+        parse_args(["--zoo", "x", "--quick"])
+    with pytest.raises(ValueError, match="--max-beams must be >= 1"):
+        parse_args(["--max-beams", "0"])
+    with pytest.raises(ValueError, match="has no zoo.json"):
+        resolve_zoo_source(str(tmp_path))
+    with pytest.raises(ValueError, match="not a Hub repo id"):
+        resolve_zoo_source(str(tmp_path / "missing" / "deeper"))
+    assert parse_args([]).host == "127.0.0.1"
+
+
+def test_background_training_reports_progress_then_loads(tmp_path):
+    from hf_llmsys.data.corpus import load_default_corpus
+    from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
+
+    text = tmp_path / "text.txt"
+    text.write_text(load_default_corpus()[:20000], encoding="utf-8")
+    overrides = {"encodings": ["none", "rope"], "rope_scalings": [], "train_files": [str(text)]}
+    manager = ZooManager(cache_dir=tmp_path / "cache" / "zoo", preset="smoke", settings_overrides=overrides,
+                         skip_folders=(FULL_ZOO_DIR,))  # fmt: skip
+    manager.start()
+    assert "Training the demo zoo in the background" in manager.status()
+    zoo = manager.wait(timeout=120)
+    assert zoo is not None and set(zoo.models) == {"none", "rope"}, manager.status()
+    assert manager.status().startswith("Zoo loaded") and (tmp_path / "cache" / "zoo" / "zoo.json").is_file()
+    assert not (tmp_path / "cache" / "zoo.partial").exists()
+    second = ZooManager(cache_dir=tmp_path / "cache" / "zoo", skip_folders=manager.skip_folders)
+    second.start()  # the cache is found: no training
+    assert second.zoo is not None and second._thread is None
