@@ -61,7 +61,7 @@ GPT3_PRESETS: dict[str, dict] = {
     # Tiny model for tests and smoke runs (not from the paper).
     "debug": dict(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=128,
-        vocab_size=256, local_window=16,
+        vocab_size=256, local_window=16, bos_token_id=255, eos_token_id=255,  # ids inside the vocabulary
     ),
 }  # fmt: skip
 
@@ -90,6 +90,8 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
     """
 
     model_type = "llmsys_gpt3"
+    presets = GPT3_PRESETS
+    preset_family = "GPT-3"
     attribute_map = {name: field for name, field in GPT2_ARG_NAMES.items() if name != "attn_pdrop"}
     base_model_tp_plan = {
         "layers.*.self_attn.qkv_proj": "colwise",
@@ -153,14 +155,6 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         self.attention_scale = 1.0  # GPT-Neo does not divide q.k by sqrt(head_dim)
         self.attention_bias, self.attention_out_bias = False, True
         self.checkpoint_format = "gpt_neo"
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides) -> LlmsysGPT3Config:
-        """The config of a preset of ``GPT3_PRESETS`` ("gpt3-small" ... "gpt3-175b", "debug"), with overrides."""
-        if name not in GPT3_PRESETS:
-            raise ValueError(f"unknown GPT-3 preset {name!r}; choose one of {sorted(GPT3_PRESETS)}.")
-        fields = {key: value for key, value in GPT3_PRESETS[name].items() if key != "published_params"}
-        return cls(**{**fields, **overrides})
 
     def layer_layouts(self) -> list[str]:
         """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""

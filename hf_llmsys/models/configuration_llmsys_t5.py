@@ -27,6 +27,8 @@ from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 
+from .presets import PresetMixin
+
 # transformers' ``feed_forward_proj`` values whose activation name differs from the ACT2FN key.
 PACKED_ACTIVATIONS = {"gated-gelu": "gelu_new"}
 
@@ -58,10 +60,12 @@ def parse_feed_forward_proj(value: str) -> tuple[str, bool]:
 
 
 @strict
-class LlmsysT5Config(PreTrainedConfig):
+class LlmsysT5Config(PresetMixin, PreTrainedConfig):
     """T5 configuration (defaults: T5-small v1.0, 60M parameters)."""
 
     model_type = "llmsys_t5"
+    presets = T5_PRESETS
+    preset_family = "T5"
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
         "hidden_size": "d_model",
@@ -111,14 +115,6 @@ class LlmsysT5Config(PreTrainedConfig):
         if self.scale_decoder_outputs is None:
             self.scale_decoder_outputs = self.tie_word_embeddings
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides) -> LlmsysT5Config:
-        """The config of a preset of ``T5_PRESETS`` ("t5-small" ... "t5-11b", "debug"), with overrides."""
-        if name not in T5_PRESETS:
-            raise ValueError(f"unknown T5 preset {name!r}; choose one of {sorted(T5_PRESETS)}.")
-        fields = {key: value for key, value in T5_PRESETS[name].items() if key != "published_params"}
-        return cls(**{**fields, **overrides})
 
     @property
     def inner_dim(self) -> int:
