@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 from hub_fixtures import ALICE, client, client_env, hub  # noqa: F401 (fixtures)
@@ -69,12 +71,17 @@ RESULTS = {"val_loss": 4.5, "val_perplexity": 90.0, "global_step": 10, "tokens_s
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _helpers(client):  # noqa: F811
+    """Define the SETUP helpers in the client process before any test of this module."""
+    client.run(SETUP)
+
+
 @pytest.fixture(scope="module")
 def pushed(client, hub, tmp_path_factory):  # noqa: F811
     """The three model types pushed to alice's repos (llama and gpt3 by transformers' push_to_hub, sharded; t5
     by `llmsys push`), with the logits each must reproduce."""
     work = tmp_path_factory.mktemp("pushed")
-    client.run(SETUP)
     return client.run(
         f"""
         expected = {{}}
@@ -376,3 +383,75 @@ def test_llmsys_cli_process_with_a_wrong_hf_token_prints_one_line_and_exits_2(hu
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "HTTP 401" in bad.stderr, bad.stderr
     assert not (tmp_path / "q").exists()
+
+
+def raw(hub, method: str, path: str, body: bytes | None = None, headers: dict | None = None):  # noqa: F811
+    """One request straight to the server (no client library): (status, headers)."""
+    request = urllib.request.Request(hub.endpoint + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers)
+
+
+def test_server_is_strict_where_the_hub_is(client, hub):  # noqa: F811
+    """Parent-commit check (412 through HfApi.upload_file(parent_commit=...)), error codes on HEAD, required
+    content types, commits only to branches, lfsFile lines only for uploaded objects."""
+    answer = client.run(
+        """
+        api = HfApi()
+        api.create_repo("alice/strict")
+        first = api.upload_file(path_or_fileobj=b"one", path_in_repo="a.txt", repo_id="alice/strict").oid
+        api.upload_file(path_or_fileobj=b"two", path_in_repo="a.txt", repo_id="alice/strict")
+        try:
+            api.upload_file(path_or_fileobj=b"three", path_in_repo="a.txt", repo_id="alice/strict", parent_commit=first)
+            result = "committed"
+        except Exception as err:
+            result = [type(err).__name__, err.response.status_code]
+        """
+    )
+    assert answer == ["HfHubHTTPError", 412]
+    auth = {"Authorization": f"Bearer {ALICE}"}
+    status, headers = raw(hub, "HEAD", "/alice/strict/resolve/main/missing.txt")
+    assert (status, headers.get("X-Error-Code")) == (404, "EntryNotFound")
+    assert raw(hub, "HEAD", "/alice/strict/resolve/nope/a.txt")[1].get("X-Error-Code") == "RevisionNotFound"
+    assert raw(hub, "HEAD", "/alice/none/resolve/main/a.txt")[1].get("X-Error-Code") == "RepoNotFound"
+    status, headers = raw(hub, "HEAD", "/alice/strict/resolve/main/a.txt")
+    assert status == 200 and headers["X-Repo-Commit"] and headers["ETag"]
+    header = b'{"key": "header", "value": {"summary": "x"}}\n'
+    ndjson = {**auth, "Content-Type": "application/x-ndjson"}
+    assert (
+        raw(hub, "POST", "/api/models/alice/strict/commit/main", header, {**auth, "Content-Type": "text/plain"})[0]
+        == 400
+    )
+    file_line = b'{"key": "file", "value": {"path": "b.txt", "content": "Yg==", "encoding": "base64"}}\n'
+    assert raw(hub, "POST", "/api/models/alice/strict/commit/main", file_line, ndjson)[0] == 400  # no header line
+    lfs_line = (
+        b'{"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": "' + b"0" * 64 + b'", "size": 3}}\n'
+    )
+    assert raw(hub, "POST", "/api/models/alice/strict/commit/main", header + lfs_line, ndjson)[0] == 400
+    assert (
+        raw(hub, "POST", "/api/models/alice/strict/commit/v9", header, ndjson)[1].get("X-Error-Code")
+        == "RevisionNotFound"
+    )
+    assert (
+        raw(hub, "POST", "/api/models/alice/strict/commit/main", header, {**ndjson, "Authorization": "Bearer x"})[0]
+        == 401
+    )
+    assert (
+        raw(
+            hub,
+            "POST",
+            "/api/models/alice/strict/commit/main",
+            header,
+            {**ndjson, "Authorization": "Bearer hf_bob_write"},
+        )[0]
+        == 403
+    )
+
+
+def test_every_request_of_this_module_hit_a_served_route(hub):  # noqa: F811
+    """Runs last: no request of the round trips above fell outside the routes the server implements (an unknown
+    route would be a client path these tests did not really exercise)."""
+    assert hub.log and not [entry for entry in hub.log if entry[1] == "unknown"]

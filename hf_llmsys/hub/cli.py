@@ -30,7 +30,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from .cards import write_dataset_card, write_model_card
 from .folders import SavedFolder, saved_folder
@@ -134,6 +134,14 @@ def full_repo_id(api: HfApi, repo_id: str) -> str:
         return f"{api.whoami()['name']}/{repo_id}"
 
 
+def upload_summary(folder: Path) -> str:
+    """'12 files, 3.4 MB' for the files upload_folder will consider (same ignore rules)."""
+    paths = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    kept = list(filter_repo_objects(paths, ignore_patterns=PUSH_IGNORE))
+    size = sum((folder / p).stat().st_size for p in kept)
+    return f"{len(kept)} files, {size / 1e6:.1f} MB"
+
+
 def head_commit(api: HfApi, repo_id: str, repo_type: str, revision: str) -> str | None:
     """The commit a branch points at, or None when the branch does not exist yet."""
     refs = api.list_repo_refs(repo_id, repo_type=repo_type)
@@ -161,7 +169,10 @@ def push_folder(
         if branch != "main":
             api.create_branch(repo_id, repo_type=saved.repo_type, branch=branch, exist_ok=True)
         before = head_commit(api, repo_id, saved.repo_type, branch)
-        print(f"pushing {saved.kind} {saved.path} to {saved.repo_type} repo {repo_id} (branch {branch})")
+        print(
+            f"pushing {saved.kind} {saved.path} ({upload_summary(saved.path)}) to {saved.repo_type} repo {repo_id} "
+            f"(branch {branch})"
+        )
         if saved.kind == "dataset":
             commit = push_dataset(api, saved, repo_id, branch, message, private)
         else:
