@@ -105,10 +105,13 @@ def _ids(tokenizer, text: str) -> list[int]:
     return [tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _expected_context(t: int, max_length: int, stride: int) -> int:
-    """Tokens visible to target t (>= 1): its input position t - 1 lies in the first window with begin + L > t - 1."""
+def _expected_context(t: int, max_length: int, stride: int, n_ids: int) -> int:
+    """Tokens visible to target t (>= 1) of n_ids: its input position t - 1 is scored by the first window with
+    begin + L > t - 1 (begin = k * stride), except in the final window, which ends at position n_ids - 2 and holds
+    the max_length positions before it (lm-eval's end-aligned rolling window)."""
     k = max(0, math.ceil((t - max_length) / stride))
-    return t - k * stride
+    last = max(0, math.ceil((n_ids - 1 - max_length) / stride))  # index of the final window
+    return t - (n_ids - 1 - max_length) if 0 < k == last else t - k * stride
 
 
 def brute_force_nlls(model, ids: list[int], max_length: int, stride: int) -> torch.Tensor:
@@ -116,7 +119,7 @@ def brute_force_nlls(model, ids: list[int], max_length: int, stride: int) -> tor
     out = []
     with torch.inference_mode():
         for t in range(1, len(ids)):
-            context = ids[t - _expected_context(t, max_length, stride) : t]
+            context = ids[t - _expected_context(t, max_length, stride, len(ids)) : t]
             logits = model(input_ids=torch.tensor([context])).logits[0, -1].float()
             out.append(-torch.log_softmax(logits, -1)[ids[t]])
     return torch.stack(out)
@@ -167,32 +170,35 @@ def test_oracle_model_gives_one():
     assert result.ppl == 1.0
 
 
-def test_disjoint_windows_context_restarts():
+def test_disjoint_windows_context_restarts_and_final_window_is_end_aligned():
     tok = _word_tokenizer(9)
     lm = ContextLM(len(tok))
     text = " ".join(f"w{i % 9 + 1}" for i in range(20))  # 21 ids with bos, 20 scored
     result = corpus_perplexity(lm, tok, text, max_length=6, stride=6, return_token_nlls=True)
-    assert lm.contexts(result.token_nlls[0]) == [(t - 1) % 6 + 1 for t in range(1, 21)]
+    # three full disjoint windows; the final partial one (tokens 19, 20) gets 4 tokens of left context, not 0
+    assert lm.contexts(result.token_nlls[0]) == [(t - 1) % 6 + 1 for t in range(1, 19)] + [5, 6]
     assert [(w.begin, w.end, w.score_from) for w in plan_windows(21, 6, 6)] == [
         (0, 6, 0),
         (6, 12, 6),
         (12, 18, 12),
-        (18, 20, 18),
+        (14, 20, 18),
     ]
 
 
-@pytest.mark.parametrize("max_length, stride", [(6, 1), (6, 2), (6, 5), (5, 3)])
+@pytest.mark.parametrize("max_length, stride", [(6, 1), (6, 2), (6, 5), (5, 3), (6, 6), (7, 4)])
 def test_each_token_gets_its_window_context(max_length, stride):
     tok = _word_tokenizer(9)
     lm = ContextLM(len(tok))
     text = " ".join(f"w{i % 9 + 1}" for i in range(23))
     result = corpus_perplexity(lm, tok, text, max_length=max_length, stride=stride, return_token_nlls=True)
     contexts = lm.contexts(result.token_nlls[0])
-    assert contexts == [_expected_context(t, max_length, stride) for t in range(1, 24)]
+    assert contexts == [_expected_context(t, max_length, stride, 24) for t in range(1, 24)]
     # (a) the first window scores all of its max_length positions, with contexts 1..max_length
     assert contexts[:max_length] == list(range(1, max_length + 1))
     # after the first window every token sees at least max_length - stride + 1 tokens
     assert min(contexts[max_length:]) >= max_length - stride + 1
+    # the final window is end-aligned: the last token sees a full window
+    assert contexts[-1] == max_length
 
 
 def test_corpus_ppl_is_per_token_not_mean_of_windows():
@@ -373,7 +379,7 @@ def test_unknown_context_needs_max_length():
 
 def test_scored_positions_only_lm_head_equals_full_logits(model, tokenizer, monkeypatch):
     """The logits_to_keep fast path (LM head on scored positions only) gives the full-logits result."""
-    from hf_llmsys.evaluation import perplexity as module
+    from hf_llmsys.evaluation import window_batching as module
 
     texts = ["the quick brown fox jumps over the lazy dog " * 6, "pack my box with five dozen liquor jugs " * 3]
     assert module.accepts_logits_to_keep(model)

@@ -4,7 +4,9 @@ language models (sliding window), IFD scores, and an ``evaluate`` metric module 
 from .distributions import cross_entropy, entropy, kl_divergence, perplexity_from_entropy
 from .ifd import ifd_scores, select_by_ifd, write_selected
 from .metrics import metric_path
-from .perplexity import PerplexityResult, corpus_perplexity, perplexity_by_context_length, seq2seq_perplexity
+from .perplexity import corpus_perplexity, perplexity_by_context_length
+from .perplexity_result import PerplexityResult
+from .seq2seq_perplexity import seq2seq_perplexity
 
 __all__ = [
     "PerplexityResult",

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .alpaca import format_prompt, validate_records
-from .perplexity import eval_mode, model_device, output_logits, resolve_max_length
+from .model_limits import resolve_max_length
+from .scoring import eval_mode, model_device, output_logits
 
 
 def start_token_id(tokenizer) -> int:

@@ -15,7 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from .perplexity import corpus_perplexity, model_context_length
+from .model_limits import model_context_length
+from .perplexity import corpus_perplexity
 
 TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
 

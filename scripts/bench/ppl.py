@@ -13,7 +13,9 @@ text's first token is never scored (no bos). "doc corrected" weights each window
 really scored and divides by n - 1.
 
 Equal token sets: the doc loop feeds L tokens per window but uses only L - 1 predictions, so it scores exactly
-the tokens, with exactly the contexts, of ``corpus_perplexity(max_length=L - 1, stride, add_start_token=False)``.
+the tokens, with exactly the contexts, of ``corpus_perplexity(max_length=L - 1, stride, add_start_token=False)``
+when its final window is full (ours end-aligns a partial final window for maximal context, lm-eval's rolling
+window; the doc loop does not), so the text is cut to n tokens with (n - L) % stride == 0.
 That pair is compared (goal: relative difference <= 1e-4) and timed (goal: ours >= 1.0x the doc loop's
 tokens/s). The headline ``corpus_perplexity(max_length=L, stride)`` with bos (every token scored) is printed too.
 
@@ -96,6 +98,12 @@ def text_prefix(tokenizer, text: str, max_tokens: int) -> str:
     return head if len(offsets) <= max_tokens else head[: offsets[max_tokens - 1][1]]
 
 
+def full_windows_length(max_tokens: int, max_length: int, stride: int) -> int:
+    """The largest n <= max_tokens whose final doc-loop window is full ((n - L) % stride == 0): ours end-aligns a
+    partial final window (lm-eval's maximal context) while the doc loop does not, so only then are the sets equal."""
+    return max_tokens if max_tokens <= max_length else max_length + (max_tokens - max_length) // stride * stride
+
+
 def build_model(vocab_size: int, max_length: int, quick: bool) -> LlmsysLlamaForCausalLM:
     """Random-weight LLaMA-style model (fp32, eval) whose context covers max_length."""
     torch.manual_seed(0)
@@ -137,10 +145,10 @@ def timed(fn):
 def run(args) -> dict:
     """Measure both methods; returns the results dict."""
     text, tokenizer, source = load_text_and_tokenizer(args.data_dir, args.quick)
-    text = text_prefix(tokenizer, text, args.max_tokens)
+    length, stride = args.max_length, args.stride
+    text = text_prefix(tokenizer, text, full_windows_length(args.max_tokens, length, stride))
     ids = torch.tensor([tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]])
     model = build_model(len(tokenizer), args.max_length, args.quick)
-    length, stride = args.max_length, args.stride
 
     def ours(max_length, bos):
         return corpus_perplexity(
