@@ -119,3 +119,20 @@ def test_llmsys_clean_output_pushed_as_a_dataset_and_loaded_back(client, hub, tm
     again = client.call(f'result = llmsys(["push", {str(out)!r}, "alice/clean-data"])')
     assert again["result"] == 0, again
     assert "unchanged, no new commit" in again["stdout"] and len(repo.commits) == commits
+    pulled = tmp_path / "pulled"
+    assert client.run(f'result = llmsys(["pull", "alice/clean-data", {str(pulled)!r}, "--repo-type", "dataset"])') == 0
+    assert (pulled / "report.json").read_bytes() == (out / "report.json").read_bytes()
+
+
+def test_push_warns_when_an_adapter_base_is_a_local_path(tmp_path, capsys):
+    """What `llmsys sft --lora` saves names its base by local path: push says others cannot resolve it."""
+    from hf_llmsys.hub.cli import warn_about_local_base
+    from hf_llmsys.hub.folders import saved_folder
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path)}))
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    warn_about_local_base(saved_folder(tmp_path))
+    assert "local path" in capsys.readouterr().out
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "alice/lora-base"}))
+    warn_about_local_base(saved_folder(tmp_path))
+    assert capsys.readouterr().out == ""

@@ -32,7 +32,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from .cards import write_dataset_card, write_model_card
+from .cards import is_hub_id, write_dataset_card, write_model_card
 from .folders import SavedFolder, saved_folder
 
 # Never uploaded from a training output folder: Trainer checkpoints, hidden temporaries, logs, caches.
@@ -176,6 +176,7 @@ def push_folder(
         if saved.kind == "dataset":
             commit = push_dataset(api, saved, repo_id, branch, message, private)
         else:
+            warn_about_local_base(saved)
             write_model_card(saved.path, repo_id=repo_id)
             commit = api.upload_folder(
                 folder_path=saved.path,
@@ -190,6 +191,18 @@ def push_folder(
     commit_url = commit.commit_url if changed else f"{url.rstrip('/')}/commit/{after}"
     print(f"{'committed' if changed else 'unchanged, no new commit:'} {commit_url}")
     return {"repo_id": repo_id, "revision": branch, "commit": after, "commit_url": commit_url, "changed": changed}
+
+
+def warn_about_local_base(saved: SavedFolder) -> None:
+    """An adapter whose base is a local path cannot be loaded from the Hub by others: say so before pushing."""
+    if saved.kind != "adapter":
+        return
+    base = (saved.json("adapter_config.json") or {}).get("base_model_name_or_path")
+    if not is_hub_id(base):
+        print(
+            f"warning: the adapter's base model is the local path {base!r}: others cannot load it from the Hub "
+            "until you push the base too and set base_model_name_or_path in adapter_config.json to its repo id"
+        )
 
 
 def push_dataset(api: HfApi, saved: SavedFolder, repo_id: str, branch: str, message: str, private: bool):
