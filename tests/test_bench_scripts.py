@@ -48,8 +48,10 @@ def test_sparse_attention_bench_runs_and_its_memory_counter_is_right(tmp_path):
     out = tmp_path / "sparse.json"
     seq_len, heads = 1024, 2  # head_dim 16: the S x S tensors dwarf the (S, D) ones
     bench.main(["--lengths", str(seq_len), "--heads", str(heads), "--head-dim", "16", "--reps", "1", "--warmup", "0",
-                "--window", "32", "--json", str(out)])  # fmt: skip
-    results = {name: rows[str(seq_len)] for name, rows in json.loads(out.read_text()).items() if rows}
+                "--window", "32", "--model-lengths", "256", "--model-hidden", "32", "--model-heads", "2",
+                "--json", str(out)])  # fmt: skip
+    raw = json.loads(out.read_text())
+    results = {name: rows[str(seq_len)] for name, rows in raw["kernel"].items() if rows}
     probabilities_mb = heads * seq_len * seq_len * 4 / 2**20  # fp32 (H, S, S)
     # the plain-ops attention keeps its probabilities for backward; the counters must see them
     assert results["dense-stored"]["saved_mb"] >= probabilities_mb
@@ -58,6 +60,10 @@ def test_sparse_attention_bench_runs_and_its_memory_counter_is_right(tmp_path):
     for kind in ("local", "strided", "fixed", "gpt3"):
         assert results[kind]["saved_mb"] > 0 and results[kind + "+rc"]["saved_mb"] == 0  # recompute keeps nothing
         assert results[kind]["ms"] > 0
+    model_level = raw["model"]["256"]  # one-layer llmsys_gpt3 models of each layout
+    assert all(model_level[kind] > 0 for kind in bench.MODEL_KINDS)
+    assert model_level["hidden_act"] == "gelu_new" and len(model_level["activation"]) == 2
+    assert model_level["activation_max_abs_diff"] <= 1e-5  # torch's fused tanh GELU is GPT-2's gelu_new
 
 
 @pytest.mark.timeout(300)

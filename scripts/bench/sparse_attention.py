@@ -16,6 +16,14 @@ Variants (``hf_llmsys.models.sparse_attention``):
 - with ``--flex``: ``<kind>@flex``, the same layouts as FlexAttention BlockMasks (compiled; CUDA only, as
   torch 2.13 has no flex backward on CPU).
 
+Model level (issue 14): one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048,
+GPT-2's ``gelu_new``, sdpa) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the
+layouts buy once the projections, the MLP and the norms are paid too. Rows dense / local / strided / fixed take
+turns within each repetition; ratio = dense layer time / variant layer time (goal: >= 1.7x for local and
+strided). The activation row times the MLP's activation alone on (1, S, d_ff), forward + backward, as the model
+runs it (``hidden_act``) and as torch's fused tanh GELU, with its share of the dense layer. ``--model-profile``
+adds torch.profiler's top ops per variant (where the layer time goes).
+
 Columns: time (ms) and speed ratio vs dense (``dense time / variant time``, > 1 is faster); peak memory (MB) of the
 attention call beyond its inputs, over forward and backward, and the ratio vs dense (``variant / dense``, < 1 is
 smaller); saved-for-backward memory (MB, kept from forward until backward: the per-layer cost in a deep model).
@@ -25,6 +33,7 @@ CUDA by ``torch.cuda.max_memory_allocated``.
     python scripts/bench/sparse_attention.py                                  # 1k ... 16k
     python scripts/bench/sparse_attention.py --lengths 1024 2048 --reps 1     # quick
     python scripts/bench/sparse_attention.py --device cuda --dtype bfloat16   # GPU (see scripts/gpu_check.sh)
+    python scripts/bench/sparse_attention.py --skip-kernel-level --model-profile  # only the model-level table
 
 Numbers are noisy when other processes share the CPU.
 """
@@ -39,6 +48,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -49,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from hf_llmsys.models.sparse_attention import flex_layout_attention, sparse_attention  # noqa: E402
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
+MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward
+MODEL_KINDS = ("dense", "local", "strided", "fixed")
 
 
 class LiveBytes(TorchDispatchMode):
@@ -239,8 +251,114 @@ def print_tables(results: dict, lengths: list[int]) -> None:
             print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
 
 
+# ------------------------------------------------------------------------------------------------ model level
+
+
+def layer_model(kind: str, args: argparse.Namespace, seq_len: int):
+    """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa."""
+    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3Model
+
+    config = LlmsysGPT3Config(
+        vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
+        intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
+        local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlmsysGPT3Model._from_config(config, attn_implementation="sdpa")
+    return model.to(device=args.device, dtype=getattr(torch, args.dtype)).train()
+
+
+def layer_step(model, input_ids: torch.Tensor, grad_out: torch.Tensor) -> None:
+    """Forward + backward of one layer model; gradients dropped afterwards."""
+    (model(input_ids=input_ids).last_hidden_state * grad_out).sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def activation_fns(hidden_act: str) -> dict[str, Callable]:
+    """The MLP activation as the model runs it (transformers' ACT2FN) and torch's fused tanh GELU."""
+    from transformers.activations import ACT2FN
+
+    fns = {f"{hidden_act} (ACT2FN)": ACT2FN[hidden_act]}
+    if hidden_act in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        fns["torch gelu tanh (fused)"] = lambda x: torch.nn.functional.gelu(x, approximate="tanh")
+    return fns
+
+
+def profile_layer(model, input_ids, grad_out, top: int = 8) -> str:
+    """torch.profiler table of one forward + backward, top ops by self CPU (or CUDA) time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if input_ids.is_cuda else [])
+    with profile(activities=activities) as prof:
+        layer_step(model, input_ids, grad_out)
+    key = "self_cuda_time_total" if input_ids.is_cuda else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=top)
+
+
+def run_model_level(args: argparse.Namespace) -> dict:
+    """{length: {kind: ms, ..., "activation": {name: ms}}} for the one-layer models, round-robin timed."""
+    results: dict[int, dict] = {}
+    dtype = getattr(torch, args.dtype)
+    for seq_len in args.model_lengths:
+        models = {kind: layer_model(kind, args, seq_len) for kind in MODEL_KINDS}
+        input_ids = torch.randint(0, 256, (1, seq_len), device=args.device)
+        grad_out = torch.randn(1, seq_len, args.model_hidden, device=args.device, dtype=dtype)
+        hidden_act = models["dense"].config.hidden_act
+        act_input = torch.randn(1, seq_len, 4 * args.model_hidden, device=args.device, dtype=dtype)
+        acts = activation_fns(hidden_act)
+        steps = {kind: partial(layer_step, model, input_ids, grad_out) for kind, model in models.items()}
+        steps |= {name: partial(_activation_step, fn, act_input) for name, fn in acts.items()}
+        times: dict[str, list[float]] = {name: [] for name in steps}
+        for rep in range(args.warmup + args.reps):
+            for name, step in steps.items():
+                _sync(args.device)
+                start = time.perf_counter()
+                step()
+                _sync(args.device)
+                if rep >= args.warmup:
+                    times[name].append(time.perf_counter() - start)
+        row = {kind: statistics.median(times[kind]) * 1e3 for kind in MODEL_KINDS}
+        row["activation"] = {name: statistics.median(times[name]) * 1e3 for name in acts}
+        with torch.no_grad():  # the fused GELU must be the same function (issue 14: <= 1e-5)
+            outputs = [fn(act_input).float() for fn in acts.values()]
+        row["activation_max_abs_diff"] = max(float((out - outputs[0]).abs().max()) for out in outputs)
+        row["hidden_act"] = hidden_act
+        results[seq_len] = row
+        print(f"  model level S={seq_len}: " + ", ".join(f"{k} {row[k]:.0f} ms" for k in MODEL_KINDS), flush=True)
+        if args.model_profile:
+            for kind, model in models.items():
+                print(f"\nprofile, {kind} layer, S={seq_len}:\n{profile_layer(model, input_ids, grad_out)}")
+    return results
+
+
+def _activation_step(fn: Callable, x: torch.Tensor) -> None:
+    x = x.detach().requires_grad_()
+    fn(x).sum().backward()
+
+
+def print_model_table(results: dict, args: argparse.Namespace) -> None:
+    """Layer times, ratios vs the dense layer, the activation's share, and the issue-14 goal check."""
+    print(f"\nmodel level: one llmsys_gpt3 layer (d {args.model_hidden}, {args.model_heads} heads, d_ff "
+          f"{4 * args.model_hidden}), forward + backward, ms   (ratio: dense layer / variant layer)")  # fmt: skip
+    print(f"{'layer':<13}" + "".join(f"{'S=' + str(s):>22}" for s in results))
+    for kind in MODEL_KINDS:
+        print(f"{kind:<13}" + "".join(f"{r[kind]:11.1f} {r['dense'] / r[kind]:7.2f}x  " for r in results.values()))
+    for seq_len, row in results.items():
+        for name, ms in row["activation"].items():
+            print(f"  activation {name} on (1, {seq_len}, {4 * args.model_hidden}), forward + backward: {ms:.1f} ms "
+                  f"= {ms / row['dense']:.0%} of the dense layer, {ms / row['local']:.0%} of the local one")  # fmt: skip
+        print(f"  activations agree: max |diff| {row['activation_max_abs_diff']:.1e}")
+    if GOAL_LENGTH in results:
+        row = results[GOAL_LENGTH]
+        print(f"\ngoal at S={GOAL_LENGTH}, one layer: local and strided >= {MODEL_GOAL_SPEEDUP}x faster than dense")
+        for kind in ("local", "strided"):
+            speed = row["dense"] / row[kind]
+            print(f"  {kind:<8} {speed:5.2f}x: {'met' if speed >= MODEL_GOAL_SPEEDUP else 'NOT met'}")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark, print the tables, return the raw results."""
+    """Run the benchmark, print the tables, return the raw results {"kernel": ..., "model": ...}."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
@@ -254,14 +372,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--flex", action="store_true", help="also time FlexAttention BlockMasks (CUDA: backward)")
+    parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
+    parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
+    parser.add_argument("--model-heads", type=int, default=8)
+    parser.add_argument("--model-profile", action="store_true", help="print torch.profiler's top ops per layer")
+    parser.add_argument("--skip-kernel-level", action="store_true", help="only the model-level table")
+    parser.add_argument("--skip-model-level", action="store_true", help="only the kernel-level tables")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, heads {args.heads}, head_dim "
           f"{args.head_dim}, window {args.window}, stride {args.stride or '~sqrt(S)'}")  # fmt: skip
-    results = run(args)
-    print_tables(results, args.lengths)
+    results = {"kernel": {}, "model": {}}
+    if not args.skip_kernel_level:
+        results["kernel"] = run(args)
+        print_tables(results["kernel"], args.lengths)
+    if not args.skip_model_level:
+        results["model"] = run_model_level(args)
+        print_model_table(results["model"], args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return results
