@@ -94,3 +94,52 @@ def reverse_task(n: int, seed: int, length: tuple[int, int] = (3, 5)) -> list[di
         digits = " ".join(rng.choice("0123456789") for _ in range(rng.randint(*length)))
         out.append({"instruction": "Reverse the digits.", "input": digits, "output": " ".join(digits.split()[::-1])})
     return out
+
+
+def task_tokenizer(records: list[dict]) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on the rendered task records (digits stay single tokens)."""
+    from hf_llmsys.data.prompt_templates import SHORT
+    from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+
+    return train_bpe_tokenizer(["".join(SHORT.split(r)) for r in records], vocab_size=400)
+
+
+def base_model_config(model_type: str, tokenizer, hidden: int = 64, layers: int = 2, max_positions: int = 64):
+    """A tiny randomly initialised config of one of our three architectures for `tokenizer`."""
+    from hf_llmsys.models import LlmsysGPT3Config, LlmsysLlamaConfig, LlmsysT5Config
+
+    ids = {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    if model_type == "llmsys_llama":
+        return LlmsysLlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=4, max_position_embeddings=max_positions, bos_token_id=tokenizer.bos_token_id, **ids,
+        )  # fmt: skip
+    if model_type == "llmsys_gpt3":
+        return LlmsysGPT3Config(
+            vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+            max_position_embeddings=max_positions, attention_layout=["dense", "local"], local_window=16,
+            bos_token_id=tokenizer.bos_token_id, **ids,
+        )  # fmt: skip
+    return LlmsysT5Config(
+        vocab_size=len(tokenizer), d_model=hidden, d_ff=2 * hidden, d_kv=hidden // 4, num_heads=4, num_layers=layers,
+        num_decoder_layers=layers, dropout_rate=0.0, decoder_start_token_id=tokenizer.pad_token_id, **ids,
+    )  # fmt: skip
+
+
+def save_base_model(folder: Path, model_type: str, tokenizer, seed: int = 0, **shape) -> Path:
+    """Save a randomly initialised tiny model and its tokenizer: the 'base model' an SFT test fine-tunes."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    torch.manual_seed(seed)
+    config = base_model_config(model_type, tokenizer, **shape)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    auto.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_records(path: Path, records: list[dict]) -> Path:
+    """Records as a JSON list file."""
+    path.write_text(json.dumps(records))
+    return path

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from hf_llmsys.cli import main
 from hf_llmsys.models import LlmsysLlamaForCausalLM
-from hf_llmsys.training import train
+from hf_llmsys.training import output_dir, train
 
 TINY_MODEL = [
     "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1", "--num_attention_heads", "2",
@@ -151,13 +151,13 @@ def test_atomic_save_leaves_no_loadable_half_model(trained, tmp_path, monkeypatc
             raise OSError("disk full")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(train.os, "replace", failing_replace)
+    monkeypatch.setattr(output_dir.os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
-        train.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
+        output_dir.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
     assert not (out / "config.json").exists()
     assert not [n for n in os.listdir(out) if n.startswith(".final-tmp-")]
-    monkeypatch.setattr(train.os, "replace", real_replace)
-    train.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
+    monkeypatch.setattr(output_dir.os, "replace", real_replace)
+    output_dir.atomic_save(str(out), model, tokenizer, GenerationConfig(), {"val_loss": 1.0})
     assert LlmsysLlamaForCausalLM.from_pretrained(out).config.hidden_size == 32
 
 

@@ -1,5 +1,14 @@
-"""Training jobs (`llmsys train`)."""
+"""Training jobs on one skeleton (`job.py`, `checkpoints.py`, `output_dir.py`).
 
+- `llmsys train`: causal pre-training (`train.py`) or T5 span corruption (`seq2seq_train.py`);
+- `llmsys sft` / `sft(...)`: instruction tuning on Alpaca records (`sft.py`).
+
+Note: the name `hf_llmsys.training.sft` is the Python API function (the job's module stays importable as
+``from hf_llmsys.training.sft import run_sft``).
+"""
+
+from .sft import main as sft_main
+from .sft import sft
 from .train import main as train_main
 
-__all__ = ["train_main"]
+__all__ = ["sft", "sft_main", "train_main"]

@@ -12,12 +12,11 @@ every evaluation scores the same targets.
 
 Reported: validation loss (mean cross-entropy per target token, sentinels and eos included) and its perplexity,
 and the perplexity of an add-one unigram model of the training targets on the same validation targets. The final
-save is `train.py`'s atomic save (config.json moved in last).
+save is the skeleton's atomic save (`output_dir.py`, config.json moved in last).
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -27,20 +26,12 @@ from transformers import AutoTokenizer, GenerationConfig, Trainer, TrainerCallba
 from ..data.packing import group_texts, unigram_perplexity
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
-from .train import (
-    DEFAULT_OUTPUT_DIR,
-    check_output_dir,
-    clear_checkpoints,
-    examples_per_step,
-    find_checkpoint,
-    finish_job,
-    load_chunks,
-    loss_metrics,
-    split_chunks,
-    train_or_skip,
-)
+from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
+from .job import examples_per_step, finish_job, loss_metrics, print_results, seeded
+from .output_dir import prepare_output_dir
+from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
+from .text_data import load_chunks, split_chunks
 
-DEFAULT_T5_OUTPUT_DIR = "runs/llmsys-t5-tiny"
 VALIDATION_SEED_OFFSET = 1  # the fixed validation corruption uses seed + 1 (training uses seed)
 
 
@@ -161,8 +152,8 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     checkpoint = find_checkpoint(training_args)
     tokenizer = get_t5_tokenizer(model_args, train_chunks, checkpoint)
     config = build_t5_config(model_args, tokenizer)
-    check_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
-    if training_args.overwrite_output_dir and os.path.isdir(training_args.output_dir):
+    prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
+    if training_args.overwrite_output_dir:
         clear_checkpoints(training_args.output_dir)
     collator = make_collator(tokenizer, data_args, model_args.block_size, training_args.seed)
     raw = collator.raw_length
@@ -172,7 +163,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         collator,
         training_args.seed + VALIDATION_SEED_OFFSET,
     )
-    model = LlmsysT5ForConditionalGeneration(config)
+    model = seeded(training_args.seed, lambda: LlmsysT5ForConditionalGeneration(config))
     training_args.remove_unused_columns = False  # the collator needs example_index (it returns model inputs only)
     print(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train {len(train_ds)} examples of {raw} "
@@ -188,12 +179,11 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         processing_class=tokenizer,
         callbacks=[CorruptionEpochCallback(collator)],
     )
-    if checkpoint:
-        print(f"resuming from {checkpoint}")
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
-    return finish_job(trainer, tokenizer, t5_generation_config(tokenizer, training_args.max_new_tokens), results, start)
+    gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
+    return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
 
 
 def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:

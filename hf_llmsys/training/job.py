@@ -1,0 +1,119 @@
+"""The shared skeleton of every training job: arguments, seeded model, Trainer run, summary, atomic save.
+
+A job module (`train.py` causal pre-training, `seq2seq_train.py` span corruption, `sft.py` instruction tuning)
+supplies its data, model and collator and calls these. Order of a job (every check before anything is written):
+
+1. parse arguments (`parse_job_args`), load and check data, tokenizer and config;
+2. `prepare_output_dir` (writable, not a different model, leftover staging removed), `find_checkpoint`;
+3. `seeded(seed, build)`: the model is built AFTER `set_seed(--seed)`, so two runs with one seed start from the
+   same weights (the Trainer seeds only in its own __init__, after the model exists);
+4. `run_trainer`: Trainer.train or resume, evaluation;
+5. `finish_job`: runtime, cache back on, atomic save, printed summary.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from transformers import GenerationConfig, HfArgumentParser, TrainingArguments, set_seed
+from transformers.trainer_utils import TrainOutput
+
+from .output_dir import atomic_save
+
+
+@dataclass
+class JobTrainingArguments(TrainingArguments):
+    """`TrainingArguments` plus what every llmsys job adds: resuming, refusing other models, CPU-friendly defaults."""
+
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace a different model already in output_dir and start fresh."}
+    )
+    resume: bool = field(
+        default=True,
+        metadata={"help": "Resume from the newest complete checkpoint in output_dir (--no_resume: start fresh)."},
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "max_new_tokens of the saved GenerationConfig."})
+    disable_tqdm: bool | None = field(default=False, metadata={"help": "Hide the progress bar."})
+    dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin batches in memory (GPU only)."})
+
+
+def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str) -> tuple:
+    """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors."""
+    parser = HfArgumentParser(dataclass_types, prog=prog)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def seeded(seed: int, build: Callable[[], object]):
+    """`build()` after `set_seed(seed)`: model initialisation (and LoRA's) depends on the seed only."""
+    set_seed(seed)
+    return build()
+
+
+def examples_per_step(training_args) -> int:
+    """Training examples per optimizer step, over devices and gradient accumulation."""
+    return (
+        training_args.per_device_train_batch_size
+        * max(1, training_args.world_size)
+        * training_args.gradient_accumulation_steps
+    )
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(all parameters, trainable parameters)."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
+
+
+def generation_config(tokenizer, max_new_tokens: int, **extra) -> GenerationConfig:
+    """Sampling-free defaults carrying the tokenizer's special token ids."""
+    return GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=max_new_tokens,
+        **extra,
+    )
+
+
+def finish_job(
+    trainer, tokenizer, gen_config: GenerationConfig, results: dict, start: float, print_results, model=None, extra=None
+) -> dict:
+    """Record the runtime, re-enable the cache for generation, save atomically, print and return the results.
+
+    Only the main process saves and prints (the others of a torchrun job return the same results).
+    """
+    output_dir = trainer.args.output_dir
+    results["runtime_s"] = round(time.time() - start, 1)
+    model = model if model is not None else trainer.model
+    model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
+    if trainer.is_world_process_zero():
+        atomic_save(output_dir, model, tokenizer, gen_config, results, extra=extra)
+        print_results(results, output_dir)
+    return results
+
+
+def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> dict:
+    """Validation loss and perplexity, the unigram baseline and their ratio, steps and tokens seen."""
+    loss = eval_metrics["eval_loss"]
+    return {
+        "val_loss": loss,
+        "val_perplexity": math.exp(loss),
+        "unigram_perplexity": unigram,
+        "perplexity_ratio": unigram / math.exp(loss),
+        "train_loss": train_out.training_loss,
+        "global_step": train_out.global_step,
+        "train_runtime_s": train_out.metrics.get("train_runtime"),
+    }
+
+
+def print_results(results: dict, output_dir: str) -> None:
+    """Print the final metrics of a pre-training job (validation loss against the unigram baseline)."""
+    print(
+        f"validation loss {results['val_loss']:.4f} | perplexity {results['val_perplexity']:.2f} | "
+        f"unigram baseline perplexity {results['unigram_perplexity']:.2f} | "
+        f"baseline/model ratio {results['perplexity_ratio']:.2f}x"
+    )
+    print(f"tokens seen {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}")

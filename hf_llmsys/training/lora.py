@@ -1,0 +1,73 @@
+"""PEFT LoRA for the SFT job: default target modules per model type, checked targets, merge.
+
+Defaults (`DEFAULT_LORA_TARGETS`, all attention and MLP projections, not the LM head): our models use fused
+projections (``qkv_proj``, ``gate_up_proj``; T5 cross-attention ``q_proj`` + ``kv_proj``), transformers' models
+their own names. Other model types use PEFT's ``"all-linear"``. A `--lora_target` that matches no module is an error
+listing the model's linear-layer names (PEFT matches exact names or name suffixes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_LORA_TARGETS = {
+    "llmsys_llama": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    "llmsys_gpt3": ["qkv_proj", "o_proj", "up_proj", "down_proj"],
+    "llmsys_t5": ["qkv_proj", "q_proj", "kv_proj", "o_proj", "up_proj", "gate_up_proj", "down_proj"],
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "gpt_neo": ["q_proj", "k_proj", "v_proj", "out_proj", "c_fc", "c_proj"],
+    "t5": ["q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo"],
+}
+
+
+def linear_module_names(model) -> list[str]:
+    """Short names of the model's linear layers (what --lora_target can name)."""
+    from transformers.pytorch_utils import Conv1D
+
+    kinds = (torch.nn.Linear, Conv1D)
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, kinds)})
+
+
+def resolve_targets(model, requested: list[str] | None) -> list[str] | str:
+    """The target modules for `model`: --lora_target checked against its modules, else the type's default."""
+    if requested in (["all-linear"], "all-linear"):
+        return "all-linear"
+    available = linear_module_names(model)
+    targets = requested or DEFAULT_LORA_TARGETS.get(model.config.model_type)
+    if targets is None:
+        return "all-linear"
+    names = [n for n, _ in model.named_modules()]
+    matched = [t for t in targets if any(n == t or n.endswith(f".{t}") for n in names)]
+    if not matched:
+        flag = "--lora_target" if requested else f"the default LoRA targets of {model.config.model_type}"
+        raise ValueError(
+            f"{flag} {targets} name no module of this model; choose among its linear layers {available} "
+            "(or 'all-linear')"
+        )
+    return matched
+
+
+def add_lora(model, r: int, alpha: float, dropout: float, targets: list[str] | None):
+    """Wrap `model` in a PEFT LoRA model (B = 0 at start, so the wrapped model computes the base model)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task = TaskType.SEQ_2_SEQ_LM if model.config.is_encoder_decoder else TaskType.CAUSAL_LM
+    config = LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=resolve_targets(model, targets), task_type=task
+    )
+    return get_peft_model(model, config)
+
+
+def lora_summary(model) -> dict | None:
+    """LoRA settings of a PEFT model, JSON-ready (None for a plain model)."""
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None:
+        return None
+    targets = config.target_modules
+    return {
+        "r": config.r,
+        "alpha": config.lora_alpha,
+        "dropout": config.lora_dropout,
+        "target_modules": sorted(targets) if isinstance(targets, set | list) else targets,
+    }

@@ -1,0 +1,332 @@
+"""`llmsys sft` / `hf_llmsys.training.sft(...)`: instruction tuning with the Trainer, loss on the response only.
+
+Data (`hf_llmsys.data`): Alpaca records (one source or a seeded mixture), checked (`--skip_invalid` drops and
+counts bad ones), held out (`--validation_data` or a seeded `--validation_fraction`), rendered with a prompt
+template and turned into ``input_ids`` / ``labels`` with -100 exactly over the prompt (`sft_labels.py`). The
+held-out set is always scored on its responses only, whatever `--no_response_only_loss` trains on.
+
+Model: the base folder through the Auto classes (causal LM or encoder-decoder, from its config), optionally
+wrapped in a LoRA adapter (`lora.py`), built after `set_seed(--seed)`. Collator: padded batches
+(`DataCollatorForSeq2Seq`: pad ids, -100 labels; T5's decoder inputs from the shifted labels) or, with `--packing`,
+transformers' `DataCollatorWithFlattening` (one row per batch, position_ids restarting per example, no
+attention_mask, first label of each example -100; the Trainer keeps ``use_cache=False``).
+
+Loss: the models divide the summed token loss by the Trainer's ``num_items_in_batch``, so with gradient
+accumulation the loss is one token mean over the whole optimizer step.
+
+Summary (``train_results.json``, printed): base model, data sources, template, record / example / dropped counts
+with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
+LoRA settings, a few greedy answers. Saved (atomically, the skeleton's `output_dir.py`): the model or the adapter,
+tokenizer, generation config, ``prompt_template.json``; `--save_merged` also writes the merged model to
+``output_dir/merged``. Every check (flags, records, template, tokenizer, output folder) runs before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from pathlib import Path
+
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    DataCollatorWithFlattening,
+    HfArgumentParser,
+    Trainer,
+)
+
+from ..data.alpaca_records import load_records, mix_records
+from ..data.prompt_templates import load_template, save_template
+from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
+from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
+from .job import count_parameters, finish_job, generation_config, parse_job_args, seeded
+from .lora import add_lora, lora_summary
+from .output_dir import atomic_save, prepare_output_dir
+from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
+from .sft_generation import generate_responses
+
+ARGUMENT_CLASSES = (SFTModelArguments, SFTDataArguments, SFTTrainingArguments)
+
+
+def parse_args(argv: list[str] | None) -> tuple[SFTModelArguments, SFTDataArguments, SFTTrainingArguments]:
+    """Parse `llmsys sft` flags into the three argument dataclasses."""
+    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys sft")
+
+
+def load_tokenizer(model_args: SFTModelArguments):
+    """The base model's tokenizer (or --tokenizer_name), with --pad_token applied."""
+    source = model_args.tokenizer_name or model_args.model_name_or_path
+    if not Path(source).exists():
+        raise ValueError(f"--model_name_or_path / --tokenizer_name {source}: no such folder")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if model_args.pad_token:
+        tokenizer.pad_token = tokenizer.eos_token if model_args.pad_token == "eos" else model_args.pad_token
+    return tokenizer
+
+
+def load_base_config(model_args: SFTModelArguments):
+    """The base model's config (decides causal LM vs encoder-decoder)."""
+    path = Path(model_args.model_name_or_path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--model_name_or_path {path}: no config.json there (give a saved model folder)")
+    return AutoConfig.from_pretrained(path)
+
+
+def read_records(data_args: SFTDataArguments, seed: int) -> tuple[list[dict], list[dict], dict]:
+    """(training records, held-out records, counts): sources read, checked, mixed and split by seed."""
+    sources, invalid = [], {}
+    for source in data_args.data:
+        records, dropped = load_records(source, data_args.data_split, data_args.skip_invalid)
+        sources.append(records)
+        for reason, n in dropped.items():
+            invalid[reason] = invalid.get(reason, 0) + n
+    records = mix_records(sources, data_args.mixture_ratios, seed)
+    counts = {"records_read": sum(len(s) for s in sources) + sum(invalid.values()), "invalid_records": invalid}
+    if data_args.validation_data:
+        held_out, dropped = load_records(data_args.validation_data, data_args.data_split, data_args.skip_invalid)
+        counts["invalid_validation_records"] = dict(dropped)
+        return records, held_out, counts
+    if len(records) < 2:
+        raise ValueError(f"--data: only {len(records)} usable record(s); need 2 or more to hold some out")
+    n_val = min(len(records) - 1, max(1, round(data_args.validation_fraction * len(records))))
+    val_idx = set(random.Random(seed).sample(range(len(records)), n_val))
+    train = [r for i, r in enumerate(records) if i not in val_idx]
+    return train, [r for i, r in enumerate(records) if i in val_idx], counts
+
+
+def whole_sequence_labels(dataset):
+    """Labels = input_ids (the loss on prompt and response alike: the baseline that response-only loss beats)."""
+    return dataset.map(lambda b: {"labels": [list(ids) for ids in b["input_ids"]]}, batched=True)
+
+
+def build_datasets(records, held_out, tokenizer, template, config, data_args) -> tuple:
+    """(train dataset, eval dataset, train stats, eval stats, encoder)."""
+    encoder = SFTExampleEncoder(
+        tokenizer,
+        template,
+        data_args.max_length,
+        is_encoder_decoder=config.is_encoder_decoder,
+        prompt_truncation=data_args.prompt_truncation,
+        response_overflow=data_args.response_overflow,
+        max_target_length=data_args.max_target_length,
+    )
+    train_ds, train_stats = build_sft_dataset(records, encoder)
+    eval_ds, eval_stats = build_sft_dataset(held_out, encoder)
+    for name, ds, stats in (("training", train_ds, train_stats), ("held-out", eval_ds, eval_stats)):
+        if len(ds) == 0:
+            raise ValueError(
+                f"no {name} example is left after truncation to --max_length {data_args.max_length} "
+                f"(dropped: {stats['dropped']}); raise --max_length or use --response_overflow truncate"
+            )
+    if not data_args.response_only_loss:
+        train_ds = whole_sequence_labels(train_ds)
+    return train_ds, eval_ds, train_stats, eval_stats, encoder
+
+
+def check_job(model_args, data_args, config) -> None:
+    """Combinations of flags and base model that cannot run."""
+    if data_args.packing and config.is_encoder_decoder:
+        raise ValueError(
+            f"--packing: {config.model_type} is an encoder-decoder; packing applies to decoder-only models "
+            "(drop --packing)"
+        )
+    if not data_args.response_only_loss and config.is_encoder_decoder:
+        raise ValueError(
+            "--no_response_only_loss: an encoder-decoder's labels are the response already (drop the flag)"
+        )
+
+
+def load_model(model_args: SFTModelArguments, config):
+    """The base model (and its LoRA adapter when --lora_r > 0)."""
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+    model = auto.from_pretrained(model_args.model_name_or_path, **kwargs)
+    if model_args.lora_r:
+        model = add_lora(
+            model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target
+        )
+    return model
+
+
+def make_collators(tokenizer, model, packing: bool) -> tuple:
+    """(training collator, evaluation collator): padded batches, or padding-free rows with --packing."""
+    right = copy.copy(tokenizer)
+    right.padding_side = "right"
+    padded = DataCollatorForSeq2Seq(right, model=model, label_pad_token_id=-100)
+    if packing:
+        return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100), padded
+    return padded, padded
+
+
+def reload_checkpoint(trainer):
+    """For `train_or_skip`: load a checkpoint's weights (full model or adapter) the Trainer's own way."""
+
+    def reload(checkpoint):
+        trainer._load_from_checkpoint(checkpoint)
+        return trainer.model
+
+    return reload
+
+
+def held_out_generations(model, tokenizer, template, held_out, data_args, max_new_tokens) -> list[dict]:
+    """Greedy answers for the first --num_generation_examples held-out records."""
+    records = held_out[: data_args.num_generation_examples]
+    if not records:
+        return []
+    answers = generate_responses(model, tokenizer, template, records, max_new_tokens, data_args.max_length)
+    return [{**r, "generated": a} for r, a in zip(records, answers, strict=True)]
+
+
+def summarize(
+    model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
+    template, generations,
+) -> dict:  # fmt: skip
+    """The JSON-ready summary of an SFT run (keys documented in the module docstring)."""
+    return {
+        "job": "sft",
+        "base_model": model_args.model_name_or_path,
+        "datasets": list(data_args.data),
+        "mixture_ratios": data_args.mixture_ratios,
+        "validation_data": data_args.validation_data,
+        "template": template.name,
+        "max_length": data_args.max_length,
+        "prompt_truncation": data_args.prompt_truncation,
+        "loss_on": "response" if data_args.response_only_loss else "sequence",
+        "packing": data_args.packing,
+        **counts,
+        "train_examples": train_stats["examples"],
+        "validation_examples": eval_stats["examples"],
+        "dropped_examples": train_stats["dropped"],
+        "prompt_truncated": train_stats["prompt_truncated"],
+        "response_truncated": train_stats["response_truncated"],
+        "train_response_tokens": train_stats["response_tokens"],
+        "validation_response_tokens": eval_stats["response_tokens"],
+        "response_loss_before": before,
+        "response_perplexity_before": math.exp(before),
+        "response_loss_after": after,
+        "response_perplexity_after": math.exp(after),
+        "train_loss": train_out.training_loss,
+        "global_step": train_out.global_step,
+        "tokens_seen": int(trainer.state.num_input_tokens_seen or 0),
+        "train_runtime_s": train_out.metrics.get("train_runtime"),
+        "lora": lora_summary(trainer.model),
+        "parameters": dict(zip(("total", "trainable"), count_parameters(trainer.model), strict=True)),
+        "seed": training_args.seed,
+        "generations": generations,
+    }
+
+
+def print_sft_results(results: dict, output_dir: str) -> None:
+    """Print the final summary."""
+    print(
+        f"held-out response loss {results['response_loss_before']:.4f} -> {results['response_loss_after']:.4f} | "
+        f"perplexity {results['response_perplexity_before']:.2f} -> {results['response_perplexity_after']:.2f}"
+    )
+    print(
+        f"records {results['records_read']} (invalid {results['invalid_records'] or 0}); train examples "
+        f"{results['train_examples']} (dropped {results['dropped_examples'] or 0}, prompt cut "
+        f"{results['prompt_truncated']}, response cut {results['response_truncated']}); held out "
+        f"{results['validation_examples']}"
+    )
+    for g in results["generations"]:
+        print(
+            f"  prompt: {g['instruction']!r} {g['input']!r}\n    expected: {g['output']!r}\n    model:    {g['generated']!r}"
+        )
+    print(
+        f"steps {results['global_step']}; tokens {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}"
+    )
+
+
+def save_merged(trainer, tokenizer, gen_config, results, template, output_dir: str) -> None:
+    """With LoRA and --save_merged: the merged model (merge_and_unload on a copy) in output_dir/merged."""
+    merged = copy.deepcopy(trainer.model).merge_and_unload()
+    merged.config.use_cache = True
+    atomic_save(
+        Path(output_dir, "merged"), merged, tokenizer, gen_config, results, extra=lambda d: save_template(template, d)
+    )
+
+
+def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training_args: SFTTrainingArguments) -> dict:
+    """The whole instruction-tuning job (see the module docstring)."""
+    start = time.time()
+    validate_sft_args(model_args, data_args, training_args)
+    config = load_base_config(model_args)
+    check_job(model_args, data_args, config)
+    tokenizer = load_tokenizer(model_args)
+    check_tokenizer(tokenizer, needs_pad=True)
+    template = load_template(data_args.template, tokenizer)
+    records, held_out, counts = read_records(data_args, training_args.seed)
+    train_ds, eval_ds, train_stats, eval_stats, _ = build_datasets(
+        records, held_out, tokenizer, template, config, data_args
+    )
+    prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
+    checkpoint = find_checkpoint(training_args)
+    model = seeded(training_args.seed, lambda: load_model(model_args, config))
+    train_collator, eval_collator = make_collators(tokenizer, model, data_args.packing)
+    total, trainable = count_parameters(model)
+    print(
+        f"model: {total:,} parameters ({trainable:,} trained); {len(train_ds)} training / {len(eval_ds)} held-out "
+        f"examples; template {template.name!r}; loss on the {'response' if data_args.response_only_loss else 'whole sequence'}"
+    )
+    if training_args.overwrite_output_dir:
+        clear_checkpoints(training_args.output_dir)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        data_collator=train_collator,
+        processing_class=tokenizer,
+    )
+    before = _evaluate(trainer, eval_collator)
+    train_out = train_or_skip(trainer, checkpoint, training_args.max_steps, reload=reload_checkpoint(trainer))
+    after = _evaluate(trainer, eval_collator)
+    start_id = {"decoder_start_token_id": config.decoder_start_token_id} if config.is_encoder_decoder else {}
+    gen_config = generation_config(tokenizer, training_args.max_new_tokens, **start_id)
+    generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args, 64)
+    results = summarize(
+        model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
+        template, generations,
+    )  # fmt: skip
+    results = finish_job(
+        trainer, tokenizer, gen_config, results, start, print_sft_results, extra=lambda d: save_template(template, d)
+    )
+    if model_args.save_merged and trainer.is_world_process_zero():
+        save_merged(trainer, tokenizer, gen_config, results, template, training_args.output_dir)
+    return results
+
+
+def _evaluate(trainer: Trainer, collator) -> float:
+    """Held-out response-token loss (the evaluation always pads; training may pack)."""
+    train_collator = trainer.data_collator
+    trainer.data_collator = collator
+    try:
+        return trainer.evaluate()["eval_loss"]
+    finally:
+        trainer.data_collator = train_collator
+
+
+def sft(model_name_or_path: str, data: str | list[str], output_dir: str = "runs/llmsys-sft", **options) -> dict:
+    """Python API of `llmsys sft`: the same job, with the flags as keyword arguments; returns the summary.
+
+    Example: ``sft("runs/base", "alpaca.json", "runs/sft", lora_r=8, learning_rate=2e-4, max_steps=100)``.
+    """
+    values = {
+        "model_name_or_path": str(model_name_or_path),
+        "data": [str(d) for d in ([data] if isinstance(data, str | Path) else data)],
+        "output_dir": str(output_dir),
+        **options,
+    }
+    parsed = HfArgumentParser(ARGUMENT_CLASSES).parse_dict(values, allow_extra_keys=False)
+    return run_sft(*parsed)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Entry point of `llmsys sft`; returns the summary."""
+    return run_sft(*parse_args(argv))

@@ -1,0 +1,68 @@
+"""Greedy answers of an instruction-tuned model for records, with the training template and prompt ids.
+
+`generate_responses` builds the prompt ids with the same `SFTExampleEncoder` as training (so generation sees the
+training prompt to the token), generates greedily in left-padded batches (decoder-only) or right-padded encoder
+batches (encoder-decoder), stops at EOS, and decodes only the new tokens. `exact_match` compares answers with the
+records' outputs after stripping surrounding whitespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..data.sft_labels import SFTExampleEncoder
+
+
+def _pad(rows: list[list[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask) of shape (B, T), padded on the left or the right."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row)
+        mask[i, span] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def generate_responses(
+    model, tokenizer, template, records: Sequence[dict], max_new_tokens: int = 64, max_length: int = 512,
+    batch_size: int = 16,
+) -> list[str]:  # fmt: skip
+    """Greedy answers (text of the new tokens, special tokens skipped) for `records` under `template`."""
+    is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    encoder = SFTExampleEncoder(tokenizer, template, max_length, is_encoder_decoder=is_encoder_decoder)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    answers = []
+    start = {"decoder_start_token_id": model.config.decoder_start_token_id} if is_encoder_decoder else {}
+    for first in range(0, len(records), batch_size):
+        prompts = [encoder.encode_prompt(r) for r in records[first : first + batch_size]]
+        ids, mask = _pad(prompts, pad_id, left=not is_encoder_decoder)
+        out = model.generate(
+            **start,
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=pad_id,
+        )
+        new = out if is_encoder_decoder else out[:, ids.shape[1] :]
+        answers += tokenizer.batch_decode(new, skip_special_tokens=True)
+    model.train(was_training)
+    return answers
+
+
+def exact_match(answers: Sequence[str], records: Sequence[dict]) -> float:
+    """Fraction of answers equal to the records' outputs (surrounding whitespace ignored)."""
+    if not records:
+        raise ValueError("exact_match needs at least one record")
+    hits = sum(a.strip() == r["output"].strip() for a, r in zip(answers, records, strict=True))
+    return hits / len(records)

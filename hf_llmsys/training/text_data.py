@@ -1,0 +1,89 @@
+"""Pre-training text: files, a `datasets` dataset or the embedded corpus, as contiguous chunks split by seed.
+
+Shared by the causal-LM job (`train.py`: tokens packed into blocks) and the span-corruption job
+(`seq2seq_train.py`), which both read the same sources and hold out the same chunks.
+"""
+
+from __future__ import annotations
+
+import random
+
+from datasets import Dataset
+
+from ..data.corpus import load_default_corpus, read_text_file, split_documents
+from ..data.packing import group_texts, unigram_perplexity
+
+
+def _chunks(text: str, source: str, chunk_chars: int) -> list[dict]:
+    """Contiguous chunks of one source document; only the last one is followed by an end-of-text token."""
+    if not text.strip():
+        raise ValueError(f"{source}: contains no text; remove it from --train_files or fill it")
+    parts = split_documents(text, chunk_chars)
+    return [{"text": p, "end_of_document": i == len(parts) - 1} for i, p in enumerate(parts)]
+
+
+def load_chunks(args) -> list[dict]:
+    """Read the training text (files, a `datasets` dataset, or the embedded corpus) as contiguous chunks."""
+    if args.train_files and args.dataset_name:
+        raise ValueError("give either --train_files or --dataset_name, not both")
+    if args.train_files:
+        return [c for path in args.train_files for c in _chunks(read_text_file(path), path, args.chunk_chars)]
+    if args.dataset_name:
+        return _dataset_chunks(args)
+    return _chunks(load_default_corpus(), "embedded default corpus", args.chunk_chars)
+
+
+def _dataset_chunks(args) -> list[dict]:
+    """Rows of `args.text_column` of a `datasets` dataset, each row a document."""
+    from datasets import load_dataset
+
+    ds = load_dataset(args.dataset_name, args.dataset_config, split=args.dataset_split)
+    if args.text_column not in ds.column_names:
+        raise ValueError(
+            f"--text_column {args.text_column!r} is not a column of {args.dataset_name}; "
+            f"choose one of {ds.column_names}"
+        )
+    rows = [t for t in ds[args.text_column] if isinstance(t, str) and t.strip()]
+    if not rows:
+        raise ValueError(f"{args.dataset_name}: column {args.text_column!r} holds no text")
+    return [c for i, row in enumerate(rows) for c in _chunks(row, f"{args.dataset_name} row {i}", args.chunk_chars)]
+
+
+def split_chunks(chunks: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Hold out a seeded random `fraction` of whole chunks (at least one) for validation, keeping order."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {fraction}")
+    if len(chunks) < 2:
+        raise ValueError(
+            f"the text makes only {len(chunks)} chunk(s) of --chunk_chars; give more text or a smaller --chunk_chars"
+        )
+    n_val = min(len(chunks) - 1, max(1, round(fraction * len(chunks))))
+    val_idx = set(random.Random(seed).sample(range(len(chunks)), n_val))
+    train = [c for i, c in enumerate(chunks) if i not in val_idx]
+    return train, [c for i, c in enumerate(chunks) if i in val_idx]
+
+
+def tokenize_and_pack(chunks: list[dict], tokenizer, block_size: int, split: str) -> Dataset:
+    """Tokenize chunks with `Dataset.map(batched=True)` and pack them into `block_size` blocks."""
+    eos = tokenizer.eos_token_id
+
+    def tokenize(batch):
+        ids = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
+        return {"input_ids": [x + [eos] if end else x for x, end in zip(ids, batch["end_of_document"], strict=True)]}
+
+    ds = Dataset.from_list(chunks).map(tokenize, batched=True, remove_columns=["text", "end_of_document"])
+    packed = ds.map(lambda b: group_texts(b, block_size), batched=True, batch_size=1000)
+    if len(packed) == 0:
+        n_tokens = sum(len(x) for x in ds["input_ids"])
+        raise ValueError(
+            f"the {split} split has {n_tokens} tokens, fewer than one block of --block_size {block_size}; "
+            "give more text, a larger --validation_fraction, or a smaller --block_size"
+        )
+    return packed
+
+
+def baseline_perplexity(train_ds: Dataset, val_ds: Dataset, vocab_size: int) -> float:
+    """Unigram perplexity on exactly the tokens the model predicts (every block position but the first)."""
+    train_ids = (t for block in train_ds["input_ids"] for t in block)
+    eval_ids = [t for block in val_ds["input_ids"] for t in block[1:]]
+    return unigram_perplexity(train_ids, eval_ids, vocab_size)
