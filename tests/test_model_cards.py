@@ -187,3 +187,12 @@ def test_parameter_count_of_a_7b_config_needs_no_memory():
     from hf_llmsys.hub.architecture import describe
 
     assert describe(hf_llmsys.LlmsysLlamaConfig()).parameters == 6_738_415_616  # ../shared/notes/references.md
+
+
+def test_card_names_the_preset_a_config_has_the_shape_of():
+    """A config with a preset's shape gets a row naming it, its source and its published size next to our count."""
+    from hf_llmsys.hub.architecture import describe
+
+    rows = dict(describe(hf_llmsys.LlmsysLlamaConfig.from_preset("smollm2-135m")).rows)
+    assert rows["preset"].startswith("`smollm2-135m` (") and "published size 135M" in rows["preset"]
+    assert "preset" not in dict(describe(CONFIGS["llmsys_llama"]()).rows)

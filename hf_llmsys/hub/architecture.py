@@ -42,6 +42,13 @@ LAYOUT_NAMES = {
 }
 
 
+# Fields that make two configs the same model shape (a card names the preset whose shape a config has).
+SHAPE_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "head_dim", "d_model", "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers",
+)  # fmt: skip
+
+
 @dataclass
 class Architecture:
     """The architecture facts a card shows: table rows, Hub tags, pipeline task, Auto class and papers."""
@@ -196,6 +203,30 @@ ARCHITECTURES: dict[str, Callable[[PreTrainedConfig], Architecture]] = {
 }
 
 
+def matching_preset(config: PreTrainedConfig) -> tuple[str, dict] | None:
+    """(name, table row) of the preset of the config's class with the same shape, if any ("debug" excluded)."""
+    config_class = type(config)
+    for name, row in getattr(config_class, "presets", {}).items():
+        if name == "debug":
+            continue
+        preset = config_class.from_preset(name)
+        if all(getattr(preset, key, None) == getattr(config, key, None) for key in SHAPE_FIELDS):
+            return name, row
+    return None
+
+
+def preset_row(config: PreTrainedConfig, parameters: int) -> tuple[str, str] | None:
+    """The card row naming the matching preset, its source and its published size next to our count."""
+    match = matching_preset(config)
+    if match is None:
+        return None
+    name, row = match
+    published = row.get("published_params")
+    size = f"; published size {human_count(int(published))}, counted {human_count(parameters)}" if published else ""
+    source = f" ({row['source']}{size})" if row.get("source") else (f" ({size[2:]})" if size else "")
+    return "preset", f"`{name}`{source}"
+
+
 def describe(config: PreTrainedConfig) -> Architecture:
     """The card facts of a config of one of our model types (ValueError naming the type otherwise)."""
     if config.model_type not in ARCHITECTURES:
@@ -203,4 +234,8 @@ def describe(config: PreTrainedConfig) -> Architecture:
             f"model_type {config.model_type!r} is not an hf-llmsys architecture; cards are written for "
             f"{sorted(ARCHITECTURES)}."
         )
-    return ARCHITECTURES[config.model_type](config)
+    architecture = ARCHITECTURES[config.model_type](config)
+    row = preset_row(config, architecture.parameters)
+    if row is not None:
+        architecture.rows.insert(1, row)
+    return architecture
