@@ -145,8 +145,8 @@ def test_missing_text_field_is_a_clear_error():
 # ------------------------------------------------------------------------------------------- perplexity
 
 
-@pytest.fixture(scope="module")
-def tiny_lm():
+def build_tiny_lm():
+    """A 1-layer llmsys_llama and a 300-token BPE tokenizer trained on the English prose (seeded)."""
     tokenizer = train_bpe_tokenizer(EN_PROSE * 5, vocab_size=300)
     torch.manual_seed(0)
     config = LlmsysLlamaConfig(
@@ -154,6 +154,11 @@ def tiny_lm():
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
     )  # fmt: skip
     return LlmsysLlamaForCausalLM(config).eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    return build_tiny_lm()
 
 
 def test_perplexity_filter_threshold_and_quantile(tiny_lm):

@@ -128,19 +128,24 @@ class C4SpanDedup(CorpusStep):
 
         def decide(feature):
             doc_id = next(counter)
-            removed, sentences = [], 0
-            for i, (n_sentences, *spans) in enumerate(feature):
+            removed = set()
+            for i, (_, *spans) in enumerate(feature):
                 for h in spans:
                     owner.setdefault(h, doc_id)
                 if any(owner[h] != doc_id for h in spans):
-                    removed.append(i)
-                else:
-                    sentences += n_sentences
-            if removed and sentences < self.min_sentences:
-                return self.rule("too_few_sentences")
-            return RemoveLines(removed) if removed else None
+                    removed.add(i)
+            return self.verdict(feature, removed)
 
         return decide
+
+    def verdict(self, feature, removed: set[int]):
+        """The decision for one page given its lines holding an earlier document's span: None, RemoveLines, rule."""
+        if not removed:
+            return None
+        sentences = sum(n_sentences for i, (n_sentences, *_) in enumerate(feature) if i not in removed)
+        if sentences < self.min_sentences:
+            return self.rule("too_few_sentences")
+        return RemoveLines(sorted(removed))
 
 
 def remove_lines(text: str, lines: list[int]) -> str:

@@ -4,11 +4,15 @@
     llmsys clean --input books/*.txt --output clean/ --recipe gopher          # one document per file
     llmsys clean --input lines.txt --lines --output clean/ --recipe my_recipe.yaml --format parquet
     llmsys clean --input user/dataset --split train --text-field content --output clean/ --recipe c4
+    llmsys clean --engine ray --address auto --input s3://bucket/crawl/ --output /shared/clean --format parquet
 
 The output folder receives ``data.jsonl`` (or ``data.parquet``: the input's fields, cleaned text) and
 ``report.json`` (documents and characters in and out, drops per rule with examples, the steps run). Everything
 is written to a hidden staging folder next to it and renamed into place at the end: on any error the output
-folder is left exactly as it was.
+folder is left exactly as it was. With ``--engine ray`` Ray Data reads the inputs (JSON Lines, parquet or text;
+local paths or fsspec URLs), the steps run on the Ray cluster, and the output folder receives shards
+``part-<first input position>.jsonl|parquet`` (written by the workers: on a cluster it must be a path every node
+sees) and the same ``report.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from transformers import HfArgumentParser
 from .files import OUTPUT_FORMATS, check_output_dir, publish, read_input, staging_dir, write_documents
 from .pipeline import clean
 from .recipes import RECIPES, load_recipe
+
+ENGINES = ("datasets", "ray")
 
 
 @dataclass
@@ -45,6 +51,13 @@ class CleanArguments:
     max_examples: int = field(default=3, metadata={"help": "Examples kept per drop rule in report.json."})
     streaming: bool = field(default=False, metadata={"help": "Process as an IterableDataset (no quantile steps)."})
     overwrite: bool = field(default=False, metadata={"help": "Replace a non-empty output folder (at the end)."})
+    engine: str = field(default="datasets", metadata={"help": f"Engine: {' or '.join(ENGINES)}."})
+    address: str | None = field(
+        default=None,
+        metadata={
+            "help": "Ray cluster for --engine ray: auto, host:port or ray://host:port (default: start one here)."
+        },
+    )
 
 
 def parse_args(argv: list[str] | None) -> CleanArguments:
@@ -58,6 +71,12 @@ def parse_args(argv: list[str] | None) -> CleanArguments:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     if args.max_examples < 0:
         raise ValueError(f"--max-examples must be >= 0, got {args.max_examples}.")
+    if args.engine not in ENGINES:
+        raise ValueError(f"--engine must be one of {list(ENGINES)}, got {args.engine!r}.")
+    if args.engine == "ray" and args.streaming:
+        raise ValueError("--streaming is for --engine datasets; Ray Data always streams.")
+    if args.address is not None and args.engine != "ray":
+        raise ValueError("--address needs --engine ray.")
     return args
 
 
@@ -66,23 +85,56 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     output = Path(args.output)
     check_output_dir(output, args.overwrite)
-    load_recipe(args.recipe)  # a bad recipe fails before any input is read
+    _, steps = load_recipe(args.recipe)  # a bad recipe fails before any input is read
+    if args.engine == "ray":
+        return _main_ray(args, output, steps)
     dataset = read_input(args.input, args.text_field, args.lines, args.split, args.streaming)
     result = clean(
         dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
         max_examples=args.max_examples,
     )  # fmt: skip
+    return _publish(
+        args, output, result.report, lambda staging: [write_documents(result.dataset, staging, args.format).name]
+    )
+
+
+def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
+    """`llmsys clean --engine ray`: connect, check the workers, read with Ray Data, clean, write shards."""
+    from .engine_ray import INDEX, check_recipe_runs_on_ray, clean_ray
+    from .ray_cluster import check_workers_import, connect
+    from .ray_io import explain_read_error, read_ray_input, resolve_inputs, write_ray_output
+
+    check_recipe_runs_on_ray(steps)
+    resolve_inputs(args.input)  # missing inputs fail before a cluster is touched
+    connect(args.address)
+    check_workers_import()
+    try:
+        dataset = read_ray_input(args.input, args.text_field, args.lines).materialize()
+    except Exception as err:  # ray.exceptions.RayTaskError wrapping pyarrow's parse errors
+        raise explain_read_error(err, args.input, args.text_field, args.lines) from err
+    result = clean_ray(
+        dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
+        max_examples=args.max_examples,
+    )  # fmt: skip
+    return _publish(
+        args, output, result.report, lambda staging: write_ray_output(result.indexed, staging, args.format, INDEX)
+    )
+
+
+def _publish(args: CleanArguments, output: Path, report, write) -> dict:
+    """Documents (`write(staging)` -> file names) and report.json into a staging folder, renamed into place."""
     staging = staging_dir(output)
     try:
-        data_path = write_documents(result.dataset, staging, args.format)
-        report = result.report
+        names = write(staging)
         report.check_totals()
-        summary = report.to_dict() | {"input": args.input, "output_file": data_path.name, "text_field": args.text_field}
+        files = {"output_file": names[0]} if args.engine == "datasets" else {"output_files": names}
+        summary = report.to_dict() | {"input": args.input, **files, "text_field": args.text_field}
         (staging / "report.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         publish(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     print(report.table())
-    print(f"wrote {report.documents_out:,} documents to {output / data_path.name} and {output / 'report.json'}")
+    where = output / names[0] if len(names) == 1 else f"{len(names)} shards in {output}"
+    print(f"wrote {report.documents_out:,} documents to {where} and {output / 'report.json'}")
     return summary

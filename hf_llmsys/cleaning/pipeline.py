@@ -26,6 +26,7 @@ from .report import CleaningReport
 INDEX, LANG, DROP = "__llmsys_index", "__llmsys_lang", "__llmsys_drop"
 MISSING = "input.missing"
 HIDDEN = (INDEX, LANG, DROP)
+ENGINES = ("datasets", "ray")
 
 
 @dataclass
@@ -267,12 +268,25 @@ def clean(
     num_proc: int | None = None,
     batch_size: int = 256,
     max_examples: int = 3,
+    engine: str = "datasets",
 ) -> CleaningResult:
     """Clean `dataset` with `recipe` (a built-in name, a recipe file, or a list of step specs / Step objects).
 
     Returns the cleaned dataset (same columns) and the report. A Dataset is processed eagerly with ``num_proc``
     worker processes; an IterableDataset lazily in this process (its report is complete once it is exhausted).
+    ``engine="ray"`` runs the same recipe on Ray Data (``engine_ray``; a Dataset or a ``ray.data.Dataset`` in, a
+    materialised ``ray.data.Dataset`` out) on the running Ray session, or on a local one started here.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}.")
+    if engine == "ray":
+        from .engine_ray import clean_ray
+        from .ray_cluster import connect
+
+        connect()
+        result = clean_ray(dataset, recipe, text_field=text_field, num_proc=num_proc, batch_size=batch_size,
+                           max_examples=max_examples)  # fmt: skip
+        return CleaningResult(result.dataset, result.report)
     name, steps = load_recipe(recipe)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")

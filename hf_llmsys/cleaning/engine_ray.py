@@ -1,0 +1,257 @@
+"""The cleaning engine on Ray Data: the same recipes, steps and report as the ``datasets`` engine, across machines.
+
+Rows carry the hidden columns of the ``datasets`` engine (input position, language, drop rule). The input is
+numbered once (blocks in order, their row counts summed into offsets). Consecutive document steps run fused in
+one ``map_batches`` (the same ``RunDocumentSteps`` as the datasets engine, so the same text and the same first
+drop). A dropped row stays in the flow, its text cut to the report's example length, so the report is built at
+the end from per-block summaries (counts per rule, the first examples by input position) merged on the driver,
+never from the documents. Corpus steps run as distributed operations (``ray_corpus.RAY_CORPUS_OPS``): group-bys
+and sorts, deciding in input order by comparing input positions. The survivors are sorted by input position.
+
+Same answer: for any input and recipe, the documents kept, their text and the per-rule counts equal the
+``datasets`` engine's, whatever the number of workers or blocks. Fault tolerance is Ray's: a task whose worker
+dies is retried (tasks are pure functions of their blocks), so a killed worker does not change the output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from .base import CorpusStep, DocumentStep
+from .pipeline import DROP, INDEX, LANG, MISSING, RunDocumentSteps, segments
+from .ray_corpus import RAY_CORPUS_OPS, ray_corpus_op
+from .recipes import load_recipe
+from .report import EXAMPLE_CHARS, CleaningReport
+
+HIDDEN = (INDEX, LANG, DROP)
+
+
+@dataclass
+class RayRun:
+    """What every distributed stage needs: the text column, batch size, map concurrency and remote options."""
+
+    text_field: str
+    batch_size: int
+    concurrency: int | None
+    remote_args: dict
+
+    def map_kwargs(self, **extra) -> dict:
+        """Keyword arguments of a map_batches call in this run."""
+        kwargs = {"batch_format": "pyarrow", "batch_size": self.batch_size, **self.remote_args, **extra}
+        if self.concurrency:
+            kwargs.setdefault("concurrency", self.concurrency)
+        return kwargs
+
+
+# --------------------------------------------------------------------------------------------- numbering
+
+
+def _number_block(table, offset: int, text_field: str):
+    """The block with the hidden columns added (positions from `offset`); a non-string text is 'input.missing'."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    texts = table[text_field]
+    missing = pc.is_null(texts) if texts.type != pa.null() else pa.array([True] * n)
+    table = table.append_column(INDEX, pa.array(range(offset, offset + n), pa.int64()))
+    table = table.append_column(LANG, pa.array([""] * n, pa.string()))
+    return table.append_column(DROP, pc.if_else(missing, MISSING, ""))
+
+
+def _block_stats(table, text_field: str) -> tuple[int, int]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = table[text_field]
+    chars = 0 if column.type == pa.null() or table.num_rows == 0 else pc.sum(pc.utf8_length(column)).as_py() or 0
+    return table.num_rows, int(chars)
+
+
+def number_rows(ds, text_field: str, remote_args: dict | None = None):
+    """(dataset with the hidden columns, documents in, characters in): input positions follow block order."""
+    import ray
+    import ray.data
+
+    options = {k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}
+    refs = ds.to_arrow_refs()
+    stats = ray.get([ray.remote(_block_stats).options(**options).remote(ref, text_field) for ref in refs])
+    offsets, total = [], 0
+    for rows, _ in stats:
+        offsets.append(total)
+        total += rows
+    number = ray.remote(_number_block).options(**options)
+    numbered = [number.remote(ref, off, text_field) for ref, off in zip(refs, offsets, strict=True)]
+    return ray.data.from_arrow_refs(numbered), total, sum(chars for _, chars in stats)
+
+
+# ---------------------------------------------------------------------------------------- document steps
+
+
+class RunDocumentStepsArrow:
+    """map_batches over Arrow blocks: the datasets engine's RunDocumentSteps; newly dropped texts are cut short."""
+
+    def __init__(self, steps: list[DocumentStep], text_field: str):
+        self.run = RunDocumentSteps(steps, text_field)
+        self.text_field = text_field
+
+    def __call__(self, table):
+        import pyarrow as pa
+
+        batch = {c: table[c].to_pylist() for c in (self.text_field, INDEX, LANG, DROP)}
+        was_dropped = [bool(d) for d in batch[DROP]]
+        out = self.run(batch)
+        texts = [
+            t[:EXAMPLE_CHARS] if rule and not before and isinstance(t, str) else t
+            for t, rule, before in zip(out[self.text_field], out[DROP], was_dropped, strict=True)
+        ]
+        return replace_columns(
+            table,
+            {
+                self.text_field: pa.array(texts, table.schema.field(self.text_field).type),
+                LANG: out[LANG],
+                DROP: out[DROP],
+            },
+        )
+
+
+def replace_columns(table, columns: dict[str, Any]):
+    """The table with these columns replaced (same names, same positions)."""
+    import pyarrow as pa
+
+    for name, values in columns.items():
+        position = table.schema.get_field_index(name)
+        field = table.schema.field(position)
+        array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, field.type)
+        table = table.set_column(position, field, array)
+    return table
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def summarize_block(table, text_field: str, max_examples: int):
+    """One row: this block's documents / characters kept, drops per rule, and its first examples per rule."""
+    import pyarrow as pa
+
+    drops, indices, texts = table[DROP].to_pylist(), table[INDEX].to_pylist(), table[text_field].to_pylist()
+    counts: Counter = Counter()
+    examples: dict[str, list] = {}
+    kept = chars = 0
+    for rule, index, text in sorted(zip(drops, indices, texts, strict=True), key=lambda r: r[1]):
+        if not rule:
+            kept, chars = kept + 1, chars + len(text)
+            continue
+        counts[rule] += 1
+        if len(examples.setdefault(rule, [])) < max_examples:
+            examples[rule].append({"index": index, "text": (text or "")[:EXAMPLE_CHARS]})
+    summary = {"kept": kept, "characters": chars, "dropped": dict(counts), "examples": examples}
+    return pa.table({"summary": [json.dumps(summary)]})
+
+
+def merge_summaries(rows: list[dict], report: CleaningReport) -> None:
+    """Fold the per-block summaries into the report (examples: the first by input position, per rule)."""
+    examples: dict[str, list] = {}
+    for row in rows:
+        summary = json.loads(row["summary"])
+        report.documents_out += summary["kept"]
+        report.characters_out += summary["characters"]
+        report.dropped.update(summary["dropped"])
+        for rule, shown in summary["examples"].items():
+            examples.setdefault(rule, []).extend(shown)
+    report.examples = {
+        rule: sorted(shown, key=lambda e: e["index"])[: report.max_examples] for rule, shown in examples.items()
+    }
+
+
+def _keep_live(table, columns: list[str]):
+    import pyarrow.compute as pc
+
+    return table.filter(pc.equal(table[DROP], "")).select(columns)
+
+
+# ------------------------------------------------------------------------------------------------- entry
+
+
+@dataclass
+class RayCleaningResult:
+    """The survivors (materialised, sorted by input position, with that position as a column) and the report."""
+
+    indexed: Any
+    report: CleaningReport
+
+    @property
+    def dataset(self):
+        """The cleaned documents as a ``ray.data.Dataset``: input order, exactly the input's columns."""
+        return self.indexed.map_batches(lambda t: t.drop_columns([INDEX]), batch_format="pyarrow", batch_size=None)
+
+
+def check_recipe_runs_on_ray(steps) -> None:
+    """ValueError naming any corpus step that has no distributed implementation."""
+    missing = [s.name for s in steps if isinstance(s, CorpusStep) and ray_corpus_op(s) is None]
+    if missing:
+        raise ValueError(
+            f"step(s) {missing} have no Ray implementation; Ray runs {sorted(c.name for c in RAY_CORPUS_OPS)}; "
+            "use --engine datasets for this recipe."
+        )
+
+
+def clean_ray(
+    dataset,
+    recipe="fineweb-like",
+    *,
+    text_field: str = "text",
+    num_proc: int | None = None,
+    batch_size: int = 256,
+    max_examples: int = 3,
+    ray_remote_args: dict | None = None,
+) -> RayCleaningResult:
+    """Clean a ``ray.data.Dataset`` (or a ``datasets.Dataset``, handed to Ray) with `recipe` on the Ray session.
+
+    `num_proc` caps the concurrent tasks of each map (None: as many as the cluster has CPUs). Ray must be
+    initialised (``ray_cluster.connect``). Returns the materialised survivors and the complete report.
+    """
+    import ray.data
+
+    from .ray_cluster import configure_data_context
+
+    name, steps = load_recipe(recipe)
+    check_recipe_runs_on_ray(steps)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    configure_data_context()
+    if not isinstance(dataset, ray.data.Dataset):
+        table = dataset.with_format("arrow")[:]  # a datasets.Dataset (indices respected), in blocks of 4 batches
+        step = 4 * batch_size
+        dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)])
+    columns = list(dataset.schema().names)
+    if text_field not in columns:
+        raise ValueError(f"the dataset has no text field {text_field!r} (its fields: {columns}); set --text-field.")
+    _check_text_type(dataset, text_field)
+    report = CleaningReport(recipe=name, steps=[s.config() for s in steps], max_examples=max_examples)
+    run = RayRun(text_field, batch_size, num_proc, dict(ray_remote_args or {}))
+    ds, report.documents_in, report.characters_in = number_rows(dataset, text_field, run.remote_args)
+    for group in segments(steps):
+        if isinstance(group[0], CorpusStep):
+            ds = ray_corpus_op(group[0])(ds, group[0], run)
+        else:
+            ds = ds.map_batches(RunDocumentStepsArrow(group, text_field), **run.map_kwargs())
+    ds = ds.materialize()
+    summaries = ds.map_batches(summarize_block, fn_args=(text_field, max_examples), **run.map_kwargs(batch_size=None))
+    merge_summaries(summaries.take_all(), report)
+    kept = ds.map_batches(_keep_live, fn_args=(columns + [INDEX],), **run.map_kwargs(batch_size=None))
+    kept = kept.sort(INDEX).materialize()
+    report.check_totals()
+    return RayCleaningResult(kept, report)
+
+
+def _check_text_type(dataset, text_field: str) -> None:
+    import pyarrow as pa
+
+    schema = dataset.schema()
+    kind = dict(zip(schema.names, schema.types, strict=True))[text_field]
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        raise ValueError(f"field {text_field!r} holds {kind}, not text; choose the text field with --text-field.")

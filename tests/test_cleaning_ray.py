@@ -1,0 +1,247 @@
+"""The Ray Data engine gives the datasets engine's answer: same documents, same text, same per-rule counts and
+examples; the same across worker and block counts and with a worker SIGKILLed mid-run; clear errors for bad input.
+
+One local Ray cluster for the module (2 CPUs, 127.0.0.1, no dashboard), shut down at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from datasets import Dataset
+
+from hf_llmsys.cleaning import clean
+from hf_llmsys.cleaning.base import Document, DocumentStep
+from hf_llmsys.cleaning.engine_ray import INDEX
+from hf_llmsys.cleaning.minhash import MinHashDedup
+from hf_llmsys.cleaning.perplexity_filter import PerplexityFilter
+from hf_llmsys.cleaning.ray_cluster import check_workers_import
+from hf_llmsys.cleaning.ray_corpus import CHILD, PARENT, _group_kwargs, connected_components, inverted_cdf_rank
+from hf_llmsys.cli import main as llmsys
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+from test_cleaning_pipeline import EN_PROSE, ZH_PROSE, build_tiny_lm  # noqa: E402
+
+SENTENCES = [
+    "The river rises in the hills and runs down to the sea.",
+    "Boats carry grain to the port every week of the year.",
+    "Traders meet them there and talk about the weather.",
+    "The old bridge was built of stone three hundred years ago.",
+    "Children swim in the shallow water near the mill in summer.",
+]
+NEAR_COPY = EN_PROSE[2].replace("engineering", "medicine")  # one word changed: a MinHash near-duplicate
+TEXTS = [
+    *EN_PROSE,
+    "<p>" + EN_PROSE[0] + "</p>",  # exact duplicate after html
+    EN_PROSE[1].upper(),  # exact duplicate after normalisation
+    NEAR_COPY,
+    "\n".join([SENTENCES[0]] * 60),  # one line repeated: dropped by C4's line dedup
+    "\n".join(SENTENCES[:4]),  # lines shared with the next page
+    "\n".join(SENTENCES[2:] + ["A new closing line makes this page a little longer than the other one."]),
+    ZH_PROSE,
+    "",
+    None,
+    "Le gouvernement a présenté son budget pour l'année prochaine devant le parlement. Les députés en débattront "
+    "pendant trois semaines avant le vote final. Le ministre a défendu ses choix devant la presse ce matin.",
+]
+RECIPE = [
+    {"step": "html"},
+    {"step": "normalize"},
+    {"step": "whitespace"},
+    {"step": "length"},
+    {"step": "exact_dedup"},
+    {"step": "minhash"},
+    {"step": "c4", "languages": ["en", "zh"]},
+    {"step": "c4_lines"},
+    {"step": "c4_spans"},
+    {"step": "language", "languages": ["en"], "min_score": 0.9, "backend": "langid"},
+]
+
+
+@pytest.fixture(scope="module")
+def ray_session(tmp_path_factory):
+    if ray.is_initialized():
+        ray.shutdown()
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("ray"))  # workers put the driver's folder first on sys.path: not the checkout
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    finally:
+        os.chdir(cwd)
+    yield
+    ray.shutdown()
+
+
+def _corpus(texts=TEXTS) -> Dataset:
+    return Dataset.from_dict({"text": list(texts), "id": list(range(len(texts)))})
+
+
+def _rows(result) -> list[dict]:
+    return result.dataset.take_all() if hasattr(result.dataset, "take_all") else list(result.dataset)
+
+
+def _same_answer(ray_result, reference) -> None:
+    assert _rows(ray_result) == _rows(reference)
+    assert ray_result.report.to_dict() == reference.report.to_dict()
+
+
+def test_inverted_cdf_rank_is_numpys():
+    rng = random.Random(0)
+    for _ in range(300):
+        n, q = rng.randint(1, 50), rng.choice([0.1, 0.25, 0.5, 0.8, 0.9, 1.0, rng.random() or 0.5])
+        values = np.arange(n, dtype=float)
+        assert inverted_cdf_rank(n, q) == np.quantile(values, q, method="inverted_cdf")
+
+
+def test_ray_engine_equals_datasets_engine_on_every_corpus_step(ray_session):
+    model, tokenizer = build_tiny_lm()
+    recipe = RECIPE + [PerplexityFilter(model, tokenizer, quantile=0.5)]
+    reference = clean(_corpus(), recipe)
+    report = reference.report.to_dict()["dropped"]
+    for rule in ("c4_lines.too_few_sentences", "exact_dedup.duplicate", "minhash.near_duplicate",
+                 "perplexity.above_quantile", "input.missing", "language.other"):  # fmt: skip
+        assert report.get(rule, 0) >= 1, rule  # the corpus exercises every corpus step
+    two_workers = clean(_corpus(), recipe, engine="ray", num_proc=2, batch_size=2)
+    _same_answer(two_workers, reference)
+    one_worker = clean(_corpus(), recipe, engine="ray", num_proc=1, batch_size=5)  # other blocks, other tasks
+    _same_answer(one_worker, reference)
+
+
+def test_connected_components_keep_each_components_smallest_document(ray_session):
+    rng = random.Random(3)
+    step = MinHashDedup(bands=2, rows=1)
+    features = [[rng.randrange(12), rng.randrange(12)] for _ in range(40)]  # chains and bridges between buckets
+    expected = {i for i, d in enumerate(step.decide(features)) if d is not None}
+    links = []
+    for band in range(2):
+        buckets: dict[int, list[int]] = {}
+        for doc, keys in enumerate(features):
+            buckets.setdefault(keys[band], []).append(doc)
+        links += [{CHILD: m, PARENT: members[0]} for members in buckets.values() for m in members[1:]]
+    from hf_llmsys.cleaning.engine_ray import RayRun
+
+    run = RayRun("text", 8, 2, {})
+    assert _group_kwargs(run)["batch_format"] == "pyarrow"
+    roots = connected_components(ray.data.from_items(links), run).take_all()
+    assert {r[CHILD] for r in roots} == expected
+    first_of = {}
+    for doc in range(40):  # union-find reference for each document's root
+        first_of[doc] = doc
+    for link in links:
+        a, b = link[CHILD], link[PARENT]
+        while first_of[a] != a:
+            a = first_of[a]
+        while first_of[b] != b:
+            b = first_of[b]
+        first_of[max(a, b)] = min(a, b)
+
+    def root(doc):
+        while first_of[doc] != doc:
+            doc = first_of[doc]
+        return doc
+
+    assert all(r[PARENT] == root(r[CHILD]) for r in roots)
+
+
+class KillWorkerOnce(DocumentStep):
+    """Kills its own worker process (SIGKILL) the first time it sees a document, on any worker."""
+
+    name = "kill_once"
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def apply(self, doc: Document):
+        if not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None
+
+
+def test_a_worker_killed_mid_run_does_not_change_the_output(ray_session, tmp_path):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers need not import this test module
+    marker = tmp_path / "killed"
+    recipe = [{"step": "html"}, {"step": "length"}, {"step": "exact_dedup"}]
+    reference = clean(_corpus(), recipe)
+    killed = clean(_corpus(), [KillWorkerOnce(str(marker)), *recipe], engine="ray", num_proc=2, batch_size=2)
+    assert marker.exists()  # a worker did die
+    assert _rows(killed) == _rows(reference)
+    assert killed.report.dropped == reference.report.dropped
+
+
+def _write_jsonl(path: Path, texts) -> Path:
+    records = [{"id": i, "text": t} for i, t in enumerate(texts) if t is not None] + [{"id": 99}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_cli_engine_ray_writes_the_datasets_engines_documents_and_report(ray_session, tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", TEXTS)
+    base = ["clean", "--input", str(src), "--recipe", "c4", "--batch-size", "3"]
+    assert llmsys([*base, "--output", str(tmp_path / "ref")]) == 0
+    assert llmsys([*base, "--output", str(tmp_path / "ray"), "--engine", "ray", "--num-proc", "2"]) == 0
+    shards = sorted((tmp_path / "ray").glob("part-*.jsonl"))
+    assert shards and "".join(p.read_text("utf-8") for p in shards) == (tmp_path / "ref" / "data.jsonl").read_text()
+    ours, theirs = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("ray", "ref"))
+    assert ours.pop("output_files") == [p.name for p in shards] and theirs.pop("output_file") == "data.jsonl"
+    assert ours == theirs
+    parquet = tmp_path / "ray-parquet"
+    code = llmsys(["clean", "--input", str(src), "--recipe", [{"step": "length"}] and "c4", "--output", str(parquet),
+                   "--engine", "ray", "--format", "parquet"])  # fmt: skip
+    assert code == 0
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(sorted(parquet.glob("part-*.parquet")))
+    assert table.column_names == ["id", "text"] and table.num_rows == ours["documents_out"]
+
+
+def test_bad_input_gives_clear_errors_and_leaves_the_output_untouched(ray_session, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data.jsonl").write_text("previous run\n")
+    src = _write_jsonl(tmp_path / "in.jsonl", TEXTS[:3])
+    cases = [
+        (["--input", str(src), "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+        (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl does not exist"),
+        (["--input", "file:///no/such/dir/crawl.jsonl"], "crawl.jsonl does not exist"),
+        (["--input", str(src), "--recipe", json.dumps([])], "unknown recipe"),
+    ]
+    for args, message in cases:
+        code = llmsys(["clean", "--engine", "ray", "--output", str(out), "--overwrite", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+        assert sorted(p.name for p in out.iterdir()) == ["data.jsonl"]
+        assert (out / "data.jsonl").read_text() == "previous run\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_workers_that_cannot_import_hf_llmsys_are_reported(ray_session, tmp_path):
+    shadow = tmp_path / "shadow" / "hf_llmsys"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hf_llmsys is not installed on this node')\n")
+    runtime_env = {"env_vars": {"PYTHONPATH": str(shadow.parent)}}
+    with pytest.raises(ValueError, match=r"Ray workers cannot import hf_llmsys.cleaning .*not installed on this node"):
+        check_workers_import(runtime_env=runtime_env)
+    check_workers_import()  # the plain workers can
+    out = tmp_path / "out"
+    src = _write_jsonl(tmp_path / "in.jsonl", TEXTS[:3])
+    code = llmsys(["clean", "--engine", "ray", "--input", str(src), "--output", str(out),
+                   "--ray-runtime-env", json.dumps(runtime_env)])  # fmt: skip
+    assert code == 2 and not out.exists()
+
+
+def test_ray_engine_refuses_what_it_cannot_run(ray_session):
+    with pytest.raises(ValueError, match="engine must be one of"):
+        clean(_corpus(), "c4", engine="spark")
+    with pytest.raises(ValueError, match="not text"):
+        clean(Dataset.from_dict({"text": [1, 2]}), "c4", engine="ray")
+    assert INDEX not in ray.data.from_items([{"text": "a"}]).schema().names
