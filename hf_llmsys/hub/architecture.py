@@ -54,6 +54,7 @@ class Architecture:
     """The architecture facts a card shows: table rows, Hub tags, pipeline task, Auto class and papers."""
 
     name: str
+    model_type: str
     parameters: int
     rows: list[tuple[str, str]]
     pipeline_tag: str
@@ -159,7 +160,9 @@ def describe_decoder(config, name: str, paper: str) -> Architecture:
         cites.append("zhang2019rmsnorm")
     if set(sparse) & {"strided", "fixed"}:
         cites.append("child2019sparse")
-    return Architecture(name, parameters, rows, "text-generation", "AutoModelForCausalLM", tags, cites)
+    return Architecture(
+        name, config.model_type, parameters, rows, "text-generation", "AutoModelForCausalLM", tags, cites
+    )
 
 
 def describe_llama(config) -> Architecture:
@@ -190,8 +193,8 @@ def describe_t5(config) -> Architecture:
     ]
     tags = [config.model_type, "t5-relative-bias", "encoder-decoder"]
     return Architecture(
-        "T5-style encoder-decoder", parameters, rows, "text2text-generation", "AutoModelForSeq2SeqLM", tags,
-        ["raffel2020t5", "zhang2019rmsnorm"],
+        "T5-style encoder-decoder", config.model_type, parameters, rows, "text2text-generation",
+        "AutoModelForSeq2SeqLM", tags, ["raffel2020t5", "zhang2019rmsnorm"],
     )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -61,8 +62,9 @@ EVALUATION_ROWS = {
 }
 DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model"}
 
-# task type of adapter_config.json -> pipeline tag
+# task type of adapter_config.json -> pipeline tag, and pipeline tag -> transformers Auto class
 PEFT_TASKS = {"CAUSAL_LM": "text-generation", "SEQ_2_SEQ_LM": "text2text-generation"}
+PEFT_AUTO_CLASSES = {"text-generation": "AutoModelForCausalLM", "text2text-generation": "AutoModelForSeq2SeqLM"}
 
 
 def current_hardware() -> str:
@@ -195,8 +197,8 @@ def eval_results(results: dict, task: str, dataset_name: str, dataset_id: str, s
     return entries
 
 
-def limitations(parameters: int, trained: bool) -> str:
-    if parameters < 100_000_000 and trained:
+def limitations(parameters: int | None, trained: bool) -> str:
+    if parameters is not None and parameters < 100_000_000 and trained:
         return (
             f"A {human_count(parameters)}-parameter model trained briefly on a small corpus: it shows the pipeline "
             "working end to end and produces locally plausible text in the style of its data, otherwise "
@@ -208,77 +210,99 @@ def limitations(parameters: int, trained: bool) -> str:
     )
 
 
-def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, hardware) -> tuple[ModelCardData, dict]:
-    """The card metadata and the template fields of a model or adapter folder."""
+@dataclass
+class Run:
+    """What the folder says about its training run (train_results.json, adapter_config.json, caller overrides)."""
+
+    results: dict
+    base: str | None
+    datasets: list[str]
+    dataset_name: str | None
+    split: str
+
+    @property
+    def dataset_id(self) -> str:
+        """The model-index dataset type: a Hub id when known, else a slug of the dataset's name."""
+        return self.datasets[0] if self.datasets else slug(self.dataset_name or "training data")
+
+
+def run_facts(folder: SavedFolder, base_model, datasets, hardware, adapter_base) -> Run:
     results = dict(folder.json("train_results.json") or {})
     if hardware and not results.get("hardware"):
         results["hardware"] = hardware
+    datasets = list(datasets or results.get("datasets") or [])
+    return Run(
+        results=results,
+        base=base_model or results.get("base_model") or adapter_base,
+        datasets=datasets,
+        dataset_name=results.get("dataset") or (datasets[0] if datasets else None),
+        split=results.get("eval_split") or "validation",
+    )
+
+
+def card_metadata(architecture: Architecture | None, run: Run, task: str, model_id: str, adapter: bool, license):
+    """The ModelCardData: library, task, tags, licence, base model and datasets (Hub ids only), model-index."""
+    tags = ["hf-llmsys", *(architecture.tags if architecture else []), "custom_code"]
+    evaluated = eval_results(
+        run.results, task, run.dataset_name or "held-out split of the training data", run.dataset_id, run.split
+    )
+    return ModelCardData(
+        library_name="peft" if adapter else "transformers",
+        pipeline_tag=task,
+        tags=tags + (["lora", "peft"] if adapter else []),
+        license=license,
+        base_model=run.base if is_hub_id(run.base) else None,
+        datasets=[d for d in run.datasets if is_hub_id(d)] or None,
+        model_name=model_id,
+        eval_results=evaluated or None,
+    )
+
+
+def summary_line(architecture: Architecture | None, run: Run, adapter: bool) -> str:
+    if adapter:
+        return (
+            f"A LoRA adapter for `{run.base}`, trained with hf-llmsys (PEFT format: `adapter_config.json` + weights)."
+        )
+    summary = f"A {human_count(architecture.parameters)}-parameter {architecture.name} built with hf-llmsys."
+    return summary + (f" Fine-tuned from `{run.base}`." if run.base else "")
+
+
+def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, hardware) -> tuple[ModelCardData, dict]:
+    """The card metadata and the template fields of a model or adapter folder."""
     adapter = folder.kind == "adapter"
-    adapter_rows, adapter_base, architecture = [], None, None
+    adapter_rows, adapter_base = [], None
     if adapter:
         adapter_rows, adapter_base, task, _ = adapter_facts(folder)
         architecture = base_architecture(adapter_base)
     else:
         architecture = describe(load_config(folder.path))
         task = architecture.pipeline_tag
-    base = base_model or results.get("base_model") or adapter_base
-    datasets = list(datasets or results.get("datasets") or [])
-    dataset_name = results.get("dataset") or (datasets[0] if datasets else None)
-    split = results.get("eval_split") or "validation"
+    run = run_facts(folder, base_model, datasets, hardware, adapter_base)
     model_id = repo_id or folder.path.resolve().name
-    tags = ["hf-llmsys", *(architecture.tags if architecture else []), "custom_code"]
-    if adapter:
-        tags += ["lora", "peft"]
+    auto_class = architecture.auto_class if architecture else PEFT_AUTO_CLASSES.get(task, "AutoModelForCausalLM")
+    with_plugin, without = load_snippets(auto_class, model_id, adapter)
     citations = (architecture.citations if architecture else []) + (["hu2022lora"] if adapter else [])
-    metadata = ModelCardData(
-        library_name="peft" if adapter else "transformers",
-        pipeline_tag=task,
-        tags=tags,
-        license=license,
-        base_model=base if is_hub_id(base) else None,
-        datasets=[d for d in datasets if is_hub_id(d)] or None,
-        model_name=model_id,
-        eval_results=eval_results(
-            results, task, dataset_name or "held-out split of the training data",
-            datasets[0] if datasets else slug(dataset_name or "training data"), split,
-        ) or None,
-    )  # fmt: skip
-    parameters = architecture.parameters if architecture else 0
-    if adapter:
-        summary = f"A LoRA adapter for `{base}`, trained with hf-llmsys (PEFT format: `adapter_config.json` + weights)."
-    else:
-        summary = f"A {human_count(parameters)}-parameter {architecture.name} built with hf-llmsys."
-        if base:
-            summary += f" Fine-tuned from `{base}`."
-    training_data = (
-        f"Trained on {dataset_name}." if dataset_name else "The training data was not recorded in train_results.json."
-    )
-    with_plugin, without = load_snippets(
-        architecture.auto_class if architecture else "AutoModelForCausalLM", model_id, adapter
-    )
     context = {
         "title": model_id,
-        "summary": summary,
-        "model_type": architecture_type(folder) if not adapter else (results.get("model_type") or "base model's"),
+        "summary": summary_line(architecture, run, adapter),
+        "model_type": architecture.model_type if architecture else "unknown (base model not at hand)",
         "architecture_name": architecture.name if architecture else "The base model's architecture",
-        "architecture_rows": architecture.rows if architecture else [("base model", str(base))],
+        "architecture_rows": architecture.rows if architecture else [("base model", str(run.base))],
         "adapter_rows": adapter_rows,
-        "training_data": training_data,
-        "training_rows": result_rows(results, TRAINING_ROWS),
-        "evaluation_rows": result_rows(results, EVALUATION_ROWS),
-        "evaluation_dataset": dataset_name or "a held-out split of the training data",
-        "evaluation_split": split,
-        "other_rows": other_rows(results),
+        "training_data": f"Trained on {run.dataset_name}."
+        if run.dataset_name
+        else "The training data was not recorded in train_results.json.",
+        "training_rows": result_rows(run.results, TRAINING_ROWS),
+        "evaluation_rows": result_rows(run.results, EVALUATION_ROWS),
+        "evaluation_dataset": run.dataset_name or "a held-out split of the training data",
+        "evaluation_split": run.split,
+        "other_rows": other_rows(run.results),
         "load_with_plugin": with_plugin,
         "load_without_plugin": without,
-        "limitations": limitations(parameters, bool(results)) if architecture else limitations(10**12, bool(results)),
+        "limitations": limitations(architecture.parameters if architecture else None, bool(run.results)),
         "citations": bibtex(citations),
     }
-    return metadata, context
-
-
-def architecture_type(folder: SavedFolder) -> str:
-    return (folder.json("config.json") or {}).get("model_type", "?")
+    return card_metadata(architecture, run, task, model_id, adapter, license), context
 
 
 def render(metadata: ModelCardData | DatasetCardData, context: dict, template: Path, card_class=ModelCard):
