@@ -101,3 +101,8 @@ def test_cli_debug_reraises_user_errors(monkeypatch):
 def test_cli_interrupt_returns_130(monkeypatch, capsys):
     _raise_in_subcommand(monkeypatch, KeyboardInterrupt)
     assert cli.main(["boom"]) == 130
+
+
+def test_every_registered_subcommand_resolves():
+    for name in cli.SUBCOMMANDS:
+        assert callable(cli.resolve(name)), name
