@@ -385,6 +385,24 @@ def test_llmsys_cli_process_with_a_wrong_hf_token_prints_one_line_and_exits_2(hu
     assert not (tmp_path / "q").exists()
 
 
+def test_push_of_a_foreign_model_type_uploads_without_writing_a_card(client, hub, tmp_path):  # noqa: F811
+    """A transformers LlamaForCausalLM folder: push says no card was written and uploads it; it loads back."""
+    answer = client.call(
+        f"""
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=32)).eval()
+        model.save_pretrained({str(tmp_path / "llama")!r})
+        assert llmsys(["push", {str(tmp_path / "llama")!r}, "alice/plain-llama"]) == 0
+        back = AutoModelForCausalLM.from_pretrained("alice/plain-llama").eval()
+        result = (logits(back, IDS[:, :4] % 64) - logits(model, IDS[:, :4] % 64)).abs().max().item()
+        """
+    )
+    assert answer.get("result") == 0.0, answer
+    assert "no model card written" in answer["stdout"] and not (tmp_path / "llama" / "README.md").exists()
+
+
 def raw(hub, method: str, path: str, body: bytes | None = None, headers: dict | None = None):  # noqa: F811
     """One request straight to the server (no client library): (status, headers)."""
     request = urllib.request.Request(hub.endpoint + path, data=body, method=method, headers=headers or {})

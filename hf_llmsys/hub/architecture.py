@@ -230,10 +230,14 @@ def preset_row(config: PreTrainedConfig, parameters: int) -> tuple[str, str] | N
     return "preset", f"`{name}`{source}"
 
 
+class UnknownArchitectureError(ValueError):
+    """A config whose model_type is not one of ours: no card can describe it."""
+
+
 def describe(config: PreTrainedConfig) -> Architecture:
-    """The card facts of a config of one of our model types (ValueError naming the type otherwise)."""
+    """The card facts of a config of one of our model types (UnknownArchitectureError naming the type otherwise)."""
     if config.model_type not in ARCHITECTURES:
-        raise ValueError(
+        raise UnknownArchitectureError(
             f"model_type {config.model_type!r} is not an hf-llmsys architecture; cards are written for "
             f"{sorted(ARCHITECTURES)}."
         )

@@ -32,6 +32,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
+from .architecture import UnknownArchitectureError
 from .cards import is_hub_id, write_dataset_card, write_model_card
 from .folders import SavedFolder, saved_folder
 
@@ -177,7 +178,7 @@ def push_folder(
             commit = push_dataset(api, saved, repo_id, branch, message, private)
         else:
             warn_about_local_base(saved)
-            write_model_card(saved.path, repo_id=repo_id)
+            refresh_card(saved, repo_id)
             commit = api.upload_folder(
                 folder_path=saved.path,
                 repo_id=repo_id,
@@ -191,6 +192,14 @@ def push_folder(
     commit_url = commit.commit_url if changed else f"{url.rstrip('/')}/commit/{after}"
     print(f"{'committed' if changed else 'unchanged, no new commit:'} {commit_url}")
     return {"repo_id": repo_id, "revision": branch, "commit": after, "commit_url": commit_url, "changed": changed}
+
+
+def refresh_card(saved: SavedFolder, repo_id: str) -> None:
+    """Write or refresh the card before uploading; a model of a foreign type is pushed with its own README."""
+    try:
+        write_model_card(saved.path, repo_id=repo_id)
+    except UnknownArchitectureError as err:
+        print(f"note: no model card written ({err}); the folder's own README.md, if any, is pushed as is")
 
 
 def warn_about_local_base(saved: SavedFolder) -> None:
