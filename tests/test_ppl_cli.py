@@ -83,7 +83,15 @@ def test_user_errors_exit_2(saved_model, tmp_path, capsys):
     assert llmsys([*base, str(tmp_path / "missing.txt")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert llmsys([*base, str(text), "--max-length", "8", "--stride", "9"]) == 2
-    assert "stride=9 > max_length=8" in capsys.readouterr().err
+    assert "--stride 9 > --max-length 8" in capsys.readouterr().err  # the flags, checked before the model loads
+    for flags, named in [(["--max-length", "1"], "--max-length"), (["--stride", "0"], "--stride"),
+                         (["--batch-size", "0"], "--batch-size")]:  # fmt: skip
+        assert llmsys([*base, str(text), *flags]) == 2
+        assert named in capsys.readouterr().err
+    for name, content in [("empty.txt", b" \n"), ("latin1.txt", "café".encode("latin-1"))]:
+        (tmp_path / name).write_bytes(content)
+        assert llmsys([*base, str(tmp_path / name)]) == 2
+        assert name in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"other": "x"}) + "\n")
     assert llmsys([*base, str(bad)]) == 2

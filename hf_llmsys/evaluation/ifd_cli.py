@@ -14,7 +14,8 @@ import json
 import math
 
 from .alpaca import load_alpaca
-from .ifd import ifd_scores, select_by_ifd, write_json_atomic, write_selected
+from .ifd import encode_pair, ifd_scores, select_by_ifd, start_token_id, write_json_atomic, write_selected
+from .model_limits import resolve_max_length
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,13 +44,37 @@ def scores_jsonl(scores: list[dict]) -> str:
     return "".join(json.dumps({"index": i, **s}) + "\n" for i, s in enumerate(scores))
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """--keep in (0, 1], --max-length >= 2, --batch-size >= 1, --limit >= 1, before anything is loaded."""
+    if not 0 < args.keep <= 1:
+        raise ValueError(f"--keep must be in (0, 1], got {args.keep}")
+    if args.max_length is not None and args.max_length < 2:
+        raise ValueError(f"--max-length must be >= 2 (a start token and an answer token), got {args.max_length}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+
+
+def check_prompts_fit(model, tokenizer, records: list[dict], max_length: int | None) -> None:
+    """Refuse a --max-length that leaves no prompt token in any record: every IFD would be exactly 1.0."""
+    max_length = resolve_max_length(model, tokenizer, max_length)
+    start_id = start_token_id(tokenizer)
+    pairs = (encode_pair(tokenizer, record, start_id, max_length) for record in records)
+    if all(len(conditioned) == len(alone) for conditioned, alone in pairs):
+        raise ValueError(
+            f"--max-length {max_length} leaves no room for the prompt of any record (the answers fill it), so "
+            "every IFD would be 1.0; raise --max-length."
+        )
+
+
 def main(argv: list[str]) -> None:
     """Score, select, write, summarise; user errors raise ValueError (the CLI prints them)."""
     args = parse_args(argv)
-    if not 0 < args.keep <= 1:
-        raise ValueError(f"--keep must be in (0, 1], got {args.keep}")
+    check_flags(args)
     records = load_alpaca(args.data, limit=args.limit)
     model, tokenizer = load_model(args.model)
+    check_prompts_fit(model, tokenizer, records, args.max_length)
     scores = ifd_scores(model, tokenizer, records, max_length=args.max_length, batch_size=args.batch_size)
     selected = select_by_ifd(records, scores, keep=args.keep)
     write_selected(args.out, selected, source=args.data)

@@ -39,10 +39,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _read_utf8(path: Path) -> str:
+    """The file's text; a clear error naming the file when it is not UTF-8 or holds only whitespace."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"data file {path} is not valid UTF-8 (byte {err.start}: {err.reason}); convert it to UTF-8."
+        ) from err
+    if not text.strip():
+        raise ValueError(f"data file {path} is empty; pass a file with text.")
+    return text
+
+
 def _jsonl_texts(path: Path, field: str) -> list[str]:
     """The `field` of each JSON record in a .jsonl file."""
     texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_read_utf8(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -64,9 +77,9 @@ def read_texts(paths: list[Path], lines: bool = False, text_field: str = "text")
         if path.suffix == ".jsonl":
             texts += _jsonl_texts(path, text_field)
         elif lines:
-            texts += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            texts += [line for line in _read_utf8(path).splitlines() if line.strip()]
         else:
-            texts.append(path.read_text(encoding="utf-8"))
+            texts.append(_read_utf8(path))
     if not texts:
         raise ValueError(f"no texts found in {', '.join(map(str, paths))}.")
     return texts
@@ -92,17 +105,36 @@ def format_table(summary: dict) -> str:
     return "\n".join(f"{key:<{width}}  {value:>14}" for key, value in rows)
 
 
+def check_window_flags(max_length: int | None, stride: int | None, batch_size: int) -> None:
+    """--max-length >= 2, 1 <= --stride <= --max-length, --batch-size >= 1 (max_length None: not known yet)."""
+    if max_length is not None and max_length < 2:
+        raise ValueError(f"--max-length must be >= 2 (a context token and a scored one), got {max_length}.")
+    if stride is not None and stride < 1:
+        raise ValueError(f"--stride must be >= 1, got {stride}.")
+    if stride is not None and max_length is not None and stride > max_length:
+        raise ValueError(
+            f"--stride {stride} > --max-length {max_length} would leave tokens unscored; use --stride <= "
+            f"{max_length} (equal gives disjoint windows)."
+        )
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}.")
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
     args = parse_args(argv)
+    check_window_flags(args.max_length, args.stride, args.batch_size)
     texts = read_texts(args.data, args.lines, args.text_field)
     model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.trust_remote_code)
     max_length = args.max_length if args.max_length is not None else model_context_length(model)
+    if max_length is None:
+        raise ValueError(f"--max-length is needed: the config of {args.model} names no context size.")
+    check_window_flags(max_length, args.stride, args.batch_size)
     result = corpus_perplexity(
         model, tokenizer, texts, max_length=max_length, stride=args.stride, batch_size=args.batch_size,
         dtype="bf16" if args.bf16 else None, add_start_token=not args.no_start_token,
     )  # fmt: skip
-    stride = args.stride if args.stride is not None else (max_length // 2 if max_length else None)
+    stride = args.stride if args.stride is not None else max_length // 2
     summary = result.to_dict() | {"texts": len(texts), "max_length": max_length, "stride": stride}
     print(json.dumps(summary) if args.json else format_table(summary))
     return summary
