@@ -215,3 +215,19 @@ def test_bench_script_smoke(tmp_path, shared_data):
     assert results["datatrove"]["available"] is False
     with pytest.raises(OSError):  # a missing interpreter is reported, never silently ignored
         bench.datatrove_decisions(str(tmp_path / "no-python"), ["text"])
+
+
+def test_mixed_type_text_field_names_the_file_and_line(tmp_path, capsys):
+    lines = ['{"text": "a page"}', '{"text": "another page"}', "", '{"text": 42}', '{"text": "a last page"}']
+    src = tmp_path / "mixed.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(src))}:4: field 'text' holds a JSON number \(42\)"):
+        files.read_files([src])
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"text": "x", "year": 1999}\n{"text": "y", "year": "MCMXCIX"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(other))}:2: field 'year' holds a JSON string here but a "
+                                         rf"number at {re.escape(str(other))}:1"):  # fmt: skip
+        files.read_files([other])
+    out = tmp_path / "out"
+    assert _clean("--input", src, "--output", out) == 2
+    assert f"{src}:4: field 'text'" in capsys.readouterr().err and not out.exists()

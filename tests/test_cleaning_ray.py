@@ -195,13 +195,14 @@ def test_cli_engine_ray_writes_the_datasets_engines_documents_and_report(ray_ses
     assert ours.pop("output_files") == [p.name for p in shards] and theirs.pop("output_file") == "data.jsonl"
     assert ours == theirs
     parquet = tmp_path / "ray-parquet"
-    code = llmsys(["clean", "--input", str(src), "--recipe", [{"step": "length"}] and "c4", "--output", str(parquet),
-                   "--engine", "ray", "--format", "parquet"])  # fmt: skip
-    assert code == 0
+    assert (
+        llmsys(["clean", "--input", str(src), "--output", str(parquet), "--engine", "ray", "--format", "parquet"]) == 0
+    )
     import pyarrow.parquet as pq
 
     table = pq.read_table(sorted(parquet.glob("part-*.parquet")))
-    assert table.column_names == ["id", "text"] and table.num_rows == ours["documents_out"]
+    reference = clean(Dataset.from_json(str(src)), "fineweb-like")  # the CLI's default recipe
+    assert table.column_names == ["id", "text"] and table.to_pylist() == list(reference.dataset)
 
 
 def test_bad_input_gives_clear_errors_and_leaves_the_output_untouched(ray_session, tmp_path, capsys):
@@ -209,7 +210,10 @@ def test_bad_input_gives_clear_errors_and_leaves_the_output_untouched(ray_sessio
     out.mkdir()
     (out / "data.jsonl").write_text("previous run\n")
     src = _write_jsonl(tmp_path / "in.jsonl", TEXTS[:3])
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "a page"}\n{"text": "another page"}\n{"text": 42}\n', encoding="utf-8")
     cases = [
+        (["--input", str(mixed)], f"{mixed}:3: field 'text' holds a JSON number (42), not text"),
         (["--input", str(src), "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
         (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl does not exist"),
         (["--input", "file:///no/such/dir/crawl.jsonl"], "crawl.jsonl does not exist"),

@@ -33,8 +33,9 @@ def _read_utf8(path: Path) -> str:
         ) from err
 
 
-def _json_records(path: Path) -> list[dict]:
-    """Records of a JSON Lines file, or of a .json file holding an array of objects (else read as JSON Lines)."""
+def _json_records(path: Path) -> list[tuple[str, dict]]:
+    """(where, record) of a JSON Lines file ("file:line"), or of a .json file holding an array of objects
+    ("file record n"; else read as JSON Lines)."""
     text = _read_utf8(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
@@ -56,13 +57,49 @@ def _json_records(path: Path) -> list[dict]:
     for number, record in numbered:
         if not isinstance(record, dict):
             raise ValueError(f"{path} {where} {number} is not a JSON object.")
-    return [record for _, record in numbered]
+    place = (lambda n: f"{path}:{n}") if where == "line" else (lambda n: f"{path} record {n}")
+    return [(place(number), record) for number, record in numbered]
 
 
-def _records_to_dataset(records: list[dict], source: str) -> Dataset:
+def _json_kind(value) -> str | None:
+    """The JSON type of a value as Arrow sees it when it builds one column (ints and floats are both numbers)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "other")
+
+
+def _check_text_values(placed: list[tuple[str, dict]], text_field: str) -> None:
+    """ValueError naming the file and line of the first record whose text field is not a string."""
+    for where, record in placed:
+        value = record.get(text_field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(
+                f"{where}: field {text_field!r} holds a JSON {_json_kind(value)} ({json.dumps(value)[:60]}), not "
+                "text; fix that record or choose the text field with --text-field."
+            )
+
+
+def _first_mixed_field(placed: list[tuple[str, dict]]) -> str | None:
+    """'<file:line>: field F holds a K1 here but a K0 at <file:line>' for the first field changing JSON type."""
+    first: dict[str, tuple[str, str]] = {}
+    for where, record in placed:
+        for key, value in record.items():
+            kind = _json_kind(value)
+            if kind is None:
+                continue
+            seen = first.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                return f"{where}: field {key!r} holds a JSON {kind} here but a {seen[0]} at {seen[1]}"
+    return None
+
+
+def _records_to_dataset(placed: list[tuple[str, dict]], source: str, text_field: str = "text") -> Dataset:
     """A Dataset with the union of the records' fields (first-seen order); absent fields are None."""
+    _check_text_values(placed, text_field)
     columns: dict[str, list] = {}
-    for i, record in enumerate(records):
+    for i, (_, record) in enumerate(placed):
         for key in record:
             if key not in columns:
                 columns[key] = [None] * i
@@ -71,6 +108,9 @@ def _records_to_dataset(records: list[dict], source: str) -> Dataset:
     try:
         return Dataset.from_dict(columns)
     except Exception as err:  # pyarrow.ArrowInvalid / ArrowTypeError on mixed types
+        mixed = _first_mixed_field(placed)
+        if mixed:
+            raise ValueError(f"cannot build a table from {source}: {mixed}; make the field one type.") from err
         raise ValueError(f"cannot build a table from {source}: {err}") from err
 
 
@@ -97,7 +137,7 @@ def read_files(paths: list[Path], text_field: str = "text", lines: bool = False)
     kind = kinds.pop()
     source = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
     if kind == "json":
-        ds = _records_to_dataset([r for p in paths for r in _json_records(p)], source)
+        ds = _records_to_dataset([r for p in paths for r in _json_records(p)], source, text_field)
     elif kind == "parquet":
         ds = _read_parquet(paths)
     else:

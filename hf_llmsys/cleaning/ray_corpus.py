@@ -108,6 +108,23 @@ class ApplyMarks:
         return doc
 
 
+def _verdict_without_marks(table, verdict: Callable, text_field: str):
+    """Each live document's verdict with no marks (for steps such as C4's that also judge unmarked pages)."""
+    drops, features = table[DROP].to_pylist(), table[FEATURE].to_pylist()
+    drop_rows, rules, edits = [], {}, {}
+    for i, (drop, feature) in enumerate(zip(drops, features, strict=True)):
+        decision = None if drop else verdict(feature, set())
+        if isinstance(decision, RemoveLines):
+            edits[i] = decision.lines
+        elif isinstance(decision, str):
+            drop_rows.append(i)
+            rules[i] = decision
+    table = _drop_rows(table, [], "", text_field, edits)
+    for rule in set(rules.values()):
+        table = _drop_rows(table, [i for i in drop_rows if rules[i] == rule], rule, text_field)
+    return _without(table, FEATURE)
+
+
 def _as_mark_rows(table, schema):
     """Marks (INDEX, MARK) as rows of the documents' schema (other columns null), so both can be grouped."""
     pa = _pa()
@@ -120,6 +137,9 @@ def _as_mark_rows(table, schema):
 def merge_marks(ds, marks, verdict: Callable, run):
     """Each document grouped (by input position) with its marks; `verdict(feature, marks)` decides."""
     pa = _pa()
+    marks = marks.materialize()
+    if marks.count() == 0:  # nothing to bring together: every document decides alone, no shuffle
+        return ds.map_batches(_verdict_without_marks, fn_args=(verdict, run.text_field), **run.map_kwargs())
     docs = ds.map_batches(lambda t: t.append_column(MARK, pa.nulls(t.num_rows, pa.int64())), **run.map_kwargs())
     schema = docs.schema().base_schema
     mark_rows = marks.map_batches(_as_mark_rows, fn_args=(schema,), **run.map_kwargs(batch_size=None))
