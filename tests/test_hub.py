@@ -403,6 +403,24 @@ def test_push_of_a_foreign_model_type_uploads_without_writing_a_card(client, hub
     assert "no model card written" in answer["stdout"] and not (tmp_path / "llama" / "README.md").exists()
 
 
+def test_stored_login_is_used_when_hf_token_is_unset(client, hub, tmp_path):  # noqa: F811
+    """huggingface_hub.login() (whoami-v2 route) stores the token; `llmsys push` then authenticates with it."""
+    answer = client.call(
+        f"""
+        from huggingface_hub import login, logout
+        login(token="hf_alice_write", add_to_git_credential=False)
+        try:
+            model, tok, gen = tiny("llmsys_llama")
+            result = llmsys(["push", str(save(model, tok, gen, Path({str(tmp_path)!r}) / "m")), "logged-in"])
+        finally:
+            logout()
+        """,
+        token=None,
+    )
+    assert answer.get("result") == 0, answer
+    assert ("GET", "whoami", 200) in hub.log and ("model", "alice/logged-in") in hub.repos  # 'name' -> alice/name
+
+
 def raw(hub, method: str, path: str, body: bytes | None = None, headers: dict | None = None):  # noqa: F811
     """One request straight to the server (no client library): (status, headers)."""
     request = urllib.request.Request(hub.endpoint + path, data=body, method=method, headers=headers or {})
