@@ -125,3 +125,18 @@ def test_seq2seq_perplexity_of_the_trained_model_equals_transformers_t5(trained,
     mine = seq2seq_perplexity(ours, tokenizer, sources, targets, batch_size=2)
     reference = seq2seq_perplexity(theirs, tokenizer, sources, targets, batch_size=2)
     assert mine.tokens == reference.tokens and mine.ppl == pytest.approx(reference.ppl, rel=1e-5)
+
+
+def test_same_seed_same_t5_weights(trained, text_file, tmp_path):
+    """Span-corruption pre-training: two identical runs end with identical weights (init seeded before the model).
+
+    One saved tokenizer for both: the `tokenizers` Unigram trainer itself is not deterministic between calls.
+    """
+    for name in ("a", "b"):
+        extra = ["--max_steps", "2", "--save_steps", "100", "--tokenizer", str(trained)]
+        assert run(text_file, tmp_path / name, *extra) == 0
+        torch.rand(1000)
+    a = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path / "a").state_dict()
+    b = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path / "b").state_dict()
+    for name, tensor in a.items():
+        assert torch.equal(b[name], tensor), name

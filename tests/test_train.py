@@ -237,3 +237,39 @@ def test_gpt3_layout_that_does_not_tile_the_layers_is_a_clear_error(text_file, t
     # the default alternation needs an even number of layers; TINY_MODEL has one
     assert run(text_file, tmp_path / "bad", "--model_type", "llmsys_gpt3", "--max_steps", "1") == 2
     assert "attention_layout" in capsys.readouterr().err
+
+
+def test_same_seed_same_weights(text_file, tmp_path):
+    """Two identical runs in one process end with identical weights: the model is initialised after set_seed."""
+    for name in ("a", "b"):
+        assert run(text_file, tmp_path / name, "--max_steps", "2", "--save_steps", "100") == 0
+        torch.rand(1000)  # whatever ran before must not matter
+    a = LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "a").state_dict()
+    b = LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "b").state_dict()
+    for name, tensor in a.items():
+        assert torch.equal(b[name], tensor), name
+
+
+def test_resume_skips_a_checkpoint_cut_short(text_file, tmp_path, capsys):
+    out = tmp_path / "m"
+    assert run(text_file, out, "--max_steps", "2", "--save_steps", "2") == 0
+    cut = out / "checkpoint-3"  # a newer checkpoint whose save was killed: weights but no trainer_state.json
+    shutil.copytree(out / "checkpoint-2", cut)
+    (cut / "trainer_state.json").unlink()
+    leftover = out / ".final-tmp-killed"  # and a final save that was killed half way
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"half")
+    capsys.readouterr()
+    assert run(text_file, out, "--max_steps", "4", "--save_steps", "2") == 0
+    printed = capsys.readouterr().out
+    assert f"skipping {cut}: incomplete (no trainer_state.json" in printed
+    assert f"resuming from {out / 'checkpoint-2'}" in printed
+    assert f"removing {leftover}" in printed and not leftover.exists()
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 4
+
+
+def test_unwritable_output_dir_is_named_before_training(text_file, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run(text_file, blocker / "out", "--max_steps", "1") == 2
+    assert f"--output_dir {blocker / 'out'}: not writable" in capsys.readouterr().err
