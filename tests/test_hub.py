@@ -328,8 +328,11 @@ def test_failed_commit_leaves_the_previous_commit_and_a_retry_completes(client, 
     assert "nothing was committed: run the same command again" in line
     assert repo.branches["main"] == first and len(repo.commits) == 2  # .gitattributes commit + the first push
     old = client.run(f"result = logits(AutoModelForCausalLM.from_pretrained({repo_id!r}), IDS).tolist()")
-    retry = client.run(f'result = llmsys(["push", {str(tmp_path / "m")!r}, {repo_id!r}])')
-    assert retry == 0 and repo.branches["main"] != first and repo.commits[repo.branches["main"]].parent == first
+    retry = client.call(f'result = llmsys(["push", {str(tmp_path / "m")!r}, {repo_id!r}])')
+    assert (
+        retry["result"] == 0 and repo.branches["main"] != first and repo.commits[repo.branches["main"]].parent == first
+    )
+    assert f"committed {hub.endpoint}/{repo_id}/commit/{repo.branches['main']}" in retry["stdout"]  # the commit URL
     new = client.run(f"result = logits(AutoModelForCausalLM.from_pretrained({repo_id!r}), IDS).tolist()")
     assert old != new
     commits = len(repo.commits)
