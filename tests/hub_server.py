@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 LFS_THRESHOLD = 10 * 1024 * 1024  # the real Hub refuses regular files above 10 MB
 INVALID_TOKEN = "Invalid credentials in Authorization header"
@@ -692,4 +692,4 @@ def validate_model_index(model_index) -> list[dict]:
     return errors
 
 
-__all__ = ["LoopbackHub", "Token", "git_blob_sha1", "quote"]
+__all__ = ["LoopbackHub", "Token", "git_blob_sha1"]

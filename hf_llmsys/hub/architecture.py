@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
+
+from .. import registration
 
 # position_embedding_type -> (card text, tag, citation keys)
 POSITIONAL_ENCODING_NAMES = {
@@ -61,6 +63,12 @@ class Architecture:
     auto_class: str
     tags: list[str] = field(default_factory=list)
     citations: list[str] = field(default_factory=list)
+
+
+def load_config(path):
+    """The config of a saved model folder or Hub id (our architectures registered first)."""
+    registration.register_all()
+    return AutoConfig.from_pretrained(path)
 
 
 def count_parameters(config: PreTrainedConfig, auto_class) -> int:

@@ -5,7 +5,8 @@
   width, heads / kv heads, FFN, norm, positional encoding, per-layer attention), the Hub tags and pipeline task,
   the papers to cite (``architecture.py``, ``citations.py``);
 - ``adapter_config.json`` (PEFT) -> the adapter table, ``base_model`` and the base's architecture when the base
-  folder is at hand;
+  folder or its Hub config is at hand (``adapters.py``);
+- ``report.json`` of a `llmsys clean` folder -> a dataset card instead (``dataset_cards.py``);
 - ``train_results.json`` (written by `llmsys train` / `llmsys sft`) -> the training budget (tokens, steps, time,
   hardware), the evaluation table and the ``model-index`` (validation perplexity and the split it was measured
   on). Keys read beyond the training job's losses: ``dataset`` (name of the training data), ``datasets`` (Hub
@@ -24,20 +25,18 @@ import argparse
 import os
 import platform
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import torch
-from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
-from huggingface_hub.utils import HFValidationError, validate_repo_id
-from transformers import AutoConfig
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .. import registration
-from .architecture import ARCHITECTURES, Architecture, describe, human_count
+from .adapters import PEFT_AUTO_CLASSES, adapter_facts, base_architecture
+from .architecture import Architecture, describe, human_count, load_config
 from .citations import bibtex
-from .folders import SavedFolder, saved_folder
+from .dataset_cards import write_dataset_card
+from .folders import SavedFolder, is_hub_id, saved_folder, write_text_atomically
 
 TEMPLATE = Path(__file__).parent / "templates" / "model_card.md"
 DEFAULT_LICENSE = "apache-2.0"
@@ -62,10 +61,6 @@ EVALUATION_ROWS = {
 }
 DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model"}
 
-# task type of adapter_config.json -> pipeline tag, and pipeline tag -> transformers Auto class
-PEFT_TASKS = {"CAUSAL_LM": "text-generation", "SEQ_2_SEQ_LM": "text2text-generation"}
-PEFT_AUTO_CLASSES = {"text-generation": "AutoModelForCausalLM", "text2text-generation": "AutoModelForSeq2SeqLM"}
-
 
 def current_hardware() -> str:
     """This machine in one line (for train_results.json's ``hardware`` when a job records where it ran)."""
@@ -74,72 +69,8 @@ def current_hardware() -> str:
     return f"{os.cpu_count()} CPU cores ({platform.machine()})"
 
 
-def is_hub_id(name: str | None) -> bool:
-    """True for a Hub repo id ("user/name"), False for a local path (a card's base_model must be a Hub id)."""
-    if not name or Path(name).exists() or name.startswith((".", "/", "~")):
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "data"
-
-
-def load_config(path: Path | str):
-    """The config of a saved model folder (our architectures registered first)."""
-    registration.register_all()
-    return AutoConfig.from_pretrained(path)
-
-
-def adapter_facts(folder: SavedFolder) -> tuple[list[tuple[str, str]], str | None, str, int]:
-    """Adapter table rows, the base model named in adapter_config.json, the pipeline task and trainable params."""
-    from safetensors import safe_open
-
-    config = folder.json("adapter_config.json")
-    weights = folder.path / "adapter_model.safetensors"
-    trainable = 0
-    if weights.is_file():
-        with safe_open(weights, framework="pt") as file:
-            trainable = sum(_numel(file, name) for name in file.keys())
-    targets = config.get("target_modules")
-    targets = ", ".join(sorted(targets)) if isinstance(targets, list) else str(targets)
-    rows = [
-        ("method", f"{config.get('peft_type', 'LORA')} (PEFT)"),
-        ("rank r / alpha / dropout", f"{config.get('r')} / {config.get('lora_alpha')} / {config.get('lora_dropout')}"),
-        ("target modules", targets),
-        ("adapter parameters", f"{trainable:,}"),
-        ("base model", str(config.get("base_model_name_or_path"))),
-    ]
-    task = PEFT_TASKS.get(config.get("task_type") or "CAUSAL_LM", "text-generation")
-    return rows, config.get("base_model_name_or_path"), task, trainable
-
-
-def _numel(file, name: str) -> int:
-    shape = file.get_slice(name).get_shape()
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
-def base_architecture(base: str | None) -> Architecture | None:
-    """The architecture of an adapter's base: a local saved folder, or a Hub id whose config.json can be read
-    (None when neither: offline, or not one of our model types)."""
-    if not base:
-        return None
-    if (Path(base) / "config.json").is_file():
-        return describe(load_config(Path(base)))
-    if not is_hub_id(base):
-        return None
-    try:
-        config = load_config(base)
-    except (OSError, ValueError):  # offline, missing or private base: the card names it without its table
-        return None
-    return describe(config) if config.model_type in ARCHITECTURES else None
 
 
 def load_snippets(auto_class: str, model_id: str, adapter: bool) -> tuple[str, str]:
@@ -305,7 +236,7 @@ def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, ha
     return card_metadata(architecture, run, task, model_id, adapter, license), context
 
 
-def render(metadata: ModelCardData | DatasetCardData, context: dict, template: Path, card_class=ModelCard):
+def render(metadata: ModelCardData, context: dict, template: Path) -> ModelCard:
     """Render ``template`` with StrictUndefined; a field the card lacks is a ValueError naming it and the file."""
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
@@ -319,7 +250,7 @@ def render(metadata: ModelCardData | DatasetCardData, context: dict, template: P
         ) from err
     except jinja2.TemplateSyntaxError as err:
         raise ValueError(f"card template {template}, line {err.lineno}: {err.message}") from err
-    return card_class(text)
+    return ModelCard(text)
 
 
 def build_model_card(
@@ -338,18 +269,6 @@ def build_model_card(
         raise ValueError(f"{saved.path} is a dataset (llmsys clean output): use write_dataset_card for it.")
     metadata, context = card_context(saved, repo_id, base_model, datasets, license, hardware)
     return render(metadata, context, Path(template) if template else TEMPLATE)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and os.replace, so a reader never sees half a card."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".README.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_model_card(
@@ -398,31 +317,6 @@ def previous_card_data(readme: Path) -> dict:
         return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
     except Exception:  # noqa: BLE001 - a hand-broken README is replaced, not a reason to refuse
         return {}
-
-
-def write_dataset_card(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> Path:
-    """README.md of a `llmsys clean` output folder: what was kept and dropped, from its report.json."""
-    saved = saved_folder(folder)
-    report = saved.json("report.json") or {}
-    dropped = report.get("dropped") or {}
-    steps = report.get("steps") or []
-    step_names = [s.get("name", str(s)) if isinstance(s, dict) else str(s) for s in steps]
-    metadata = DatasetCardData(
-        license=license, tags=["hf-llmsys", "llmsys-clean"], task_categories=["text-generation"], pretty_name=repo_id
-    )
-    rows = "".join(f"| {key} | {report[key]:,} |\n" for key in ("documents_in", "documents_out", "characters_in", "characters_out") if isinstance(report.get(key), int))  # fmt: skip
-    drops = "".join(f"| {rule} | {count:,} |\n" for rule, count in sorted(dropped.items()))
-    body = (
-        f"---\n{metadata.to_yaml()}\n---\n\n# {repo_id or saved.path.resolve().name}\n\n"
-        f"Pretraining text cleaned by `llmsys clean` (hf-llmsys). File: `{saved.data_file.name}`; the full report "
-        f"is `report.json`.\n\nSteps: {', '.join(step_names) or 'not recorded'}.\n\n"
-        f"| figure | value |\n|---|---|\n{rows}\n"
-        + (f"Documents dropped per rule:\n\n| rule | documents |\n|---|---|\n{drops}" if drops else "")
-    )
-    card = DatasetCard(body)
-    path = saved.path / "README.md"
-    write_text_atomically(path, str(card))
-    return path
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -33,8 +33,9 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from .architecture import UnknownArchitectureError
-from .cards import is_hub_id, write_dataset_card, write_model_card
-from .folders import SavedFolder, saved_folder
+from .cards import write_model_card
+from .dataset_cards import write_dataset_card
+from .folders import SavedFolder, is_hub_id, saved_folder
 
 # Never uploaded from a training output folder: Trainer checkpoints, hidden temporaries, logs, caches.
 PUSH_IGNORE = ["checkpoint-*", "checkpoint-*/**", ".*", ".*/**", "**/__pycache__/**", "runs/**", "*.tmp"]

@@ -7,8 +7,12 @@ saved one holds otherwise, so `llmsys card` / `llmsys push` refuse a wrong folde
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -68,3 +72,26 @@ def saved_folder(path: str | Path) -> SavedFolder:
         "llmsys train), adapter_config.json + adapter_model.safetensors (PEFT / llmsys sft --lora), or "
         "data.jsonl|data.parquet + report.json (llmsys clean)."
     )
+
+
+def is_hub_id(name: str | None) -> bool:
+    """True for a Hub repo id ("user/name"), False for a local path (a card's base_model must be a Hub id)."""
+    if not name or Path(name).exists() or name.startswith((".", "/", "~")):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and os.replace, so a reader never sees half a card."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".README.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
