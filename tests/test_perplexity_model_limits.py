@@ -12,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 from hf_llmsys.evaluation.model_limits import declared_length_limit, has_length_limit, resolve_max_length
-from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+from hf_llmsys.models.positions import POSITIONAL_ENCODINGS, PositionalEncoding
 
 TEXT = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2"
 
@@ -86,3 +86,27 @@ def test_our_models_answer_through_their_encoding_class(kind):
     else:
         with pytest.warns(UserWarning, match="trained context"):
             assert resolve_max_length(model, None, 16) == 16
+
+
+class _RegisteredTestEncoding(PositionalEncoding):
+    """One class plus one registry row: NoPE-like, declares no length limit."""
+
+    has_length_limit = False
+
+    def __init__(self, config):
+        super().__init__()
+
+
+def test_a_registered_encoding_reaches_corpus_perplexity_without_changes_here(tokenizer, monkeypatch):
+    monkeypatch.setitem(POSITIONAL_ENCODINGS, "test_only", _RegisteredTestEncoding)
+    config = LlmsysLlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=8, position_embedding_type="test_only",
+    )  # fmt: skip
+    model = LlmsysLlamaForCausalLM(config).eval()
+    assert declared_length_limit(model) is False
+    with pytest.warns(UserWarning, match="trained context"):
+        assert corpus_perplexity(model, tokenizer, TEXT, max_length=16).tokens == 20
+    monkeypatch.setattr(_RegisteredTestEncoding, "has_length_limit", True)
+    with pytest.raises(ValueError, match="learned position table"):
+        corpus_perplexity(model, tokenizer, TEXT, max_length=16)
