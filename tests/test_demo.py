@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from test_demo_support import TINY_ENCODINGS, build_tiny_t5, build_tiny_zoo, launch_demo
+from test_demo_support import TINY_ENCODINGS, demo_server, tiny_zoo  # noqa: F401  (session fixtures)
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -21,20 +21,11 @@ TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the f
 
 
 @pytest.fixture(scope="module")
-def zoo_dir(tmp_path_factory):
-    return build_tiny_zoo(tmp_path_factory.mktemp("demo"))
-
-
-@pytest.fixture(scope="module")
-def served(zoo_dir):
-    from transformers import AutoTokenizer
-
-    t5 = build_tiny_t5(zoo_dir.parent, AutoTokenizer.from_pretrained(zoo_dir / "tokenizer"))
-    demo, url, ctx = launch_demo(["--zoo", str(zoo_dir), "--t5", str(t5), "--max-chars", "2000"])
+def served(demo_server):  # noqa: F811  (the imported session fixture)
+    url, ctx = demo_server
     client = gradio_client.Client(url, verbose=False)
     yield client, ctx
     client.close()
-    demo.close()
 
 
 def frame(value: dict):
@@ -231,38 +222,53 @@ def test_gnmt_beam_search_on_t5_and_refused_for_causal_models(served):
         generate(client, names=["rope"], strategy="beam search", penalty_type="gnmt")
 
 
-def test_cleaning_verdict_equals_the_pipeline(served):
+def test_cleaning_verdict_and_text_equal_the_pipeline(served):
     from datasets import Dataset
 
     from hf_llmsys.cleaning import clean
+    from hf_llmsys.data.corpus import load_default_corpus
 
     client = served[0]
     spam = "<p>Click here!!!</p><p>Buy now</p>"
+    prose = [load_default_corpus()[i : i + 1800] for i in range(100_000, 118_000, 1800)]
+    report = clean(Dataset.from_dict({"text": [spam, *prose]}), "fineweb-like").report.to_dict()
+    (rule,) = [rule for rule, examples in report["drop_examples"].items() if examples[0]["index"] == 0]
     verdict, trace, _ = client.predict(spam, "fineweb-like", api_name="/clean")
-    docs = Dataset.from_dict({"text": [spam, TEXT * 3]})
-    dropped = clean(docs, "fineweb-like").report.to_dict()["dropped"]
-    (rule,) = dropped
     assert "**Dropped**" in verdict and f"`{rule}`" in verdict
     assert f"DROP ({rule})" in frame(trace)["result"].tolist()
-    verdict, _, normalised = client.predict("<p>Hello,\u00a0  world</p>", "c4", api_name="/clean")
-    assert "Hello, world" in normalised or "**Dropped**" in verdict
+    for doc in prose:
+        kept = clean(Dataset.from_dict({"text": [doc]}), "fineweb-like").dataset
+        if len(kept):
+            break
+    else:
+        pytest.fail("no prose chunk survives fineweb-like")
+    verdict, trace, normalised = client.predict(doc, "fineweb-like", api_name="/clean")
+    assert verdict.startswith("**Kept**") and normalised == kept[0]["text"]
+    assert "DROP" not in " ".join(frame(trace)["result"])
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda c: c.predict("x" * 2001, False, api_name="/perplexity"), "2001 characters is over the limit of 2000"),
-        (lambda c: generate(c, max_new=65), "max new tokens: 65 is outside the allowed range 1 .. 64"),
-        (lambda c: generate(c, strategy="beam search", beams=5), "beams: 5 is outside the allowed range 1 .. 4"),
-        (lambda c: show(c, "alibi", heads=17), "heads: 17 is outside the allowed range 1 .. 16"),
-        (lambda c: c.predict(2048, 8, 16, 2, 4, 16, api_name="/sparse"), "length: 2048 is outside"),
+        (lambda c: c.predict("abc " * 200, False, api_name="/perplexity"), "tokens is over the limit of 300 tokens"),
+        (lambda c: generate(c, max_new=65), "Value 65 is greater than maximum value 64"),  # the slider's own bound
+        (lambda c: generate(c, strategy="beam search", beams=5), "Value 5 is greater than maximum value 4"),
+        (lambda c: show(c, "alibi", heads=17), "Value 17 is greater than maximum value 16"),
+        (lambda c: c.predict(2048, 8, 16, 2, 4, 16, api_name="/sparse"), "greater than maximum value 1024"),
+        (
+            lambda c: c.predict(64, 8, 16, 9, 4, 16, api_name="/sparse"),
+            "fixed summary c: 9 is outside the allowed range",
+        ),
+        (lambda c: generate(c, names=[]), "models: choose at least one model"),
         (lambda c: c.predict("", "c4", api_name="/clean"), "document: paste some text first"),
     ],
 )
 def test_over_limit_requests_get_the_limit_message(served, call, message):
     with pytest.raises(AppError, match=message):
         call(served[0])
-    assert served[0].predict(api_name="/zoo_status").startswith("Zoo loaded")  # the server is still up
+    status, _ = served[0].predict(api_name="/zoo_status")
+    assert status.startswith("Zoo loaded")  # the server is still up
 
 
 def test_limits_and_queue_settings_are_in_the_page(served):
@@ -274,20 +280,20 @@ def test_limits_and_queue_settings_are_in_the_page(served):
 
 
 def test_twenty_concurrent_clients_are_all_served(served):
-    client = served[0]
-    url = client.src
+    url = served[0].src
+    clients = [gradio_client.Client(url, verbose=False) for _ in range(20)]  # 20 sessions, connected up front
 
-    def one(_):
+    def one(client):
         start = time.perf_counter()
-        own = gradio_client.Client(url, verbose=False)
-        _, tokens, _ = own.predict(TEXT, False, api_name="/perplexity")
-        own.close()
+        _, tokens, _ = client.submit(TEXT, False, api_name="/perplexity").result(timeout=300)
         return time.perf_counter() - start, len(tokens["data"])
 
     with ThreadPoolExecutor(20) as pool:
-        results = list(pool.map(one, range(20)))
+        results = list(pool.map(one, clients))
+    for client in clients:
+        client.close()
     latencies = sorted(r[0] for r in results)
-    assert len(results) == 20 and len({r[1] for r in results}) == 1
+    assert len(results) == 20 and len({r[1] for r in results}) == 1  # all served, same answer
     p95 = latencies[math.ceil(0.95 * len(latencies)) - 1]
     print(f"\n20 concurrent /perplexity clients: median {statistics.median(latencies):.2f} s, p95 {p95:.2f} s")
 

@@ -8,6 +8,8 @@ import socket
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
            "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}  # fmt: skip
 os.environ.update(OFFLINE)
@@ -60,3 +62,22 @@ def launch_demo(argv: list[str]):
     demo = build_app(ctx)
     launch(demo, options.host, port, prevent_thread_lock=True)
     return demo, f"http://127.0.0.1:{port}/", ctx
+
+
+@pytest.fixture(scope="session")
+def tiny_zoo(tmp_path_factory) -> Path:
+    """The tiny zoo, built once per test session."""
+    return build_tiny_zoo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="session")
+def demo_server(tiny_zoo):
+    """(url, ctx) of the app on the tiny zoo plus a tiny T5, with small text limits; closed at the end."""
+    from transformers import AutoTokenizer
+
+    t5 = build_tiny_t5(tiny_zoo.parent, AutoTokenizer.from_pretrained(tiny_zoo / "tokenizer"))
+    demo, url, ctx = launch_demo(
+        ["--zoo", str(tiny_zoo), "--t5", str(t5), "--max-chars", "2000", "--max-tokens", "300"]
+    )
+    yield url, ctx
+    demo.close()

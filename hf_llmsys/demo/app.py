@@ -139,8 +139,9 @@ def perplexity_events(ctx: DemoContext):
 
     @user_errors
     def curves():
-        zoo = ctx.require_zoo()
-        return perplexity_tab.zoo_curves(zoo.report), perplexity_tab.paper_curves()
+        zoo = ctx.zoo.zoo  # also runs on page load: no zoo yet gives an empty zoo plot, not an error
+        empty = perplexity_tab.series_frame({})
+        return perplexity_tab.zoo_curves(zoo.report) if zoo else empty, perplexity_tab.paper_curves()
 
     @user_errors
     def rope_scaling(text, scaling, context):
@@ -229,7 +230,7 @@ def build_positions_tab(ctx: DemoContext) -> None:
     compare.click(compare_orders, [text_a, text_b], [order_table, order_note], api_name="permutation")
 
 
-def build_perplexity_tab(ctx: DemoContext) -> None:
+def build_perplexity_tab(ctx: DemoContext):
     score, curves, rope_scaling = perplexity_events(ctx)
     text = gr.Textbox(DEFAULT_TEXT, lines=6, label="text", max_length=ctx.limits.max_chars, elem_id="ppl-text")
     include_real = gr.Checkbox(ctx.real_model is not None, label="include the pretrained model "
@@ -256,6 +257,7 @@ def build_perplexity_tab(ctx: DemoContext) -> None:
     run_scaling = gr.Button("Evaluate RoPE", elem_id="rope-scaling")
     scaling_table = gr.Dataframe(label="RoPE perplexity on the text")
     run_scaling.click(rope_scaling, [text, scaling, context], scaling_table, api_name="rope_scaling")
+    return curves, [zoo_plot, paper_plot]  # also filled on page load
 
 
 def build_sparse_tab(ctx: DemoContext) -> None:
@@ -333,10 +335,19 @@ def build_app(ctx: DemoContext) -> gr.Blocks:
         gr.Markdown("# hf-llmsys: positional encodings, perplexity and sparse attention side by side")
         status = gr.Markdown(ctx.zoo.status(), elem_id="zoo-status")
         gr.Markdown(ctx.limits.markdown(), elem_id="limits")
+        on_load = []
         for name, build in TABS.items():
             with gr.Tab(name):
-                build(ctx)
+                loader = build(ctx)
+                if loader is not None:
+                    on_load.append(loader)
         timer = gr.Timer(2.0)
-        timer.tick(ctx.zoo.status, None, status, api_name="zoo_status", queue=False, show_progress="hidden")
+
+        def tick():  # polls until the zoo is loaded (or training failed), then stops
+            return ctx.zoo.status(), gr.Timer(active=ctx.zoo.zoo is None and ctx.zoo.training)
+
+        timer.tick(tick, None, [status, timer], api_name="zoo_status", queue=False, show_progress="hidden")
+        for fn, outputs in on_load:
+            demo.load(fn, None, outputs, api_name=False)
     demo.queue(max_size=ctx.limits.max_queue_size, default_concurrency_limit=ctx.limits.concurrency_limit)
     return demo

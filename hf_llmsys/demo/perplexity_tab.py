@@ -67,18 +67,19 @@ def score_text(name: str, model, tokenizer, text: str, window: int, limits: Limi
 
 def surprisal_html(scores: list[TextScore]) -> str:
     """One row per model, each token's background red in proportion to its surprisal (hover: bits)."""
-    top = max((b for s in scores for b in s.bits if b is not None), default=1.0) or 1.0
+    values = [b for s in scores for b in s.bits if b is not None] or [0.0, 1.0]
+    low, top = min(values), max(values)
     rows = []
     for score in scores:
         cells = []
         for span, bits in zip(score.spans, score.bits, strict=True):
-            alpha = 0.0 if bits is None else min(1.0, bits / top)
+            alpha = 0.0 if bits is None else (bits - low) / max(top - low, 1e-9)
             title = "unscored" if bits is None else f"{bits:.2f} bits"
             cells.append(f'<span title="{title}" style="background: rgba(220, 38, 38, {alpha:.2f}); '
                          f'white-space: pre-wrap">{html.escape(span)}</span>')  # fmt: skip
         rows.append(f'<div class="surprisal-row"><b>{html.escape(score.name)}</b> '
                     f'<span style="font-family: monospace">{"".join(cells)}</span></div>')  # fmt: skip
-    legend = f"<p>Surprisal −log₂ p(token | context); full red = {top:.1f} bits.</p>"
+    legend = f"<p>Surprisal −log₂ p(token | context): white = {low:.1f} bits, full red = {top:.1f} bits.</p>"
     return legend + "\n".join(rows)
 
 

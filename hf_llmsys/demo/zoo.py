@@ -183,6 +183,11 @@ class ZooManager:
         with self._lock:
             return self._zoo
 
+    @property
+    def training(self) -> bool:
+        """Whether background training is running now."""
+        return self._thread is not None and self._thread.is_alive()
+
     def wait(self, timeout: float | None = None) -> LoadedZoo | None:
         """Block until background training ends (tests, the benchmark); returns the zoo or None."""
         if self._thread is not None:
