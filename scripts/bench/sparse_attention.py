@@ -262,7 +262,7 @@ def layer_model(kind: str, args: argparse.Namespace, seq_len: int):
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
         intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
         local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
-        bos_token_id=0, eos_token_id=0,
+        bos_token_id=0, eos_token_id=0, **({"hidden_act": args.model_hidden_act} if args.model_hidden_act else {}),
     )  # fmt: skip
     torch.manual_seed(0)
     model = LlmsysGPT3Model._from_config(config, attn_implementation="sdpa")
@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
     parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
     parser.add_argument("--model-heads", type=int, default=8)
+    parser.add_argument("--model-hidden-act", default=None, help="MLP activation (default: the config's, gelu_new)")
     parser.add_argument("--model-profile", action="store_true", help="print torch.profiler's top ops per layer")
     parser.add_argument("--skip-kernel-level", action="store_true", help="only the model-level table")
     parser.add_argument("--skip-model-level", action="store_true", help="only the kernel-level tables")
