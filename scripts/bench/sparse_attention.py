@@ -20,7 +20,8 @@ Model level (issue 14): one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 la
 GPT-2's ``gelu_new``, sdpa) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the
 layouts buy once the projections, the MLP and the norms are paid too. Rows dense / local / strided / fixed take
 turns within each repetition; ratio = dense layer time / variant layer time (goal: >= 1.7x for local and
-strided). The activation row times the MLP's activation alone on (1, S, d_ff), forward + backward, as the model
+strided). ``--model-compare-act gelu_pytorch_tanh`` adds the same layers with torch's fused tanh GELU in the same
+round-robin (before/after the fused-GELU change in one run). The activation row times the MLP's activation alone on (1, S, d_ff), forward + backward, as the model
 runs it (``hidden_act``) and as torch's fused tanh GELU, with its share of the dense layer. ``--model-profile``
 adds torch.profiler's top ops per variant (where the layer time goes).
 
@@ -254,15 +255,16 @@ def print_tables(results: dict, lengths: list[int]) -> None:
 # ------------------------------------------------------------------------------------------------ model level
 
 
-def layer_model(kind: str, args: argparse.Namespace, seq_len: int):
-    """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa."""
+def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: str | None = None):
+    """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa; the MLP
+    activation is the config's default (GPT-2's gelu_new) unless `hidden_act` names another."""
     from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3Model
 
     config = LlmsysGPT3Config(
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
         intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
         local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
-        bos_token_id=0, eos_token_id=0, **({"hidden_act": args.model_hidden_act} if args.model_hidden_act else {}),
+        bos_token_id=0, eos_token_id=0, **({"hidden_act": hidden_act} if hidden_act else {}),
     )  # fmt: skip
     torch.manual_seed(0)
     model = LlmsysGPT3Model._from_config(config, attn_implementation="sdpa")
@@ -296,18 +298,24 @@ def profile_layer(model, input_ids, grad_out, top: int = 8) -> str:
     return prof.key_averages().table(sort_by=key, row_limit=top)
 
 
+def layer_variants(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
+    """(row name, layout kind, activation or None = default): every kind, and again per --model-compare-act."""
+    rows = [(kind, kind, None) for kind in MODEL_KINDS]
+    return rows + [(f"{kind} {act}", kind, act) for act in args.model_compare_act for kind in MODEL_KINDS]
+
+
 def run_model_level(args: argparse.Namespace) -> dict:
-    """{length: {kind: ms, ..., "activation": {name: ms}}} for the one-layer models, round-robin timed."""
+    """{length: {row: ms, ..., "activation": {name: ms}}} for the one-layer models, round-robin timed."""
     results: dict[int, dict] = {}
     dtype = getattr(torch, args.dtype)
     for seq_len in args.model_lengths:
-        models = {kind: layer_model(kind, args, seq_len) for kind in MODEL_KINDS}
+        models = {name: layer_model(kind, args, seq_len, act) for name, kind, act in layer_variants(args)}
         input_ids = torch.randint(0, 256, (1, seq_len), device=args.device)
         grad_out = torch.randn(1, seq_len, args.model_hidden, device=args.device, dtype=dtype)
         hidden_act = models["dense"].config.hidden_act
         act_input = torch.randn(1, seq_len, 4 * args.model_hidden, device=args.device, dtype=dtype)
         acts = activation_fns(hidden_act)
-        steps = {kind: partial(layer_step, model, input_ids, grad_out) for kind, model in models.items()}
+        steps = {name: partial(layer_step, model, input_ids, grad_out) for name, model in models.items()}
         steps |= {name: partial(_activation_step, fn, act_input) for name, fn in acts.items()}
         times: dict[str, list[float]] = {name: [] for name in steps}
         for rep in range(args.warmup + args.reps):
@@ -318,17 +326,17 @@ def run_model_level(args: argparse.Namespace) -> dict:
                 _sync(args.device)
                 if rep >= args.warmup:
                     times[name].append(time.perf_counter() - start)
-        row = {kind: statistics.median(times[kind]) * 1e3 for kind in MODEL_KINDS}
+        row = {name: statistics.median(times[name]) * 1e3 for name in models}
         row["activation"] = {name: statistics.median(times[name]) * 1e3 for name in acts}
         with torch.no_grad():  # the fused GELU must be the same function (issue 14: <= 1e-5)
             outputs = [fn(act_input).float() for fn in acts.values()]
         row["activation_max_abs_diff"] = max(float((out - outputs[0]).abs().max()) for out in outputs)
         row["hidden_act"] = hidden_act
         results[seq_len] = row
-        print(f"  model level S={seq_len}: " + ", ".join(f"{k} {row[k]:.0f} ms" for k in MODEL_KINDS), flush=True)
+        print(f"  model level S={seq_len}: " + ", ".join(f"{k} {row[k]:.0f} ms" for k in models), flush=True)
         if args.model_profile:
-            for kind, model in models.items():
-                print(f"\nprofile, {kind} layer, S={seq_len}:\n{profile_layer(model, input_ids, grad_out)}")
+            for name, model in models.items():
+                print(f"\nprofile, {name} layer, S={seq_len}:\n{profile_layer(model, input_ids, grad_out)}")
     return results
 
 
@@ -341,9 +349,15 @@ def print_model_table(results: dict, args: argparse.Namespace) -> None:
     """Layer times, ratios vs the dense layer, the activation's share, and the issue-14 goal check."""
     print(f"\nmodel level: one llmsys_gpt3 layer (d {args.model_hidden}, {args.model_heads} heads, d_ff "
           f"{4 * args.model_hidden}), forward + backward, ms   (ratio: dense layer / variant layer)")  # fmt: skip
-    print(f"{'layer':<13}" + "".join(f"{'S=' + str(s):>22}" for s in results))
-    for kind in MODEL_KINDS:
-        print(f"{kind:<13}" + "".join(f"{r[kind]:11.1f} {r['dense'] / r[kind]:7.2f}x  " for r in results.values()))
+    print(f"{'layer':<26}" + "".join(f"{'S=' + str(s):>22}" for s in results))
+    for name, _kind, act in layer_variants(args):
+        dense = "dense" if act is None else f"dense {act}"  # ratio against the dense layer of the same activation
+        cells = "".join(f"{r[name]:11.1f} {r[dense] / r[name]:7.2f}x  " for r in results.values())
+        print(f"{name:<26}" + cells)
+    for act in args.model_compare_act:
+        for seq_len, row in results.items():
+            gains = ", ".join(f"{kind} {row[kind] / row[f'{kind} {act}']:.2f}x" for kind in MODEL_KINDS)
+            print(f"  S={seq_len}: {act} layer vs {row['hidden_act']} layer, same layout: {gains}")
     for seq_len, row in results.items():
         for name, ms in row["activation"].items():
             print(f"  activation {name} on (1, {seq_len}, {4 * args.model_hidden}), forward + backward: {ms:.1f} ms "
@@ -352,9 +366,11 @@ def print_model_table(results: dict, args: argparse.Namespace) -> None:
     if GOAL_LENGTH in results:
         row = results[GOAL_LENGTH]
         print(f"\ngoal at S={GOAL_LENGTH}, one layer: local and strided >= {MODEL_GOAL_SPEEDUP}x faster than dense")
-        for kind in ("local", "strided"):
-            speed = row["dense"] / row[kind]
-            print(f"  {kind:<8} {speed:5.2f}x: {'met' if speed >= MODEL_GOAL_SPEEDUP else 'NOT met'}")
+        for suffix in ["", *(f" {act}" for act in args.model_compare_act)]:
+            for kind in ("local", "strided"):
+                speed = row[f"dense{suffix}"] / row[f"{kind}{suffix}"]
+                verdict = "met" if speed >= MODEL_GOAL_SPEEDUP else "NOT met"
+                print(f"  {kind + suffix:<26} {speed:5.2f}x: {verdict}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -375,7 +391,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
     parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
     parser.add_argument("--model-heads", type=int, default=8)
-    parser.add_argument("--model-hidden-act", default=None, help="MLP activation (default: the config's, gelu_new)")
+    parser.add_argument(
+        "--model-compare-act",
+        nargs="*",
+        default=[],
+        help="also time every layout with this MLP "
+        "activation in the same round-robin (gelu_pytorch_tanh: the fused GELU)",
+    )
     parser.add_argument("--model-profile", action="store_true", help="print torch.profiler's top ops per layer")
     parser.add_argument("--skip-kernel-level", action="store_true", help="only the model-level table")
     parser.add_argument("--skip-model-level", action="store_true", help="only the kernel-level tables")
