@@ -23,7 +23,8 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
      the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
    - ``unexplained``: anything else (a defect on one side; the default test requires none).
 
-2. Training throughput (``--part speed``): see `speed_part` (tokens/s of both trainers, without and with packing).
+2. Training throughput (``--part speed``): tokens/s of one epoch with each trainer, without and with packing,
+   repetitions interleaved, ratios ours / TRL printed with the machine load (details in `speed_part`).
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
@@ -33,11 +34,14 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -49,6 +53,7 @@ from hf_llmsys.data import IGNORE_INDEX, SFTExampleEncoder, load_records, load_t
 
 SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
+GOALS = {"padded": 1.0, "packed": 1.2}  # issue 11: >= 1.0x TRL without packing, >= 1.2x with
 CATEGORIES = ("identical", "seam_merge", "mask_shift", "truncation", "unexplained")
 
 
@@ -258,6 +263,168 @@ def masks_part(args, workdir: Path) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- part 2: training throughput
+
+
+def build_base(spec: str, tokenizer, workdir: Path) -> str:
+    """The base model folder both trainers start from: ``tiny`` (a random transformers Llama), ``smollm2``, a path."""
+    if spec == "smollm2":
+        from hf_llmsys.checkpoints import find_smollm2
+
+        folder = find_smollm2()
+        if folder is None:
+            raise ValueError("--model smollm2: checkpoint not converted; run python scripts/fetch_smollm2.py")
+        return str(folder)
+    if spec != "tiny":
+        return spec
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    folder = workdir / "base-tiny-llama"
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _write_records(records: list[dict], path: Path) -> str:
+    path.write_text(json.dumps(records), encoding="utf-8")
+    return str(path)
+
+
+@contextlib.contextmanager
+def timed_train(record: dict):
+    """Time every ``Trainer.train`` call inside (wall and process CPU seconds): the same hook for both sides.
+
+    CPU time (all threads of this process) stays comparable when other jobs share the machine; wall time does not.
+    """
+    from transformers import Trainer
+
+    original = Trainer.train
+
+    def train(self, *a, **kw):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return original(self, *a, **kw)
+        finally:
+            record["wall_s"] = time.perf_counter() - wall
+            record["cpu_s"] = time.process_time() - cpu
+
+    Trainer.train = train
+    try:
+        yield record
+    finally:
+        Trainer.train = original
+
+
+def run_ours(base: str, train_file: str, val_file: str, out: Path, args, packing: bool) -> dict:
+    """One epoch of `hf_llmsys.training.sft` (no generations, no checkpoints); the Trainer's runtime and tokens."""
+    from hf_llmsys.training.sft import sft
+
+    options = dict(
+        validation_data=val_file, template=args.template, max_length=args.max_length, packing=packing,
+        per_device_train_batch_size=args.batch, num_train_epochs=1, learning_rate=args.learning_rate,
+        num_generation_examples=0, save_strategy="no", report_to="none", seed=0, logging_steps=10**6,
+        overwrite_output_dir=True, lora_r=args.lora_r, disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    if args.lora_r:
+        options["lora_alpha"] = 2 * args.lora_r
+    with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
+        results = sft(base, train_file, str(out), **options)
+    return {"tokens": results["tokens_seen"], "steps": results["global_step"], **timing}
+
+
+def run_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool) -> dict:
+    """One epoch of TRL's SFTTrainer with the same model, data, template, max_length, batch and optimiser."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, set_seed
+    from trl import SFTTrainer
+
+    set_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    peft_config = None
+    if args.lora_r:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.05,
+                                 target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
+    config = trl_config(
+        str(out), args.max_length, packing=packing, per_device_train_batch_size=args.batch, num_train_epochs=1,
+        learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=0.03,
+        include_num_input_tokens_seen="non_padding", logging_steps=10**6,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=model, args=config, train_dataset=Dataset.from_dict(trl_rows(records, template)),
+            processing_class=tokenizer, peft_config=peft_config,
+        )  # fmt: skip
+        with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
+            train_out = trainer.train()
+    return {"tokens": int(trainer.state.num_input_tokens_seen), "steps": train_out.global_step, **timing}
+
+
+def speed_part(args, workdir: Path) -> dict:
+    """Part 2: tokens/s of one training epoch, ours vs TRL, without and with packing, repetitions interleaved.
+
+    Both sides: the same base folder (weights loaded the same way, ``AutoModelForCausalLM``), records, template,
+    max_length, per-device batch, learning-rate schedule, seed; fp32, no gradient checkpointing (TRL's defaults
+    bf16 and gradient checkpointing are switched off to match), CPU. Packing: ours flattens each batch of
+    examples into one padding-free row (`DataCollatorWithFlattening`); TRL packs examples best-fit-decreasing into
+    rows of max_length and flattens a batch of those rows (``padding_free``). Tokens are the Trainer's
+    ``num_input_tokens_seen="non_padding"`` on both sides (in padding-free rows it counts ids != pad id; with the
+    pad token = EOS both sides leave the EOS ids out alike). Order alternates per repetition (A B, B A, ...);
+    the ratio is of the median tokens/s, ours / TRL (> 1: ours is faster).
+    """
+    import statistics
+    import subprocess
+
+    tokenizer = load_tokenizer(args.tokenizer, workdir)
+    template = load_template(args.template, tokenizer)
+    records, _ = load_records(args.records, skip_invalid=True)
+    train, held_out = records[: args.train_records], records[args.train_records : args.train_records + 8]
+    base = build_base(args.model, tokenizer, workdir)
+    train_file = _write_records(train, workdir / "train.json")
+    val_file = _write_records(held_out, workdir / "val.json")
+    modes = {"padded": False, "packed": True}
+    runs = {mode: {"ours": [], "trl": []} for mode in modes}
+    for rep in range(args.repeats):
+        for mode, packing in modes.items():
+            sides = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
+            for side in sides:
+                out = workdir / f"run-{side}-{mode}-{rep}"
+                if side == "ours":
+                    run = run_ours(base, train_file, val_file, out, args, packing)
+                else:
+                    run = run_trl(base, train, tokenizer, template, out, args, packing)
+                run["tokens_per_s"] = run["tokens"] / run["wall_s"]
+                run["tokens_per_cpu_s"] = run["tokens"] / run["cpu_s"]
+                runs[mode][side].append(run)
+                log(f"  rep {rep} {mode:6s} {side:4s}: {run['tokens']:7d} tokens, {run['steps']:4d} steps, "
+                    f"{run['wall_s']:7.2f} s wall, {run['cpu_s']:7.2f} s CPU, {run['tokens_per_s']:8.1f} tokens/s")  # fmt: skip
+    summary = {}
+    for mode in modes:
+        entry = {"goal": GOALS[mode], "runs": runs[mode]}
+        for key in ("tokens_per_s", "tokens_per_cpu_s"):
+            median = {side: statistics.median(r[key] for r in runs[mode][side]) for side in ("ours", "trl")}
+            entry.update({f"ours_{key}": median["ours"], f"trl_{key}": median["trl"]})
+            entry["ratio" if key == "tokens_per_s" else "cpu_ratio"] = median["ours"] / median["trl"]
+        summary[mode] = entry
+        log(f"{mode}: ours {entry['ours_tokens_per_s']:.1f} tokens/s, TRL {entry['trl_tokens_per_s']:.1f} tokens/s, "
+            f"ratio {entry['ratio']:.2f} wall, {entry['cpu_ratio']:.2f} CPU time (goal >= {GOALS[mode]})")  # fmt: skip
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    log(f"machine load: {load}")
+    return {
+        "model": args.model, "tokenizer": args.tokenizer, "template": args.template, "max_length": args.max_length,
+        "batch": args.batch, "train_records": len(train), "lora_r": args.lora_r, "repeats": args.repeats,
+        "threads": torch.get_num_threads(), "uptime": load, **summary,
+    }  # fmt: skip
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -269,6 +436,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (shared files), smollm2, or a tokenizer folder")
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
+    parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
+    parser.add_argument("--train_records", type=int, default=64, help="speed part: records trained (one epoch)")
+    parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--lora_r", type=int, default=0, help="speed part: LoRA rank (0: full fine-tuning)")
+    parser.add_argument("--repeats", type=int, default=2, help="speed part: interleaved repetitions")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
     if args.n < 1 or args.max_length < 1:
@@ -294,6 +467,8 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if args.part in ("masks", "all"):
             results["masks"] = masks_part(args, Path(tmp))
+        if args.part in ("speed", "all"):
+            results["speed"] = speed_part(args, Path(tmp))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return results
