@@ -18,7 +18,7 @@ import pytest
 from datasets import Dataset
 
 from hf_llmsys.cleaning import clean
-from hf_llmsys.cleaning.base import Document, DocumentStep
+from hf_llmsys.cleaning.base import CorpusStep, Document, DocumentStep
 from hf_llmsys.cleaning.engine_ray import INDEX
 from hf_llmsys.cleaning.minhash import MinHashDedup
 from hf_llmsys.cleaning.perplexity_filter import PerplexityFilter
@@ -178,6 +178,15 @@ def test_a_worker_killed_mid_run_does_not_change_the_output(ray_session, tmp_pat
     assert killed.report.dropped == reference.report.dropped
 
 
+class ScriptedCorpusStep(CorpusStep):
+    """A corpus step with no distributed implementation."""
+
+    name = "scripted"
+
+    def features(self, texts):
+        return [len(t) for t in texts]
+
+
 def _write_jsonl(path: Path, texts) -> Path:
     records = [{"id": i, "text": t} for i, t in enumerate(texts) if t is not None] + [{"id": 99}]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
@@ -195,9 +204,11 @@ def test_cli_engine_ray_writes_the_datasets_engines_documents_and_report(ray_ses
     assert ours.pop("output_files") == [p.name for p in shards] and theirs.pop("output_file") == "data.jsonl"
     assert ours == theirs
     parquet = tmp_path / "ray-parquet"
-    assert (
-        llmsys(["clean", "--input", str(src), "--output", str(parquet), "--engine", "ray", "--format", "parquet"]) == 0
-    )
+    folder = tmp_path / "crawl"  # a folder input: its files, in name order
+    folder.mkdir()
+    src = src.rename(folder / "in.jsonl")
+    args = ["clean", "--input", str(folder), "--output", str(parquet), "--engine", "ray", "--format", "parquet"]
+    assert llmsys(args) == 0
     import pyarrow.parquet as pq
 
     table = pq.read_table(sorted(parquet.glob("part-*.parquet")))
@@ -248,4 +259,8 @@ def test_ray_engine_refuses_what_it_cannot_run(ray_session):
         clean(_corpus(), "c4", engine="spark")
     with pytest.raises(ValueError, match="not text"):
         clean(Dataset.from_dict({"text": [1, 2]}), "c4", engine="ray")
+    with pytest.raises(ValueError, match="takes a datasets.Dataset or a ray.data.Dataset"):
+        clean(_corpus().to_iterable_dataset(), "c4", engine="ray")
+    with pytest.raises(ValueError, match="no Ray implementation"):
+        clean(_corpus(), [ScriptedCorpusStep()], engine="ray")
     assert INDEX not in ray.data.from_items([{"text": "a"}]).schema().names

@@ -41,8 +41,10 @@ class RayRun:
     def map_kwargs(self, **extra) -> dict:
         """Keyword arguments of a map_batches call in this run."""
         kwargs = {"batch_format": "pyarrow", "batch_size": self.batch_size, **self.remote_args, **extra}
-        if self.concurrency:
-            kwargs.setdefault("concurrency", self.concurrency)
+        if self.concurrency and "compute" not in kwargs:
+            from ray.data import TaskPoolStrategy
+
+            kwargs["compute"] = TaskPoolStrategy(size=self.concurrency)
         return kwargs
 
 
@@ -214,6 +216,7 @@ def clean_ray(
     `num_proc` caps the concurrent tasks of each map (None: as many as the cluster has CPUs). Ray must be
     initialised (``ray_cluster.connect``). Returns the materialised survivors and the complete report.
     """
+    import datasets
     import ray.data
 
     from .ray_cluster import configure_data_context
@@ -223,6 +226,11 @@ def clean_ray(
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     configure_data_context()
+    if isinstance(dataset, datasets.IterableDataset) or not isinstance(dataset, (ray.data.Dataset, datasets.Dataset)):
+        raise ValueError(
+            f"engine 'ray' takes a datasets.Dataset or a ray.data.Dataset, got {type(dataset).__name__}; "
+            "Ray Data streams by itself (read the files with llmsys clean --engine ray)."
+        )
     if not isinstance(dataset, ray.data.Dataset):
         table = dataset.with_format("arrow")[:]  # a datasets.Dataset (indices respected), in blocks of 4 batches
         step = 4 * batch_size

@@ -345,7 +345,9 @@ def _finite_values(table):
 def ray_perplexity(ds, step: PerplexityFilter, run):
     """Perplexities in map tasks (one at a time: the step holds a model); a fixed or a quantile cut."""
     pa = _pa()
-    kwargs = run.map_kwargs() | ({} if step.parallel_features else {"concurrency": 1})
+    from ray.data import TaskPoolStrategy
+
+    kwargs = run.map_kwargs(**({} if step.parallel_features else {"compute": TaskPoolStrategy(size=1)}))
     ds = ds.map_batches(FeatureMap(step, run.text_field, pa.float64()), **kwargs).materialize()
     if step.quantile is None:
         return ds.map_batches(_drop_above(step.max_perplexity, step.rule("above_threshold"), run.text_field),

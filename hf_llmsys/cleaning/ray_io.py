@@ -42,7 +42,13 @@ def resolve_inputs(inputs: list[str]):
             raise ValueError(f"input {url} does not exist.")
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         filesystems.add((protocol, fs))
-        resolved.append(path)
+        if fs.isdir(path):  # a folder: its files (hidden and "_" files such as _SUCCESS left out), sorted
+            found = sorted(f for f in fs.find(path) if not Path(f).name.startswith((".", "_")))
+            if not found:
+                raise ValueError(f"input folder {url} holds no files.")
+            resolved += found
+        else:
+            resolved.append(path)
     if len({protocol for protocol, _ in filesystems}) > 1:
         raise ValueError("inputs mix file systems (local paths and URLs); clean them in separate runs.")
     kinds = {_kind(p) for p in resolved}

@@ -21,6 +21,15 @@ Measured:
     python scripts/bench/cleaning.py                                  # our side only
     python scripts/bench/cleaning.py --datatrove-python /tmp/dt-venv/bin/python --json bench.json
     python scripts/bench/cleaning.py --max-docs 40 --no-datatrove     # smoke run (seconds)
+
+With ``--engine ray`` it measures the Ray Data engine instead, on a local Ray cluster (127.0.0.1) per worker
+count: documents/s of the recipe with 1 and 2 workers (``ray.init(num_cpus=w)``), next to the datasets engine in
+the same run (ratios printed, and the two engines' outputs compared: they must be equal); the peak unique memory
+(USS) of each Ray worker process, sampled every 0.2 s, on the input and on the input repeated 4x (it streams:
+the ratio stays near 1); and langdetect against langid (speed, agreement of the language and of the keep
+decision at the recipe's threshold). Always record the machine load printed with the figures.
+
+    python scripts/bench/cleaning.py --engine ray --ray-docs 300 --json ray.json
 """
 
 from __future__ import annotations
@@ -113,6 +122,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--datatrove-python", help="python of a separate venv with datatrove installed")
     parser.add_argument("--no-datatrove", action="store_true", help="skip the datatrove comparison")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--engine", choices=("datasets", "ray"), default="datasets", help="engine to measure")
+    parser.add_argument("--ray-docs", type=int, default=300, help="documents of the smaller Ray run (larger: 4x)")
     return parser.parse_args(argv)
 
 
@@ -235,6 +246,11 @@ def compare_minhash(texts: list[str], theirs: dict) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.engine == "ray":
+        results = run_ray_bench(args)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return results
     base = load_documents(args.data_dir, args.max_docs)
     docs, picked = plant_near_duplicates(base)
     planted = len(picked)
@@ -277,6 +293,150 @@ def main(argv=None) -> dict:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return json.loads(json.dumps(results))
+
+
+# ------------------------------------------------------------------------------------------- --engine ray
+
+
+class WorkerMemory:
+    """Samples the unique memory (USS) of this machine's Ray worker processes in a thread; keeps each one's peak."""
+
+    def __init__(self, interval_s: float = 0.2):
+        import threading
+
+        self.interval_s, self.peaks, self._stop = interval_s, {}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _workers(self):
+        import psutil
+
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                command = " ".join(proc.cmdline())
+                if "default_worker.py" in command or command.startswith("ray::"):  # Ray renames busy workers
+                    yield proc
+            except psutil.Error:
+                continue
+
+    def _run(self):
+        import psutil
+
+        while not self._stop.is_set():
+            for proc in self._workers():
+                try:
+                    uss = proc.memory_full_info().uss
+                except psutil.Error:
+                    continue
+                self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), uss)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def max_mib(self) -> float:
+        return max(self.peaks.values(), default=0) / 2**20
+
+
+def _ray_session(num_cpus: int):
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    return ray
+
+
+def _ray_clean(docs: list[str], recipe, workers: int) -> tuple[dict, float, list[int]]:
+    ds = Dataset.from_dict({"text": docs, "position": list(range(len(docs)))})
+    start = time.perf_counter()
+    result = clean(ds, recipe, engine="ray", num_proc=workers)
+    positions = [row["position"] for row in result.dataset.take_all()]
+    return result.report.to_dict(), time.perf_counter() - start, positions
+
+
+def language_backends(texts: list[str], languages=("en", "zh"), min_score: float = 0.65) -> dict:
+    """langdetect vs langid on the same texts: docs/s, agreement of the language, agreement of the keep decision."""
+    from hf_llmsys.cleaning.language import BACKENDS
+
+    out = {}
+    for name, identify in BACKENDS.items():
+        identify(texts[0])  # loads the model once
+        start = time.perf_counter()
+        out[name] = [identify(t) for t in texts]
+        out[f"{name}_docs_per_s"] = len(texts) / (time.perf_counter() - start)
+    keep = {n: [c in languages and p >= min_score for c, p in out[n]] for n in BACKENDS}
+    return {
+        "documents": len(texts),
+        "langdetect_docs_per_s": out["langdetect_docs_per_s"],
+        "langid_docs_per_s": out["langid_docs_per_s"],
+        "speed_ratio_langid_over_langdetect": out["langid_docs_per_s"] / out["langdetect_docs_per_s"],
+        "language_agreement": sum(a[0] == b[0] for a, b in zip(out["langdetect"], out["langid"], strict=True))
+        / len(texts),
+        "keep_agreement": sum(a == b for a, b in zip(keep["langdetect"], keep["langid"], strict=True)) / len(texts),
+    }
+
+
+def run_ray_bench(args) -> dict:
+    """Ray engine: docs/s with 1 and 2 workers vs the datasets engine, worker memory at 1x and 4x, language IDs."""
+    base = load_documents(args.data_dir, None)
+    docs, _ = plant_near_duplicates(base)
+    small = docs[: args.ray_docs]
+    large = (docs * (1 + 4 * args.ray_docs // len(docs)))[: 4 * args.ray_docs]  # repeats are dedup work too
+    results: dict = {"engine": "ray", "recipe": args.recipe, "documents": len(small), "load_start": os.getloadavg()}
+    clean(Dataset.from_dict({"text": small[:20]}), args.recipe)  # warm-up: language profiles, jieba
+    start = time.perf_counter()
+    reference = clean(Dataset.from_dict({"text": small, "position": list(range(len(small)))}), args.recipe)
+    results["datasets_docs_per_s"] = len(small) / (time.perf_counter() - start)
+    reference_positions = list(reference.dataset["position"])
+    for workers in (1, 2):
+        _ray_session(workers)
+        _ray_clean(small[:20], args.recipe, workers)  # warm-up: workers import hf_llmsys and the language models
+        report, seconds, positions = _ray_clean(small, args.recipe, workers)
+        results[f"ray_{workers}_workers"] = {
+            "docs_per_s": len(small) / seconds,
+            "ratio_to_datasets": (len(small) / seconds) / results["datasets_docs_per_s"],
+            "same_documents_as_datasets": positions == reference_positions,
+            "same_report_as_datasets": report == reference.report.to_dict(),
+        }
+    for name, inputs in (("memory_1x", small), ("memory_4x", large)):
+        with WorkerMemory() as memory:
+            _, seconds, _ = _ray_clean(inputs, args.recipe, 2)
+        results[name] = {"documents": len(inputs), "peak_worker_uss_mib": memory.max_mib(), "seconds": seconds}
+    results["memory_ratio_4x_over_1x"] = results["memory_4x"]["peak_worker_uss_mib"] / max(
+        results["memory_1x"]["peak_worker_uss_mib"], 1e-9
+    )
+    _ray_session(1).shutdown()
+    results["language_backends"] = language_backends(normalised(small))
+    results["load_end"] = os.getloadavg()
+    print_ray_results(results)
+    return results
+
+
+def print_ray_results(results: dict) -> None:
+    print(f"Ray engine, recipe {results['recipe']!r}, {results['documents']} documents; load {results['load_start']}")
+    print(f"  datasets engine (1 process): {results['datasets_docs_per_s']:.1f} docs/s")
+    for workers in (1, 2):
+        row = results[f"ray_{workers}_workers"]
+        print(
+            f"  ray, {workers} worker(s): {row['docs_per_s']:.1f} docs/s (x{row['ratio_to_datasets']:.2f} of datasets), "
+            f"same documents: {row['same_documents_as_datasets']}, same report: {row['same_report_as_datasets']}"
+        )
+    for name in ("memory_1x", "memory_4x"):
+        row = results[name]
+        print(f"  {name}: {row['documents']} docs, peak worker USS {row['peak_worker_uss_mib']:.0f} MiB")
+    print(f"  peak worker memory 4x / 1x: {results['memory_ratio_4x_over_1x']:.2f}")
+    lang = results["language_backends"]
+    print(
+        f"  language ID on {lang['documents']} docs: langdetect {lang['langdetect_docs_per_s']:.0f} docs/s, langid "
+        f"{lang['langid_docs_per_s']:.0f} docs/s (x{lang['speed_ratio_langid_over_langdetect']:.2f}); same language "
+        f"{100 * lang['language_agreement']:.1f}%, same keep decision {100 * lang['keep_agreement']:.1f}%"
+    )
+    print(f"  load at the end: {results['load_end']}")
 
 
 def print_results(results: dict) -> None:
