@@ -86,6 +86,7 @@ class ZooSettings:
     train_files: list[str] | None = None
     rope_scalings: list[str] = field(default_factory=lambda: sorted(ROPE_SCALINGS))
     max_eval_chars: int | None = None  # evaluate on the first N held-out characters only (None: all of them)
+    threads: int | None = None  # torch intra-op threads while the zoo runs (None: torch's default)
 
     @property
     def eval_lengths(self) -> list[int]:
@@ -100,14 +101,17 @@ class ZooSettings:
 
 
 # Budgets as data. "smoke": seconds, for tests of the output format. "demo": what `llmsys demo` trains in the
-# background on first run, every encoding in <= 3 minutes on 2 CPU cores (measured by scripts/bench/demo_latency.py
-# --zoo-train), evaluated at 0.5x ... 8x its 64-token training length on 40k held-out characters.
+# background on first run: every encoding, 500 steps of 16 x 64 tokens, evaluated at 0.5x ... 8x the training length
+# on 40k held-out characters, in <= 3 minutes on 2 CPU cores (scripts/bench/demo_latency.py --zoo-train measures it).
+# One thread: these models are so small that more threads cost CPU time without saving wall time, and the other
+# core stays free for the page.
 PRESETS: dict[str, dict] = {
     "smoke": {"steps": 3, "batch_size": 4, "train_length": 16, "hidden_size": 32, "num_hidden_layers": 1,
-              "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 300, "eval_factors": (1.0, 2.0)},
-    "demo": {"steps": 100, "batch_size": 16, "train_length": 64, "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 300, "eval_factors": (1.0, 2.0),
+              "threads": 1},
+    "demo": {"steps": 500, "batch_size": 16, "train_length": 64, "hidden_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "intermediate_size": 192, "vocab_size": 1024, "learning_rate": 3e-3,
-             "max_eval_chars": 40_000},
+             "max_eval_chars": 40_000, "threads": 1},
 }  # fmt: skip
 
 ProgressFn = Callable[[dict], None]
@@ -140,6 +144,8 @@ def validate(settings: ZooSettings) -> None:
         raise ValueError("--train-length must be >= 4, --steps and --batch-size >= 1.")
     if not settings.eval_factors or min(settings.eval_factors) <= 0:
         raise ValueError("--eval-factors must be positive numbers, e.g. 0.5 1 2 4 8.")
+    if settings.threads is not None and settings.threads < 1:
+        raise ValueError("--threads must be >= 1 (or left out for torch's default).")
     if settings.max_eval_chars is not None and settings.max_eval_chars < 1:
         raise ValueError("max_eval_chars must be a positive number of characters (or None for all).")
 
@@ -253,6 +259,16 @@ def run_zoo(settings: ZooSettings, progress: ProgressFn = _no_progress) -> dict:
     holding it is complete.
     """
     validate(settings)
+    previous_threads = torch.get_num_threads()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    try:
+        return _run_zoo(settings, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_zoo(settings: ZooSettings, progress: ProgressFn) -> dict:
     settings.out.mkdir(parents=True, exist_ok=True)
     progress({"stage": "data"})
     tokenizer, train_ds, eval_text = prepare_data(settings)
@@ -289,6 +305,7 @@ def settings_dict(settings: ZooSettings, tokenizer, train_ds, eval_text: str) ->
         "vocab_size": len(tokenizer), "train_tokens": len(train_ds) * settings.train_length,
         "eval_tokens": len(tokenizer(eval_text, add_special_tokens=False)["input_ids"]),
         "corpus": settings.train_files or "embedded default corpus", "max_eval_chars": settings.max_eval_chars,
+        "threads": settings.threads,
     }  # fmt: skip
 
 
@@ -311,6 +328,7 @@ def parse_args(argv: list[str] | None) -> ZooSettings:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-files", nargs="+", default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument(
         "--preset",
         choices=sorted(PRESETS),
@@ -322,7 +340,7 @@ def parse_args(argv: list[str] | None) -> ZooSettings:
     settings = ZooSettings(
         out=args.out, encodings=args.encodings, train_length=args.train_length,
         eval_factors=tuple(args.eval_factors), steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-        train_files=args.train_files, rope_scalings=args.rope_scalings,
+        train_files=args.train_files, rope_scalings=args.rope_scalings, threads=args.threads,
     )  # fmt: skip
     preset = "smoke" if args.quick else args.preset
     return replace(settings, **PRESETS[preset]) if preset else settings

@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""Benchmark: the demo's speed goals (issue 13), against references run in the same process.
+
+1. Perplexity tab: the ``/perplexity`` event through gradio_client on a 512-token text for every zoo model, against
+   the same scoring called directly (``corpus_perplexity`` per model, the reference): goal <= 2 s on 2 cores;
+   the ratio shows what the page adds (queue, HTML, tables, transport).
+2. First page load: a headless chromium (playwright, Debian's /usr/bin/chromium) from navigation until the zoo
+   status line is rendered, against fetching ``/config`` over HTTP (the reference): goal <= 3 s. Without chromium
+   only the HTTP figures are printed.
+3. ``--zoo-train``: the ``demo`` zoo preset trained from scratch into a temporary folder (what ``llmsys demo`` does
+   on first run): goal <= 180 s on 2 cores. Wall and CPU seconds are printed; CPU seconds stay comparable when
+   other jobs share the machine.
+
+    python scripts/bench/demo_latency.py                       # the cached demo zoo (or --zoo DIR)
+    python scripts/bench/demo_latency.py --zoo-train           # also time the background training
+    python scripts/bench/demo_latency.py --reps 5
+
+Prints the load average beside the figures: numbers are noisy when other processes share the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
+                   "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
+
+GOAL_PPL_S, GOAL_LOAD_S, GOAL_TRAIN_S = 2.0, 3.0, 180.0
+CHROMIUM = "/usr/bin/chromium"
+
+
+def text_of_tokens(tokenizer, n_tokens: int) -> str:
+    """A held-out-like text (the embedded corpus, from its middle) cut to exactly ``n_tokens`` tokens."""
+    from hf_llmsys.data.corpus import load_default_corpus
+
+    ids = tokenizer(load_default_corpus()[900_000:920_000], add_special_tokens=False)["input_ids"][:n_tokens]
+    return tokenizer.decode(ids)
+
+
+def median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_perplexity(url: str, ctx, reps: int, n_tokens: int) -> dict:
+    import warnings
+
+    from gradio_client import Client
+
+    from hf_llmsys.evaluation.perplexity import corpus_perplexity
+
+    zoo = ctx.zoo.zoo
+    text = text_of_tokens(zoo.tokenizer, n_tokens)
+    client = Client(url, verbose=False)
+
+    def direct():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for model in zoo.models.values():
+                corpus_perplexity(model, zoo.tokenizer, text, max_length=zoo.train_length,
+                                  stride=zoo.train_length // 2, batch_size=16, return_token_nlls=True)  # fmt: skip
+
+    client.predict(text, False, api_name="/perplexity")  # warm-up
+    page = median_time(lambda: client.predict(text, False, api_name="/perplexity"), reps)
+    reference = median_time(direct, reps)
+    client.close()
+    return {"models": len(zoo.models), "tokens": n_tokens, "page_s": page, "direct_s": reference}
+
+
+def bench_page_load(url: str, reps: int) -> dict:
+    import httpx
+
+    http = median_time(lambda: httpx.get(url + "config", timeout=30).raise_for_status(), reps)
+    result = {"config_http_s": http, "browser_s": None}
+    if not Path(CHROMIUM).is_file():
+        return result
+    from playwright.sync_api import sync_playwright
+
+    args = ["--no-sandbox", "--headless=new", "--disable-dev-shm-usage", "--disable-gpu",
+            "--disable-background-networking"]  # fmt: skip
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        times = []
+        for _ in range(reps):
+            page = browser.new_page()  # a fresh page each time: the first load of a visitor
+            start = time.perf_counter()
+            page.goto(url)
+            page.locator("#zoo-status").get_by_text("Zoo").wait_for(timeout=60_000)
+            times.append(time.perf_counter() - start)
+            page.close()
+        browser.close()
+    result["browser_s"] = statistics.median(times)
+    return result
+
+
+def bench_zoo_training() -> dict:
+    from hf_llmsys.experiments.positional_zoo import PRESETS, ZooSettings, run_zoo
+
+    with tempfile.TemporaryDirectory() as folder:
+        settings = replace(ZooSettings(out=Path(folder) / "zoo"), **PRESETS["demo"])
+        wall, cpu = time.perf_counter(), time.process_time()
+        run_zoo(settings)
+        return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo", default=None, help="zoo folder (default: the full zoo or the cached demo zoo)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--zoo-train", action="store_true", help="also time training the demo zoo from scratch")
+    args = parser.parse_args(argv)
+
+    from hf_llmsys.demo.app import build_app
+    from hf_llmsys.demo.cli import build_context, launch, parse_args
+
+    results = {}
+    if args.zoo_train:
+        results["zoo_train"] = bench_zoo_training()
+        train = results["zoo_train"]
+        print(f"demo zoo training: {train['wall_s']:.1f} s wall, {train['cpu_s']:.1f} s CPU "
+              f"(goal <= {GOAL_TRAIN_S:.0f} s on 2 cores); load {load_average()}")  # fmt: skip
+    port = 7899
+    options = parse_args([*(["--zoo", args.zoo] if args.zoo else []), "--no-train", "--no-real-model",
+                          "--port", str(port), "--max-tokens", str(max(1024, args.tokens))])  # fmt: skip
+    ctx = build_context(options)
+    if ctx.zoo.zoo is None:
+        sys.exit("no zoo found: pass --zoo DIR, run `llmsys demo` once, or add --zoo-train")
+    demo = build_app(ctx)
+    launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        ppl = results["perplexity"] = bench_perplexity(url, ctx, args.reps, args.tokens)
+        print(f"perplexity tab, {ppl['tokens']} tokens x {ppl['models']} models: page {ppl['page_s']:.3f} s, "
+              f"direct corpus_perplexity {ppl['direct_s']:.3f} s, ratio page/direct "
+              f"{ppl['page_s'] / ppl['direct_s']:.2f} (goal page <= {GOAL_PPL_S} s); load {load_average()}")  # fmt: skip
+        page = results["page_load"] = bench_page_load(url, args.reps)
+        browser = "n/a (no chromium)" if page["browser_s"] is None else f"{page['browser_s']:.3f} s"
+        print(f"first page load in chromium: {browser}, /config over HTTP {page['config_http_s']:.3f} s "
+              f"(goal browser <= {GOAL_LOAD_S} s); load {load_average()}")  # fmt: skip
+    finally:
+        demo.close()
+    return results
+
+
+if __name__ == "__main__":
+    main()
