@@ -140,3 +140,11 @@ def test_indexed_examples_depend_on_seed_epoch_and_index_only():
     assert torch.equal(collator(examples[3:4])["labels"][0], whole["labels"][3])
     collator.epoch = 1
     assert not torch.equal(collator(examples)["input_ids"], whole["input_ids"])
+
+
+def test_sentinel_tokenizer_is_deterministic():
+    """Two trainings on the same text give the same tokenizer byte for byte (the Rust trainer's scores do not)."""
+    text = load_default_corpus()[:40000]
+    chunks = [text[i : i + 2000] for i in range(0, len(text), 2000)]
+    first, second = (train_sentinel_tokenizer(chunks, vocab_size=500) for _ in range(2))
+    assert first.backend_tokenizer.to_str() == second.backend_tokenizer.to_str()

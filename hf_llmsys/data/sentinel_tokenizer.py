@@ -7,10 +7,20 @@ masked span by ``<extra_id_{k}>`` (``sentinel_id(tokenizer, k)``). Encoding appe
 (``add_special_tokens=False`` leaves it out). Text is NFKC-normalised and split on whitespace with the
 SentencePiece ``▁`` marker, so decoding gives the normalised text back (up to spacing runs).
 Wrapped as a transformers ``PreTrainedTokenizerFast``: ``save_pretrained`` / ``AutoTokenizer.from_pretrained``.
+
+Determinism: the ``tokenizers`` Unigram trainer picks the same pieces on every call but its EM sums in hash-map
+order, so the piece scores (and so the ids and some segmentations) change from call to call (measured: score
+differences up to 3e-4 on the embedded corpus). Training runs must be reproducible from their seed, so only the
+trainer's piece *set* is kept: the scores are re-estimated here deterministically (log substring frequency as
+the start, then two hard-EM steps: Viterbi segmentation of the word counts, log relative frequency of each
+piece, as in Kudo 2018 section 3.2 with the Viterbi approximation), and the pieces are ordered by score.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections import Counter
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -60,7 +70,9 @@ def train_sentinel_tokenizer(
         seed_size=max(20 * learned, 10_000),  # candidate pieces before pruning; the 1M default is slow on 2 cores
         max_piece_length=16,
     )
+    texts = list(texts)
     tok.train_from_iterator(texts, trainer=trainer)
+    tok.model = models.Unigram(_deterministic_vocab(tok, texts), unk_id=SPECIAL_TOKENS.index(UNK_TOKEN))
     # Sentinels added from extra_id_{n-1} up to extra_id_0, so extra_id_0 lands on the highest id.
     sentinels = [sentinel_token(k) for k in reversed(range(num_sentinels))]
     tok.add_special_tokens(sentinels)
@@ -76,6 +88,47 @@ def train_sentinel_tokenizer(
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
+
+
+def _word_counts(tok: Tokenizer, texts: list[str]) -> Counter:
+    """Counts of the pre-tokenised words (``▁word``) of `texts`, after the tokenizer's normalisation."""
+    words: Counter = Counter()
+    for text in texts:
+        words.update(word for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)))
+    return words
+
+
+def _log_frequencies(counts: dict[str, float]) -> dict[str, float]:
+    """log((count + 0.5) / total): every piece keeps a finite score, unseen ones the lowest."""
+    total = sum(counts.values()) + 0.5 * len(counts)
+    return {piece: math.log((count + 0.5) / total) for piece, count in counts.items()}
+
+
+def _deterministic_vocab(tok: Tokenizer, texts: list[str], steps: int = 2) -> list[tuple[str, float]]:
+    """The trained pieces with scores re-estimated deterministically (see the module docstring), specials first."""
+    trained = json.loads(tok.to_str())["model"]["vocab"]
+    specials = [(piece, 0.0) for piece in SPECIAL_TOKENS]
+    pieces = sorted(piece for piece, _ in trained if piece not in SPECIAL_TOKENS)
+    words = _word_counts(tok, texts)
+    known, longest = set(pieces), max(map(len, pieces))
+    substring_counts = dict.fromkeys(pieces, 0)
+    for word, count in words.items():
+        for start in range(len(word)):
+            for end in range(start + 1, min(len(word), start + longest) + 1):
+                if word[start:end] in known:
+                    substring_counts[word[start:end]] += count
+    scores = _log_frequencies(substring_counts)
+    for _ in range(steps):
+        ordered = sorted(pieces, key=lambda piece: (-scores[piece], piece))
+        model = models.Unigram(specials + [(piece, scores[piece]) for piece in ordered], unk_id=2)
+        viterbi_counts = dict.fromkeys(pieces, 0)
+        for word, count in words.items():
+            for token in model.tokenize(word):
+                if token.value in viterbi_counts:
+                    viterbi_counts[token.value] += count
+        scores = _log_frequencies(viterbi_counts)
+    ordered = sorted(pieces, key=lambda piece: (-scores[piece], piece))
+    return specials + [(piece, scores[piece]) for piece in ordered]
 
 
 __all__ = ["DEFAULT_SENTINELS", "sentinel_id", "sentinel_token", "train_sentinel_tokenizer"]
