@@ -8,6 +8,10 @@ Steps (``recipes.STEPS``): html, normalize, whitespace, lowercase, length, langu
 gopher_quality, gopher_repetition, fineweb, exact_dedup, minhash, perplexity. Built-in recipes: c4, gopher,
 fineweb-like (``recipes.RECIPES``). Analysis transforms (stopwords, stemming, lemmatisation, Chinese
 segmentation) live apart in ``analysis``. Command line: ``llmsys clean`` (``cleaning.cli``).
+
+``clean(..., engine="ray")`` / ``llmsys clean --engine ray`` run the same recipes on Ray Data (``engine_ray``;
+corpus steps as distributed group-bys and sorts in ``ray_corpus``; cluster checks in ``ray_cluster``; Ray Data
+input and sharded output in ``ray_io``), with the same answer as the default ``datasets`` engine.
 """
 
 from .base import CorpusStep, Document, DocumentStep, Step
