@@ -264,3 +264,19 @@ def test_ray_engine_refuses_what_it_cannot_run(ray_session):
     with pytest.raises(ValueError, match="no Ray implementation"):
         clean(_corpus(), [ScriptedCorpusStep()], engine="ray")
     assert INDEX not in ray.data.from_items([{"text": "a"}]).schema().names
+
+
+@pytest.mark.slow
+def test_ray_engine_equals_datasets_engine_on_real_text(ray_session, shared_data):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_cleaning", Path(__file__).parents[1] / "scripts/bench/cleaning.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    docs, _ = bench.plant_near_duplicates(bench.load_documents(shared_data, 240))
+    for recipe, corpus_rule in (("c4", "c4_lines.too_few_sentences"), ("fineweb-like", "minhash.near_duplicate")):
+        reference = clean(_corpus(docs), recipe)
+        assert reference.report.dropped.get(corpus_rule, 0) >= 1  # the planted copies reach a corpus step
+        _same_answer(clean(_corpus(docs), recipe, engine="ray", num_proc=2), reference)
