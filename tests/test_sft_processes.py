@@ -90,7 +90,9 @@ def test_sigkill_then_rerun_ends_at_the_uninterrupted_loss(setup):
 @pytest.mark.xfail(
     strict=False,
     reason="open: under torchrun (gloo, --use_cpu) step 1 sees the same examples (loss 5.699 both) but the gradient "
-    "differs (grad norm 3.005 vs 2.781 with one process, no clipping), so the curves part from step 2; cause not found",
+    "differs (grad norm 3.005 vs 2.781 with one process, no clipping), so the curves part from step 2. Checked: "
+    "each rank's loss is its token sum / the step's 14 tokens x 2 (4.849, 6.549; mean 5.699 = one process), so "
+    "the loss normalisation is right; the difference arises in backward / the DDP all-reduce; cause not found",
 )
 def test_torchrun_two_processes_equal_one_process_with_the_doubled_batch(setup):
     if shutil.which("torchrun", path=str(VENV_BIN)) is None:
