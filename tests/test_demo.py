@@ -5,6 +5,7 @@ get_slopes), the limits' messages, and 20 concurrent clients on the perplexity e
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the f
 
 @pytest.fixture(scope="module")
 def served(demo_server):  # noqa: F811  (the imported session fixture)
-    url, ctx = demo_server
+    url, ctx, _ = demo_server
     client = gradio_client.Client(url, verbose=False)
     yield client, ctx
     client.close()
@@ -279,6 +280,17 @@ def test_limits_and_queue_settings_are_in_the_page(served):
     assert ctx.limits.concurrency_limit == 2
 
 
+def test_loopback_only_no_share_no_analytics_no_server_paths(served, demo_server):  # noqa: F811
+    url, ctx, demo = demo_server
+    assert url.startswith("http://127.0.0.1:") and demo.server_name == "127.0.0.1"
+    assert demo.share is False and demo.analytics_enabled is False and os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+    assert demo._queue.max_size == ctx.limits.max_queue_size
+    assert demo._queue.default_concurrency_limit == ctx.limits.concurrency_limit
+    assert all(fn.concurrency_limit == "default" for fn in demo.fns.values() if fn.queue)  # none lifts the limit
+    inputs = {c["type"] for c in served[0].config["components"] if c.get("props", {}).get("interactive") is not False}
+    assert not inputs & {"file", "uploadbutton", "image", "audio", "video", "fileexplorer", "model3d"}
+
+
 def test_twenty_concurrent_clients_are_all_served(served):
     url = served[0].src
     clients = [gradio_client.Client(url, verbose=False) for _ in range(20)]  # 20 sessions, connected up front
@@ -331,3 +343,23 @@ def test_background_training_reports_progress_then_loads(tmp_path):
     second = ZooManager(cache_dir=tmp_path / "cache" / "zoo", skip_folders=manager.skip_folders)
     second.start()  # the cache is found: no training
     assert second.zoo is not None and second._thread is None
+
+
+@pytest.mark.slow
+def test_demo_zoo_trains_in_the_background_and_serves(tmp_path):
+    """The real first run: the 'demo' preset, every encoding, trained by the manager the page uses."""
+    from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
+    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+
+    start = time.perf_counter()
+    manager = ZooManager(cache_dir=tmp_path / "zoo", skip_folders=(FULL_ZOO_DIR,))
+    manager.start()
+    zoo = manager.wait(timeout=900)
+    elapsed = time.perf_counter() - start
+    assert zoo is not None, manager.status()
+    assert set(zoo.models) == set(POSITIONAL_ENCODINGS)
+    vocab = len(zoo.tokenizer)
+    for run in zoo.report["runs"]:
+        at_train_length = [r for r in run["results"] if r["eval_length"] == zoo.train_length][0]
+        assert at_train_length["ppl"] < vocab / 3, run  # learned something beyond a uniform guess
+    print(f"\ndemo zoo: {elapsed:.0f} s wall on {os.cpu_count()} CPUs, load {os.getloadavg()}")

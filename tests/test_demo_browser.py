@@ -21,7 +21,7 @@ def page(demo_server):  # noqa: F811  (the imported session fixture)
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
         pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium; or set LLMSYS_CHROMIUM)")
-    url, _ = demo_server
+    url = demo_server[0]
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})

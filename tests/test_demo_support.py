@@ -72,12 +72,12 @@ def tiny_zoo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_server(tiny_zoo):
-    """(url, ctx) of the app on the tiny zoo plus a tiny T5, with small text limits; closed at the end."""
+    """(url, ctx, demo) of the app on the tiny zoo plus a tiny T5, with small text limits; closed at the end."""
     from transformers import AutoTokenizer
 
     t5 = build_tiny_t5(tiny_zoo.parent, AutoTokenizer.from_pretrained(tiny_zoo / "tokenizer"))
     demo, url, ctx = launch_demo(
         ["--zoo", str(tiny_zoo), "--t5", str(t5), "--max-chars", "2000", "--max-tokens", "300"]
     )
-    yield url, ctx
+    yield url, ctx, demo
     demo.close()

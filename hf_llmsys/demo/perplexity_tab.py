@@ -138,5 +138,7 @@ def rope_scaling_table(zoo, text: str, scaling: str, context: int, limits: Limit
                 warnings.simplefilter("ignore")
                 result = corpus_perplexity(model, zoo.tokenizer, text, max_length=length, stride=length,
                                            show_progress=False)  # fmt: skip
-            rows.append({"rope scaling": name, "context": length, "tokens": result.tokens, "token ppl": result.ppl})
+            note = "" if len(ids) >= length else f"text has {len(ids)} tokens: paste more to fill {length}"
+            rows.append({"rope scaling": name, "context": length, "tokens": result.tokens, "token ppl": result.ppl,
+                         "note": note})  # fmt: skip
     return pd.DataFrame(rows)
