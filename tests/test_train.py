@@ -236,7 +236,20 @@ def test_gpt3_model_type_trains_a_sparse_model_that_loads(text_file, tmp_path):
 def test_gpt3_layout_that_does_not_tile_the_layers_is_a_clear_error(text_file, tmp_path, capsys):
     # the default alternation needs an even number of layers; TINY_MODEL has one
     assert run(text_file, tmp_path / "bad", "--model_type", "llmsys_gpt3", "--max_steps", "1") == 2
-    assert "attention_layout" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the default attention layout" in err and "--num_hidden_layers 1" in err and "--attention_layout" in err
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [(["--block_size", "1"], "--block_size 1"), (["--max_steps", "0"], "--max_steps 0"),
+     (["--learning_rate", "-1"], "--learning_rate -1"), (["--tokenizer", "/no/such/folder"], "--tokenizer: folder"),
+     (["--model_type", "llmsys_gpt3", "--num_hidden_layers", "2", "--local_window", "0"], "--local_window 0")],
+)  # fmt: skip
+def test_bad_flags_named_before_anything_runs(text_file, tmp_path, capsys, flags, named):
+    assert run(text_file, tmp_path / "m", *flags) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
 
 
 def test_same_seed_same_weights(text_file, tmp_path):

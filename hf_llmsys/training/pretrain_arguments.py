@@ -116,5 +116,15 @@ def validate_pretrain_args(model_args: ModelArguments, training_args: LlmsysTrai
         raise ValueError(f"--learning_rate {training_args.learning_rate}: must be >= 0")
     if model_args.local_window is not None and model_args.local_window < 1:
         raise ValueError(f"--local_window {model_args.local_window}: must be >= 1 (tokens in the local band)")
+    if (
+        model_args.model_type == "llmsys_gpt3"
+        and model_args.attention_layout is None
+        and model_args.num_hidden_layers % 2
+    ):
+        raise ValueError(
+            f"--num_hidden_layers {model_args.num_hidden_layers}: the default attention layout (GPT-3's dense / local "
+            "alternation, --attention_layout dense local) needs an even number of layers; give an even "
+            "--num_hidden_layers or an --attention_layout that tiles them (e.g. --attention_layout dense)"
+        )
     if model_args.tokenizer and not Path(model_args.tokenizer).is_dir():
         raise ValueError(f"--tokenizer: folder {model_args.tokenizer} not found (give a saved tokenizer folder)")
