@@ -9,7 +9,6 @@ Skipped where lm_eval is not installed (a test-only extra).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,6 @@ CORPUS = [
 # is not trailing-sliced), so repeated text makes lm-eval, not the plan, wrong.
 TEXTS = [CORPUS[0] + CORPUS[1] + CORPUS[2], CORPUS[3] + CORPUS[0][:40], "Money is a blessing."]
 MAX_LENGTH = 16
-SMOLLM2_DIR = Path(os.environ.get("LLMSYS_SMOLLM2_DIR", Path.home() / ".cache" / "hf_llmsys" / "smollm2"))
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +100,13 @@ def test_overlapping_windows_equal_lm_eval_rolling_windows(model, tokenizer, str
 
 
 def _smollm2_folder() -> Path:
-    """LLMSYS_SMOLLM2_DIR (default ~/.cache/hf_llmsys/smollm2), or its one subfolder holding config.json."""
-    candidates = [SMOLLM2_DIR, *sorted(SMOLLM2_DIR.glob("*/"))] if SMOLLM2_DIR.is_dir() else []
-    for folder in candidates:
-        if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")):
-            return folder
-    pytest.skip(f"SmolLM2 checkpoint not found under {SMOLLM2_DIR} (set LLMSYS_SMOLLM2_DIR)")
+    """The converted checkpoint (hf_llmsys.checkpoints.smollm2: ~/.cache/hf_llmsys/smollm2 or LLMSYS_SMOLLM2_DIR)."""
+    from hf_llmsys.checkpoints.smollm2 import find_smollm2
+
+    folder = find_smollm2()
+    if folder is None:
+        pytest.skip("SmolLM2 checkpoint not converted (python scripts/fetch_smollm2.py; or set LLMSYS_SMOLLM2_DIR)")
+    return folder
 
 
 @pytest.mark.slow
