@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_llmsys.data.corpus import load_default_corpus
-from hf_llmsys.experiments.positional_zoo import FORMAT_VERSION, main
+from hf_llmsys.experiments.positional_zoo import FORMAT_VERSION, PRESETS, main, parse_args
 from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
 
 
@@ -53,3 +53,27 @@ def test_learned_positions_record_the_table_error_beyond_training_length(zoo):
 def test_unknown_encoding_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="--encodings: unknown \\['fourier'\\]"):
         main(["--quick", "--out", str(tmp_path), "--encodings", "fourier"])
+
+
+def test_presets_and_threads(tmp_path):
+    settings = parse_args(["--preset", "demo", "--out", str(tmp_path)])
+    assert settings.steps == PRESETS["demo"]["steps"] and settings.threads == 1 and settings.max_eval_chars == 40_000
+    assert parse_args(["--quick", "--out", str(tmp_path)]).steps == PRESETS["smoke"]["steps"]
+    with pytest.raises(ValueError, match="--threads must be >= 1"):
+        main(["--out", str(tmp_path), "--threads", "0"])  # validated before any work
+
+
+def test_threads_are_restored_after_the_zoo(zoo, tmp_path):
+    import torch
+
+    assert json.loads((zoo / "zoo.json").read_text())["settings"]["threads"] == 1  # the smoke preset: one thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        text = tmp_path / "text.txt"
+        text.write_text(load_default_corpus()[:20000], encoding="utf-8")
+        main(["--quick", "--out", str(tmp_path / "out"), "--encodings", "none", "--rope-scalings",
+              "--train-files", str(text)])  # fmt: skip
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
