@@ -242,3 +242,45 @@ def test_trainer_learns_with_every_sparse_kind_recomputation_and_checkpointing(t
     with torch.no_grad():
         after = model(ids, labels=ids).loss.item()
     assert after < 0.25 * before, (before, after)
+
+
+def test_local_layers_hand_their_window_to_the_attention_function():
+    """Flash attention takes no mask: a local layer must pass ``sliding_window`` itself (as Mistral), dense ones not."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    seen = {}
+
+    def recording(module, *args, sliding_window=None, **kwargs):
+        seen[module.layer_idx] = sliding_window
+        return sdpa_attention_forward(module, *args, **kwargs)
+
+    AttentionInterface.register("llmsys_recording", recording)
+    AttentionMaskInterface.register("llmsys_recording", sdpa_mask)
+    config = layout_config(["dense", "local"], local_window=6)
+    config._attn_implementation = "llmsys_recording"
+    model = LlmsysGPT3ForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 20))
+    with torch.no_grad():
+        model(ids)
+    assert seen == {0: None, 1: 6, 2: None, 3: 6}
+    model.config.sliding_window = 3  # transformers' name, read per call
+    with torch.no_grad():
+        model(ids)
+    assert seen[1] == 3 and model.config.local_window == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash attention needs a CUDA GPU (none on this machine)")
+def test_flash_attention_runs_local_layers_banded():
+    pytest.importorskip("flash_attn", reason="flash_attention_2 needs the flash-attn package")
+    torch.manual_seed(0)
+    config = layout_config(["dense", "local"], local_window=6)
+    reference = LlmsysGPT3ForCausalLM(copy.deepcopy(config)).cuda().half().eval()
+    flash_config = copy.deepcopy(config)
+    flash_config._attn_implementation = "flash_attention_2"
+    flash = LlmsysGPT3ForCausalLM(flash_config).cuda().half().eval()
+    flash.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 100, (2, 40), device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(flash(ids).logits, reference(ids).logits, atol=2e-2, rtol=0)

@@ -81,6 +81,16 @@ class GroupedQueryAttention(nn.Module):
         o_bias = bias if out_bias is None else out_bias
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
 
+    def sliding_window(self) -> int | None:
+        """The band width of this layer when the config marks it "sliding_attention" (GPT-3's local layers), else None.
+
+        Read per call: transformers' tests and users may change ``config.sliding_window`` after building the model.
+        """
+        layer_types = getattr(self.config, "layer_types", None)
+        if not layer_types or layer_types[self.layer_idx] != "sliding_attention":
+            return None
+        return self.config.sliding_window
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         fuse_split_projections(state_dict, prefix, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -114,6 +124,8 @@ class GroupedQueryAttention(nn.Module):
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)
         if (value_term := positions.value_term(self.layer_idx)) is not None:
             kwargs["relative_values"] = value_term  # eager only (checked by the positional encoding)
+        if (window := self.sliding_window()) is not None:
+            kwargs["sliding_window"] = window  # flash attention bands the layer itself (it takes no mask), as Mistral
         output, probs = attention(
             self,
             query,

@@ -182,9 +182,19 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         ]
 
     @property
-    def sliding_window(self) -> int:
-        """transformers' name for the band of the "local" layers (window including the current token)."""
-        return self.local_window
+    def sliding_window(self) -> int | None:
+        """transformers' name for the band of the "local" layers (window including the current token); None when no
+        layer is "local" (strided / fixed bands are layouts of their own, not sliding windows)."""
+        return self.local_window if "local" in self.layer_layouts() else None
+
+    @sliding_window.setter
+    def sliding_window(self, value: int | None) -> None:
+        """Setting transformers' ``sliding_window`` sets ``local_window`` (None is accepted without local layers)."""
+        if value is None:
+            if "local" in self.layer_layouts():
+                raise ValueError("sliding_window=None: this config has 'local' layers; give their window width.")
+            return
+        self.local_window = value
 
     def validate_attention_layout(self):
         """Known layout kinds, a pattern that tiles the layers, and the parameters each used kind needs."""

@@ -78,7 +78,7 @@ class DecoderModel(DecoderPreTrainedModel):
         # once per forward, shared by all layers
         positions = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
         for layer, mask in zip(self.layers, masks, strict=True):
-            hidden_states = layer(hidden_states, positions=positions, attention_mask=mask, cache=cache, **kwargs)
+            hidden_states = layer(hidden_states, positions, mask, positions.attention_bias, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
 
     def layer_attention_masks(self, mask_inputs: MaskInputs) -> list:

@@ -33,9 +33,13 @@ class DecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         positions: PositionState,
         attention_mask: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
+        """``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
+        checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
+        positions = positions.with_attention_bias(position_bias)
         attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), positions, attention_mask, cache, **kwargs)
         hidden_states = hidden_states + attn_out
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))

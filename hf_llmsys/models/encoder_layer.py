@@ -49,8 +49,15 @@ class EncoderLayer(GradientCheckpointingLayer):
         return hidden_states + self.dropout(self.mlp(self.post_attention_layernorm(hidden_states)))
 
     def forward(
-        self, hidden_states: torch.Tensor, positions: PositionState, attention_mask=None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        positions: PositionState,
+        attention_mask=None,
+        position_bias: torch.Tensor | None = None,
+        **kwargs,
     ) -> torch.Tensor:
+        """``position_bias``: the stack's shared bias (B or 1, H, S, S), positional so checkpointing tracks it."""
+        positions = positions.with_attention_bias(position_bias)
         attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), positions, attention_mask, None, **kwargs)
         return self.feed_forward(hidden_states + self.dropout(attn_out))
 
@@ -70,15 +77,21 @@ class CrossAttentionDecoderLayer(EncoderLayer):
         hidden_states: torch.Tensor,
         positions: PositionState,
         attention_mask=None,
+        position_bias: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask=None,
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
+        """Tensors that need gradients (hidden states, bias, encoder states) come positionally (checkpointing);
+        without encoder states (the decoder used alone) the cross-attention sublayer is skipped."""
+        positions = positions.with_attention_bias(position_bias)
         self_cache = cache.self_attention_cache if cache is not None else None
         normed = self.input_layernorm(hidden_states)
         attn_out, _ = self.self_attn(normed, positions, attention_mask, self_cache, **kwargs)
         hidden_states = hidden_states + self.dropout(attn_out)
+        if encoder_hidden_states is None:
+            return self.feed_forward(hidden_states)
         normed = self.cross_attention_layernorm(hidden_states)
         cross_out, _ = self.cross_attn(normed, encoder_hidden_states, encoder_attention_mask, cache, **kwargs)
         return self.feed_forward(hidden_states + self.dropout(cross_out))

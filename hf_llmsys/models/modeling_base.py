@@ -34,11 +34,11 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints that do not fit (``strict=True``).
 
         transformers only logs missing keys and reports shape mismatches in a log table; here both raise a
-        ValueError naming every offending key (``strict=False`` restores transformers' lenient behaviour).
+        ValueError naming every offending key (``strict=False`` restores transformers' lenient behaviour). A caller
+        who asks for the report (``output_loading_info=True``) gets it, as from transformers, instead of an error.
         """
-        if not strict or kwargs.get("ignore_mismatched_sizes"):
+        if not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info"):
             return super().from_pretrained(*args, **kwargs)
-        want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
         problems = [
             f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]
@@ -50,7 +50,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
                 f"{cls.__name__} with this config:\n  " + "\n  ".join(problems) + "\nCheck that config.json "
                 "belongs to these weights, or pass strict=False to initialise the offending tensors randomly."
             )
-        return (model, info) if want_info else model
+        return model
 
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""

@@ -26,6 +26,7 @@ import math
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
 from .configuration_llmsys_gpt3 import LlmsysGPT3Config
@@ -157,7 +158,7 @@ class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
         )
 
 
-class LlmsysGPT3ForCausalLM(LlmsysGPT3PreTrainedModel, DecoderForCausalLM):
+class LlmsysGPT3ForCausalLM(LlmsysGPT3PreTrainedModel, DecoderForCausalLM, GenerationMixin):
     """GPT-3-style causal language model (GenerationMixin: greedy, sampling, beam search, KV cache)."""
 
     base_model_class = LlmsysGPT3Model

@@ -6,6 +6,8 @@ transformers Llama checkpoints (separate q/k/v and gate/up tensors) load into th
 
 from __future__ import annotations
 
+from transformers.generation import GenerationMixin
+
 from .configuration_llmsys_llama import LlmsysLlamaConfig
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .weight_conversion import register_fused_projection_conversions
@@ -20,7 +22,7 @@ class LlmsysLlamaModel(LlmsysLlamaPreTrainedModel, DecoderModel):
     """LLaMA-style decoder stack returning hidden states."""
 
 
-class LlmsysLlamaForCausalLM(LlmsysLlamaPreTrainedModel, DecoderForCausalLM):
+class LlmsysLlamaForCausalLM(LlmsysLlamaPreTrainedModel, DecoderForCausalLM, GenerationMixin):
     """LLaMA-style causal language model (GenerationMixin: greedy, sampling, beam search, KV cache)."""
 
     base_model_class = LlmsysLlamaModel

@@ -33,7 +33,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -46,13 +45,13 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .attention import GroupedQueryAttention
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
-from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
 from .feed_forward import MLP, GatedMLP
 from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
-from .norms import RMSNorm, build_norm
-from .positions import POSITIONAL_ENCODINGS, T5RelativePositionalEncoding
+from .norms import RMSNorm
+from .positions import T5RelativePositionalEncoding
 from .t5_checkpoint_conversion import register_t5_conversions, rename_t5_state_dict
+from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
 # Beam-search length penalties: (hypothesis length, alpha) -> denominator of the summed log-probabilities.
 LENGTH_PENALTIES: dict[str, Callable[[float, float], float]] = {
@@ -69,133 +68,17 @@ def equivalent_exponent(kind: str, length: float, alpha: float) -> float:
     return math.log(LENGTH_PENALTIES[kind](length, alpha)) / math.log(length)
 
 
-class ConfigOverlay:
-    """Read-through view of a config with a few values overridden (the config itself is never copied or mutated),
-    e.g. the encoder's bidirectional buckets; everything else, ``_attn_implementation`` included, is read live."""
-
-    def __init__(self, base, **overrides):
-        self.__dict__.update(overrides, _base=base)
-
-    def __getattr__(self, name):
-        if "_base" not in self.__dict__:  # while copy/pickle rebuilds the object
-            raise AttributeError(name)
-        return getattr(self.__dict__["_base"], name)
-
-
-def arange_positions(length: int, offset: int, device) -> torch.Tensor:
-    """Positions offset .. offset+length-1 as (1, length): T5 places tokens by index, padding included."""
-    return torch.arange(offset, offset + length, device=device)[None]
-
-
-class T5Stack(nn.Module):
-    """Common parts of both stacks: token embedding (tied to the model's shared table), relative bias, layers,
-    final norm and dropout."""
-
-    layer_class: type[nn.Module] = EncoderLayer
-    bidirectional = True
-    main_input_name = "input_ids"  # read by generate on the encoder
-
-    def __init__(self, config: LlmsysT5Config, num_layers: int):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        view = ConfigOverlay(config, relative_attention_bidirectional=self.bidirectional)
-        self.positions = POSITIONAL_ENCODINGS["t5"](view)
-        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(num_layers))
-        self.norm = build_norm("rmsnorm", config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
-
-    def embed(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
-        """Token embeddings (B, L, d_model) from exactly one of input_ids (B, L) or inputs_embeds."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        return self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-
-    def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.norm(hidden_states))
-
-
-class T5EncoderStack(T5Stack):
-    """Bidirectional encoder: (B, T) ids -> ``BaseModelOutput`` with last_hidden_state (B, T, d_model)."""
-
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> BaseModelOutput:
-        embeds = self.embed(input_ids, inputs_embeds)
-        check_input_length(embeds.shape[1], self.config.max_input_length)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
-        positions = arange_positions(embeds.shape[1], 0, embeds.device)
-        state = self.positions.prepare(embeds, positions, positions)  # once, shared by all layers
-        hidden_states = self.dropout(embeds)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, state, mask, **_attention_kwargs(kwargs))
-        return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
-
-
-class T5DecoderStack(T5Stack):
-    """Causal decoder with cross-attention: (B, S) ids + encoder output (B, T, d_model) -> (B, S, d_model)."""
-
-    layer_class = CrossAttentionDecoderLayer
-    bidirectional = False
-
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        encoder_hidden_states=None,
-        encoder_attention_mask=None,
-        inputs_embeds=None,
-        cache=None,
-        use_cache=None,
-        **kwargs,
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
-        embeds = self.embed(input_ids, inputs_embeds)
-        if use_cache and cache is None:
-            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        self_cache = cache.self_attention_cache if cache is not None else None
-        past = self_cache.get_seq_length() if self_cache is not None else 0
-        query_positions = arange_positions(embeds.shape[1], past, embeds.device)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=embeds,
-            attention_mask=attention_mask,
-            cache=self_cache,
-            position_ids=query_positions,
-        )
-        cross_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=embeds,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
-        key_positions = arange_positions(past + embeds.shape[1], 0, embeds.device)
-        state = self.positions.prepare(embeds, query_positions, key_positions)
-        hidden_states = self.dropout(embeds)
-        for layer in self.layers:
-            hidden_states = layer(
-                hidden_states,
-                state,
-                mask,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-                cache=cache,
-                **_attention_kwargs(kwargs),
-            )
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=self.finish(hidden_states), cache=cache)
-
-
-def _attention_kwargs(kwargs: dict) -> dict:
-    """Keyword arguments meant for the attention kernels (drop the loss's ``num_items_in_batch``)."""
-    return {key: value for key, value in kwargs.items() if key != "num_items_in_batch"}
-
-
-def check_input_length(length: int, limit: int | None) -> None:
-    """Refuse encoder inputs longer than ``config.max_input_length`` (None: no limit)."""
-    if limit is not None and length > limit:
-        raise ValueError(
-            f"input of {length} tokens is longer than max_input_length={limit} of this model's config; truncate "
-            f"it (tokenizer(..., truncation=True, max_length={limit})) or raise/unset config.max_input_length "
-            "(T5's relative positions run at any length; distances past relative_attention_max_distance share one "
-            "bucket)."
-        )
+def stack_outputs(encoder_outputs: BaseModelOutput, decoded) -> dict:
+    """The fields a Seq2Seq output takes from the two stacks' outputs (states and attentions when recorded)."""
+    return dict(
+        cache=decoded.cache,
+        decoder_hidden_states=decoded.hidden_states,
+        decoder_attentions=decoded.attentions,
+        cross_attentions=decoded.cross_attentions,
+        encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        encoder_hidden_states=encoder_outputs.hidden_states,
+        encoder_attentions=encoder_outputs.attentions,
+    )
 
 
 def shift_right(labels: torch.Tensor, start_token_id: int, pad_token_id: int) -> torch.Tensor:
@@ -223,17 +106,13 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
     _no_split_modules = ["EncoderLayer", "CrossAttentionDecoderLayer"]
     _supports_flash_attn = False  # the relative bias is an additive score term flash attention cannot take
     _keys_to_ignore_on_load_unexpected = [r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias"]
-    # The stacks' embeddings are always the shared table; the head joins it only when tie_word_embeddings.
-    _tied_weights_keys = {
-        "encoder.embed_tokens.weight": "shared.weight",
-        "decoder.embed_tokens.weight": "shared.weight",
-        "lm_head.weight": "shared.weight",
-    }
+    # The stacks' embeddings are always the shared table; the head joins it only when tie_word_embeddings. Each
+    # model class lists the keys it has (as transformers' T5 classes do).
+    _tied_weights_keys = {"encoder.embed_tokens.weight": "shared.weight"}
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        """The ties of ``_tied_weights_keys`` that exist in this model, the head's only when tie_word_embeddings."""
-        names = {name for name, _ in self.named_parameters(remove_duplicate=False)}
-        tied = {target: source for target, source in self._tied_weights_keys.items() if target in names}
+        """``_tied_weights_keys``, the head's tie only when tie_word_embeddings (transformers would drop all)."""
+        tied = dict(self._tied_weights_keys)
         if not self.config.tie_word_embeddings:
             tied.pop("lm_head.weight", None)
         return tied
@@ -337,6 +216,10 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
     """Encoder and decoder without the LM head: returns ``Seq2SeqModelOutput`` (decoder states (B, S, d_model))."""
 
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", *LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected]
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
 
     def build_modules(self, config: LlmsysT5Config) -> None:
         super().build_modules(config)
@@ -353,7 +236,14 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
             )
         if isinstance(encoder_outputs, BaseModelOutput):
             return encoder_outputs
-        return BaseModelOutput(last_hidden_state=encoder_outputs[0])
+        extra = dict(zip(("hidden_states", "attentions"), encoder_outputs[1:], strict=False))
+        return BaseModelOutput(last_hidden_state=encoder_outputs[0], **extra)
+
+    def get_encoder(self, *args, **kwargs):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
 
     def decode(self, encoder_outputs, attention_mask, decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds,
                cache, use_cache, **kwargs) -> BaseModelOutputWithPastAndCrossAttentions:  # fmt: skip
@@ -388,9 +278,7 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
         decoded = self.decode(encoder_outputs, attention_mask, decoder_input_ids, decoder_attention_mask,
                               decoder_inputs_embeds, cache, use_cache, **kwargs)  # fmt: skip
         return Seq2SeqModelOutput(
-            last_hidden_state=decoded.last_hidden_state,
-            cache=decoded.cache,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            last_hidden_state=decoded.last_hidden_state, **stack_outputs(encoder_outputs, decoded)
         )
 
 
@@ -398,7 +286,7 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
     """T5 with its LM head: logits (B, S, V); ``generate`` does greedy, sampling and beam search with a cache."""
 
     _keys_to_ignore_on_load_unexpected = LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected
-    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _tied_weights_keys = {**LlmsysT5Model._tied_weights_keys, "lm_head.weight": "shared.weight"}
 
     def build_modules(self, config: LlmsysT5Config) -> None:
         super().build_modules(config)
@@ -434,12 +322,7 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
             hidden_states = hidden_states * self.config.d_model**-0.5
         logits = self.lm_head(hidden_states)
         loss = None if labels is None else seq2seq_loss(logits, labels, kwargs.get("num_items_in_batch"))
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=decoded.cache,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-        )
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **stack_outputs(encoder_outputs, decoded))
 
     # ---- generation ----------------------------------------------------------------------------------------
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
@@ -499,7 +382,7 @@ LlmsysT5PreTrainedModel.auto_class_map = {
     "AutoModel": LlmsysT5Model,
     "AutoModelForSeq2SeqLM": LlmsysT5ForConditionalGeneration,
 }
-register_t5_conversions(LlmsysT5Config.model_type)
+register_t5_conversions(LlmsysT5Config.model_type, LlmsysT5EncoderModel.__name__)
 
 __all__ = [
     "LENGTH_PENALTIES",

@@ -52,6 +52,13 @@ class PositionState:
         self._query_bias = query_bias
         self._value_term = value_term
 
+    def with_attention_bias(self, attention_bias: torch.Tensor | None) -> PositionState:
+        """This state with the shared bias replaced by ``attention_bias`` (the same values, handed to a layer as a
+        tensor argument so gradient checkpointing recomputes from it); unchanged when None."""
+        if attention_bias is None:
+            return self
+        return PositionState(self._rotate, attention_bias, self._query_bias, self._value_term)
+
     def rotate(self, heads: torch.Tensor) -> torch.Tensor:
         """Apply the positional rotation (if any) to heads laid out (B, S, n, D)."""
         return heads if self._rotate is None else self._rotate(heads)
@@ -208,11 +215,12 @@ class ALiBiPositionalEncoding(BiasPositionalEncoding):
 class T5RelativePositionalEncoding(BiasPositionalEncoding):
     """T5's bucketed relative bias (Raffel et al. 2020): one learned scalar per (bucket, head), shared by all layers."""
 
-    def __init__(self, config):
+    def __init__(self, config, bidirectional: bool | None = None):
+        """``bidirectional``: buckets for both signs (an encoder); None reads config.relative_attention_bidirectional."""
         super().__init__(config)
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
-        self.bidirectional = config.relative_attention_bidirectional
+        self.bidirectional = config.relative_attention_bidirectional if bidirectional is None else bidirectional
         self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
 
     def bias(self, distance: torch.Tensor) -> torch.Tensor:

@@ -81,18 +81,30 @@ def rename_t5_state_dict(state_dict: dict) -> None:
         state_dict[new_key] = state_dict.pop(key)
 
 
-def t5_conversions() -> list:
-    """Renamings and fusing converters that load transformers' T5 checkpoints into hf-llmsys' T5."""
-    transforms: list = [WeightRenaming(source, target) for source, target in T5_RENAMES]
+DECODER_ONLY_MARKS = ("^decoder", "EncDecAttention", "cross_attn")  # rules that concern the decoder stack alone
+
+
+def t5_conversions(encoder_only: bool = False) -> list:
+    """Renamings and fusing converters that load transformers' T5 checkpoints into hf-llmsys' T5.
+
+    ``encoder_only``: without the decoder's rules (``LlmsysT5EncoderModel``), so each rule matches its keys.
+    """
+
+    def wanted(*patterns: str) -> bool:
+        return not encoder_only or not any(mark in pattern for pattern in patterns for mark in DECODER_ONLY_MARKS)
+
+    transforms: list = [WeightRenaming(source, target) for source, target in T5_RENAMES if wanted(source, target)]
     for sources, target, rule in T5_FUSIONS:
-        transforms.append(WeightConverter(sources, target, operations=[ConcatenateRows(rule)]))
+        if wanted(*sources, target):
+            transforms.append(WeightConverter(sources, target, operations=[ConcatenateRows(rule)]))
     return transforms
 
 
-def register_t5_conversions(*names: str) -> None:
-    """Make ``from_pretrained`` read T5 checkpoints for these model types (and ``save_pretrained`` write them)."""
-    for name in names:
-        register_checkpoint_conversion_mapping(name, t5_conversions(), overwrite=True)
+def register_t5_conversions(model_type: str, encoder_class_name: str) -> None:
+    """Make ``from_pretrained`` read T5 checkpoints (and ``save_pretrained`` write them): the model type's mapping
+    for the encoder-decoder classes, a class-name one (looked up first) for the encoder-only model."""
+    register_checkpoint_conversion_mapping(model_type, t5_conversions(), overwrite=True)
+    register_checkpoint_conversion_mapping(encoder_class_name, t5_conversions(encoder_only=True), overwrite=True)
 
 
 __all__ = ["T5_FUSIONS", "T5_RENAMES", "register_t5_conversions", "rename_t5_state_dict", "t5_conversions"]
