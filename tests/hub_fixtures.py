@@ -74,7 +74,10 @@ class ClientError(Exception):
 
 def client_env(endpoint: str, home: Path) -> dict:
     """The environment of a client process: the loopback endpoint, Xet off, a private cache, no token."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE")}
+    # Other test modules switch the libraries offline for the whole pytest process; the client must be online.
+    dropped = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE",
+               "TRANSFORMERS_OFFLINE")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(
         {
             "HF_ENDPOINT": endpoint,
