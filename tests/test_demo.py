@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from test_demo_support import TINY_ENCODINGS, demo_server, tiny_zoo  # noqa: F401  (session fixtures)
+from test_demo_support import TINY_ENCODINGS, demo_server, launch_demo, tiny_zoo  # noqa: F401  (session fixtures)
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -322,6 +322,8 @@ def test_cli_rejects_bad_options(tmp_path):
         resolve_zoo_source(str(tmp_path))
     with pytest.raises(ValueError, match="not a Hub repo id"):
         resolve_zoo_source(str(tmp_path / "missing" / "deeper"))
+    with pytest.raises(ValueError, match="could not download the Hub repo"):
+        resolve_zoo_source("nobody-here/no-such-zoo")  # HF_HUB_OFFLINE=1 in these tests
     assert parse_args([]).host == "127.0.0.1"
 
 
@@ -363,3 +365,25 @@ def test_demo_zoo_trains_in_the_background_and_serves(tmp_path):
         at_train_length = [r for r in run["results"] if r["eval_length"] == zoo.train_length][0]
         assert at_train_length["ppl"] < vocab / 3, run  # learned something beyond a uniform guess
     print(f"\ndemo zoo: {elapsed:.0f} s wall on {os.cpu_count()} CPUs, load {os.getloadavg()}")
+
+
+@pytest.mark.slow
+def test_real_pretrained_model_in_the_perplexity_and_generation_tabs(tiny_zoo):  # noqa: F811
+    from hf_llmsys.checkpoints.smollm2 import find_smollm2
+    from hf_llmsys.evaluation.perplexity import corpus_perplexity
+
+    if find_smollm2() is None:
+        pytest.skip("SmolLM2 not fetched: python scripts/fetch_smollm2.py (LLMSYS_SMOLLM2_DIR)")
+    demo, url, ctx = launch_demo(["--zoo", str(tiny_zoo)], real_model=True)
+    try:
+        client = gradio_client.Client(url, verbose=False)
+        real = ctx.real_model
+        coloured, _, summary = client.predict(TEXT, True, api_name="/perplexity")
+        row = frame(summary).set_index("model").loc[real.name]
+        expected = corpus_perplexity(real.model, real.tokenizer, TEXT, max_length=512, stride=256)
+        assert row["bits per byte"] == pytest.approx(expected.bits_per_byte, rel=1e-5)
+        assert row["bits per byte"] < 3.0 and coloured.count('class="surprisal-row"') == len(TINY_ENCODINGS) + 1
+        out = frame(generate(client, prompt="What is a hacker?", names=[real.name], max_new=16))
+        assert len(out["output"][0].split()) >= 3  # the instruction-tuned model answers in words
+    finally:
+        demo.close()

@@ -51,13 +51,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_demo(argv: list[str]):
+def launch_demo(argv: list[str], real_model: bool = False):
     """(demo, url, ctx) for ``llmsys demo`` options, launched with prevent_thread_lock=True."""
     from hf_llmsys.demo.app import build_app
     from hf_llmsys.demo.cli import build_context, launch, parse_args
 
     port = free_port()
-    options = parse_args([*argv, "--port", str(port), "--no-real-model"])
+    options = parse_args([*argv, "--port", str(port), *([] if real_model else ["--no-real-model"])])
     ctx = build_context(options)
     demo = build_app(ctx)
     launch(demo, options.host, port, prevent_thread_lock=True)
