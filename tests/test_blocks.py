@@ -162,3 +162,14 @@ def test_signed_swap_rotation_equals_definition(interleaved):
     x, cos, sin = torch.randn(2, 5, 3, 16), torch.randn(2, 5, 1, 16), torch.randn(2, 5, 1, 16)
     fast = apply_rotary_signed(x, cos, sin * pairing.signs(16), pairing.swap)
     assert torch.allclose(fast, apply_rotary(x, cos, sin, pairing.rotate), atol=1e-6)
+
+
+def test_gelu_new_runs_as_torch_fused_tanh_gelu_within_1e5_of_gpt2s():
+    from transformers.activations import ACT2FN
+
+    from hf_llmsys.models.feed_forward import activation
+
+    fused = activation("gelu_new")
+    assert isinstance(fused, torch.nn.GELU) and fused.approximate == "tanh"
+    x = torch.linspace(-12, 12, 100_001)
+    assert (fused(x) - ACT2FN["gelu_new"](x)).abs().max().item() <= 1e-5
