@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from sft_fixtures import reverse_task, save_base_model, task_tokenizer, write_records
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
@@ -123,6 +124,10 @@ def test_cli_artefacts_and_summary(task, tmp_path, capsys):
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
     assert GenerationConfig.from_pretrained(out).eos_token_id == task["tokenizer"].eos_token_id
     assert load_template(out).name == "short"
+    card = ModelCard.load(out / "README.md")  # written inside the atomic save, from the staged config and results
+    assert card.data.model_name == "out" and "llmsys_llama" in card.data.tags
+    # a local base and local records are named in the body; the metadata's base_model / datasets take Hub ids only
+    assert card.data.base_model is None and not card.data.datasets and str(base) in card.text
 
 
 def test_help_documents_every_flag(capsys):

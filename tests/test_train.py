@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from hf_llmsys.cli import main
@@ -59,6 +60,16 @@ def test_saved_artefacts_load(trained, text_file):
         tokenizer.pad_token_id,
         128,
     )
+
+
+def test_model_card_written_with_the_model(trained, text_file):
+    card = ModelCard.load(trained / "README.md")
+    assert card.data.library_name == "transformers" and "llmsys_llama" in card.data.tags
+    results = json.loads((trained / "train_results.json").read_text())
+    assert results["dataset"] == text_file.name and results["hardware"]
+    [index] = card.data.eval_results[:1]
+    assert index.metric_type == "perplexity" and index.metric_value == pytest.approx(results["val_perplexity"])
+    assert text_file.name in card.text
 
 
 def test_metrics_saved_and_consistent(trained, text_file, capsys):

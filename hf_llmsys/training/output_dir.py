@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..hub.cards import current_hardware, write_model_card
 from ..models.modeling_base import WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
 
@@ -129,7 +130,8 @@ def atomic_save(
     """Save everything to a staging folder, then move it into output_dir with the marker files last.
 
     `extra(staging_folder)` writes further files (e.g. the prompt template). A PEFT model saves its adapter only
-    (``save_embedding_layers=False``: no Hub lookup).
+    (``save_embedding_layers=False``: no Hub lookup). The model card (README.md, `hf_llmsys.hub.cards`) is written
+    from the staged files, so the folder never holds a model without its card or a card of another model.
     """
     os.makedirs(output_dir, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir))
@@ -142,7 +144,9 @@ def atomic_save(
         gen_config.save_pretrained(tmp)
         if extra is not None:
             extra(tmp)
+        results.setdefault("hardware", current_hardware())
         (tmp / "train_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_model_card(tmp, repo_id=Path(output_dir).resolve().name)  # README.md, staged: moves in with the model
         move_into_place(tmp, Path(output_dir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -30,7 +30,7 @@ from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import examples_per_step, finish_job, loss_metrics, print_results, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
-from .text_data import load_chunks, split_chunks
+from .text_data import describe_data, load_chunks, split_chunks
 
 VALIDATION_SEED_OFFSET = 1  # the fixed validation corruption uses seed + 1 (training uses seed)
 
@@ -181,6 +181,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     )
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
+    results.update(describe_data(data_args))
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
     gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start, print_results)

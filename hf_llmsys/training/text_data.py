@@ -6,6 +6,7 @@ Shared by the causal-LM job (`train.py`: tokens packed into blocks) and the span
 
 from __future__ import annotations
 
+import os
 import random
 
 from datasets import Dataset
@@ -20,6 +21,17 @@ def _chunks(text: str, source: str, chunk_chars: int) -> list[dict]:
         raise ValueError(f"{source}: contains no text; remove it from --train_files or fill it")
     parts = split_documents(text, chunk_chars)
     return [{"text": p, "end_of_document": i == len(parts) - 1} for i, p in enumerate(parts)]
+
+
+def describe_data(args) -> dict:
+    """What the job trained on, for train_results.json and the model card: a readable name, Hub ids if any."""
+    if args.train_files:
+        return {"dataset": ", ".join(os.path.basename(str(path)) for path in args.train_files)}
+    if args.dataset_name:
+        name = args.dataset_name + (f" ({args.dataset_config})" if args.dataset_config else "")
+        local = os.path.exists(args.dataset_name)
+        return {"dataset": name, **({} if local else {"datasets": [args.dataset_name]})}
+    return {"dataset": "the hf-llmsys embedded corpus (The Devil's Dictionary and The Jargon File, public domain)"}
 
 
 def load_chunks(args) -> list[dict]:

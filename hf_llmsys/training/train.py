@@ -31,6 +31,7 @@ from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import th
 )
 from .text_data import (  # noqa: F401  (re-exported for scripts reusing the job's data)
     baseline_perplexity,
+    describe_data,
     load_chunks,
     split_chunks,
     tokenize_and_pack,
@@ -140,6 +141,7 @@ def run_causal_lm_training(
     )
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
+    results.update(describe_data(data_args))
     gen_config = generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
 
