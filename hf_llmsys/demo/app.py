@@ -220,7 +220,10 @@ def build_positions_tab(ctx: DemoContext) -> None:
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
     show.click(show_encoding, inputs, [figure, curve, table, caption], api_name="show_encoding")
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
-                "same tokens, through a NoPE and a RoPE model (first layer only, and all layers).")  # fmt: skip
+                "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
+                "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "
+                "NoPE recover some order (an earlier token's state depends on what precedes it), so the full-depth "
+                "rows differ for both.")  # fmt: skip
     with gr.Row():
         text_a = gr.Textbox(PERMUTATION_EXAMPLE[0], label="text A", max_length=200)
         text_b = gr.Textbox(PERMUTATION_EXAMPLE[1], label="text B", max_length=200)
