@@ -34,7 +34,7 @@ from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
 from .mask_inputs import MaskInputs, at_positions
 from .positions import encoding_class
-from .sparse_attention import LayoutKernel
+from .sparse_attention import SPARSE_KERNELS, LayoutKernel
 from .sparse_layouts import ATTENTION_LAYOUTS, head_group_mask_functions
 from .weight_conversion import register_checkpoint_format
 
@@ -115,7 +115,10 @@ class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
             return None
         if not mask_inputs.is_plain:
             return None
-        return KERNEL_BACKENDS.get(config._attn_implementation)
+        backend = KERNEL_BACKENDS.get(config._attn_implementation)
+        if backend == "kernels" and not all(kind in SPARSE_KERNELS for kind in self.layout_head_groups):
+            return None  # a layout registered without a kernel of its own runs as a mask (flex needs no kernel)
+        return backend
 
     def _layout_mask(self, kind: str, mask_inputs: MaskInputs):
         """The mask of one layout kind: transformers' causal mask AND the layout, per head group if it has several.

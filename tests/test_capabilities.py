@@ -1,0 +1,106 @@
+"""Blocks declare what they can do; models and tools read it through the registries, never from lists of names.
+
+A new positional encoding or attention layout is one class (or predicate) plus one registry row: shown here with
+test-only entries that the GPT-3-style model then handles correctly without any other change (cache kind, kernel
+or mask path, flash refusal, and the ``has_length_limit`` attribute evaluation tools duck-type on).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+from hf_llmsys.models.mask_inputs import MaskInputs
+from hf_llmsys.models.positions import (
+    POSITIONAL_ENCODINGS,
+    ALiBiPositionalEncoding,
+    NoPositionalEncoding,
+    PositionalEncoding,
+)
+from hf_llmsys.models.sparse_attention import LayoutKernel
+from hf_llmsys.models.sparse_layouts import ATTENTION_LAYOUTS, AttentionLayout
+
+
+def test_every_registered_encoding_declares_its_capabilities():
+    for kind, cls in POSITIONAL_ENCODINGS.items():
+        assert isinstance(cls.has_length_limit, bool) and isinstance(cls.adds_score_bias, bool), kind
+    assert {kind for kind, cls in POSITIONAL_ENCODINGS.items() if cls.has_length_limit} == {"learned"}
+    assert {kind for kind, cls in POSITIONAL_ENCODINGS.items() if cls.adds_score_bias} == {"alibi", "t5", "relative"}
+
+
+class HalfSlopeALiBi(ALiBiPositionalEncoding):
+    """Test-only encoding: ALiBi with every slope halved (a score bias, so no kernel and no window cache)."""
+
+    def bias(self, distance):
+        return super().bias(distance) / 2
+
+
+class ConstantNoPE(NoPositionalEncoding):
+    """Test-only encoding that adds nothing anywhere (so kernels and window caches apply)."""
+
+
+def gpt3(**overrides):
+    config = dict(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+        attention_layout=["dense", "local"], local_window=4, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return LlmsysGPT3Config(**{**config, **overrides})
+
+
+def plans(model, seq_len=16):
+    inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
+    return model.model.layer_attention_masks(inputs)
+
+
+@pytest.mark.parametrize("cls, kernels", [(HalfSlopeALiBi, False), (ConstantNoPE, True)])
+def test_a_new_encoding_is_one_class_and_one_registry_row(monkeypatch, cls, kernels):
+    monkeypatch.setitem(POSITIONAL_ENCODINGS, "test_only", cls)
+    config = gpt3(position_embedding_type="test_only")
+    windowed = "sliding_attention" in config.layer_types
+    assert windowed == (not cls.adds_score_bias)  # a score bias keeps full caches in local layers
+    model = LlmsysGPT3ForCausalLM(config).eval()
+    assert all(isinstance(plan, LayoutKernel) for plan in plans(model)) == kernels
+    limited = [m for m in model.modules() if getattr(type(m), "has_length_limit", False)]
+    assert limited == []  # what evaluation reads to decide on sliding windows past the context
+    ids = torch.randint(0, 50, (2, 10))
+    assert torch.isfinite(model(ids, labels=ids).loss)
+    if cls.adds_score_bias:
+        flash = gpt3(position_embedding_type="test_only")
+        flash._attn_implementation = "flash_attention_2"
+        with pytest.raises(ValueError, match="cannot take"):
+            cls(flash)  # what the model builds: flash attention takes no score bias
+
+
+def test_learned_positions_declare_their_length_limit():
+    model = LlmsysGPT3ForCausalLM(gpt3())
+    assert [type(m).__name__ for m in model.modules() if getattr(type(m), "has_length_limit", False)] == [
+        "LearnedPositionalEncoding"
+    ]
+    assert issubclass(POSITIONAL_ENCODINGS["learned"], PositionalEncoding)
+
+
+def _previous_token(**_):
+    def previous_token(batch_idx, head_idx, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (kv_idx >= q_idx - 1)
+
+    return previous_token
+
+
+def test_a_new_layout_is_one_registry_row(monkeypatch):
+    """A "previous token" layout (kv in {q-1, q}) without a kernel of its own: it runs as a mask, and a one-layer
+    model's logits at t then depend on tokens t-1 and t only."""
+    monkeypatch.setitem(
+        ATTENTION_LAYOUTS, "previous_token", AttentionLayout((), _previous_token, lambda h: [slice(0, h)])
+    )
+    config = gpt3(num_hidden_layers=1, attention_layout=["previous_token"], position_embedding_type="none")
+    model = LlmsysGPT3ForCausalLM(config).eval()
+    assert not any(isinstance(plan, LayoutKernel) for plan in plans(model))
+    ids = torch.randint(0, 50, (1, 12))
+    changed = ids.clone()
+    changed[0, 3] = (ids[0, 3] + 1) % 50
+    with torch.no_grad():
+        logits, other = model(ids).logits, model(changed).logits
+    moved = (logits - other).abs().amax(-1)[0]  # (S,)
+    assert moved[:3].max() == 0 and moved[5:].max() == 0
+    assert moved[3] > 0 and moved[4] > 0
