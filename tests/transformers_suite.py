@@ -105,13 +105,16 @@ def load_suite():
     """(test_modeling_common, test_configuration_common, generation.test_utils) of the installed transformers."""
     root = cache_root() / f"transformers-{transformers.__version__}"
     package = root / PACKAGE
-    if not (package / "test_modeling_common.py").exists():
-        root.mkdir(parents=True, exist_ok=True)
-        try:
-            _download_tests(package)
-        except FileExistsError:  # another process unpacked it first
-            pass
-    _complete_package(package)
+    try:
+        if not (package / "test_modeling_common.py").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            try:
+                _download_tests(package)
+            except FileExistsError:  # another process unpacked it first
+                pass
+        _complete_package(package)
+    except OSError as error:
+        raise SuiteUnavailable(f"cannot prepare transformers' test files under {root}: {error}") from error
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
