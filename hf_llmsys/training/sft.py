@@ -285,6 +285,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         processing_class=tokenizer,
     )
     before = _evaluate(trainer, eval_collator)
+    unmark_evaluation_prepare(trainer)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps, reload=reload_checkpoint(trainer))
     after = _evaluate(trainer, eval_collator)
     start_id = {"decoder_start_token_id": config.decoder_start_token_id} if config.is_encoder_decoder else {}
@@ -300,6 +301,20 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     if model_args.save_merged and trainer.is_world_process_zero():
         save_merged(trainer, tokenizer, gen_config, results, template, training_args.output_dir)
     return results
+
+
+def unmark_evaluation_prepare(trainer: Trainer) -> None:
+    """Let the training prepare wrap the model in DDP after an evaluation that ran before training.
+
+    `trainer.evaluate()` prepares the bare model in accelerate's evaluation mode (no DDP wrapper) and marks it
+    ``_is_accelerate_prepared``; accelerate's training prepare then returns the marked model as it is, so under
+    torchrun every process trained alone (weights drifted apart from the second step; accelerate 1.15,
+    ``Accelerator.prepare_model``). One process needs no wrapper, so nothing changes there.
+    """
+    model = trainer.model
+    if trainer.accelerator.num_processes > 1 and getattr(model, "_is_accelerate_prepared", False):
+        model._is_accelerate_prepared = False
+        trainer.accelerator._models[:] = [m for m in trainer.accelerator._models if m is not model]
 
 
 def _evaluate(trainer: Trainer, collator) -> float:
