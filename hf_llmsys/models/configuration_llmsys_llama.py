@@ -130,6 +130,11 @@ class LlmsysLlamaConfig(PresetMixin, PreTrainedConfig):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
         if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                    f"({self.num_attention_heads}) to derive head_dim; change one of them, or set head_dim explicitly."
+                )
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
@@ -166,6 +171,11 @@ class LlmsysLlamaConfig(PresetMixin, PreTrainedConfig):
 
     def validate_heads(self):
         """Query heads split evenly over key/value heads; RoPE needs an even head_dim."""
+        kv_heads = self.num_key_value_heads
+        if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads <= 0:
+            raise ValueError(
+                f"num_key_value_heads must be a positive integer (1 = MQA, num_attention_heads = MHA), got {kv_heads!r}."
+            )
         if self.num_attention_heads % self.num_key_value_heads != 0:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_key_value_heads "
@@ -197,6 +207,31 @@ class LlmsysLlamaConfig(PresetMixin, PreTrainedConfig):
             raise ValueError(
                 "relative_values=True only applies to position_embedding_type='relative' (Shaw et al.), got "
                 f"position_embedding_type={self.position_embedding_type!r}; set relative_values=False."
+            )
+
+    def validate_flags(self):
+        """Switches are real booleans: the string "false" is truthy and would silently turn a switch on."""
+        for name in (
+            "tie_word_embeddings", "use_cache", "mlp_gated", "mlp_bias", "attention_bias", "norm_bias",
+            "rope_interleaved", "relative_attention_bidirectional", "relative_values",
+        ):  # fmt: skip
+            value = getattr(self, name, False)
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false (a bool), got {value!r} ({type(value).__name__}).")
+
+    def validate_rope_theta(self):
+        """RoPE's base is positive: theta <= 0 gives NaN or constant rotations (Su et al. 2021, theta_i = b^(-2i/d))."""
+        theta = (self.rope_parameters or {}).get("rope_theta")
+        if theta is not None and not (isinstance(theta, int | float) and theta > 0):
+            raise ValueError(f"rope_theta must be > 0 (LLaMA uses 10000), got {theta!r}.")
+
+    def validate_special_token_ids(self):
+        """The padding id indexes the embedding table (nn.Embedding's padding_idx), so it must lie inside it."""
+        pad = self.pad_token_id
+        if pad is not None and not (isinstance(pad, int) and 0 <= pad < self.vocab_size):
+            raise ValueError(
+                f"pad_token_id ({pad}) must be in [0, vocab_size={self.vocab_size}); use the tokenizer's pad id, "
+                "or None."
             )
 
     def validate_choices(self):

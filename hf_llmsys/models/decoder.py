@@ -29,6 +29,7 @@ from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
+from .token_inputs import embed_token_ids
 
 
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):
@@ -64,7 +65,7 @@ class DecoderModel(DecoderPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)  # (B, S, hidden)
+            inputs_embeds = embed_token_ids(self.embed_tokens, input_ids)  # (B, S, hidden)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
         past_seen = cache.get_seq_length() if cache is not None else 0

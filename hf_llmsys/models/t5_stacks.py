@@ -28,6 +28,7 @@ from .cross_attention import CrossAttention
 from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
 from .norms import build_norm
 from .positions import T5RelativePositionalEncoding
+from .token_inputs import embed_token_ids
 
 
 def arange_positions(length: int, offset: int, device) -> torch.Tensor:
@@ -74,7 +75,7 @@ class T5Stack(nn.Module):
         """Token embeddings (B, L, d_model) from exactly one of input_ids (B, L) or inputs_embeds."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        return self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        return embed_token_ids(self.embed_tokens, input_ids) if inputs_embeds is None else inputs_embeds
 
     def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.norm(hidden_states))
