@@ -1,7 +1,14 @@
-"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation and crash-safe saving."""
+"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation, strict loading, crash-safe saving.
+
+Saving also writes ``checksums.sha256`` beside the weights (``sha256sum`` format: ``<hex digest>  <file name>``),
+and loading a local folder verifies every file it lists: a weight file whose bytes changed after the save (a bad
+copy, a flipped bit, an edit) is refused with an error naming the file instead of loading silently wrong weights.
+Folders without the manifest (transformers' own saves, older checkpoints) load as before.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,10 +40,14 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, *args, strict: bool = True, **kwargs):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints that do not fit (``strict=True``).
 
-        transformers only logs missing keys and reports shape mismatches in a log table; here both raise a
-        ValueError naming every offending key (``strict=False`` restores transformers' lenient behaviour). A caller
+        transformers only logs missing and unexpected keys and reports shape mismatches in a log table; here all
+        three raise a ValueError naming every offending key (a checkpoint with more layers than its config is
+        refused, not silently truncated) (``strict=False`` restores transformers' lenient behaviour). A caller
         who asks for the report (``output_loading_info=True``) gets it, as from transformers, instead of an error.
         """
+        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if source is not None and os.path.isdir(source):
+            check_local_folder(Path(source), needs_config="config" not in kwargs or kwargs["config"] is None)
         if not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info"):
             return super().from_pretrained(*args, **kwargs)
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
@@ -44,9 +55,11 @@ class LlmsysPreTrainedModel(PreTrainedModel):
             f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]
         ]
         problems += [f"{key}: missing from the checkpoint" for key in sorted(info["missing_keys"])]
+        problems += [f"{key}: in the checkpoint but not in the model" for key in sorted(info["unexpected_keys"])
+                     if _within_model(model, key)]  # fmt: skip
         if problems:
             raise ValueError(
-                f"checkpoint {args[0] if args else kwargs.get('pretrained_model_name_or_path')!s} does not fit "
+                f"checkpoint {source!s} does not fit "
                 f"{cls.__name__} with this config:\n  " + "\n  ".join(problems) + "\nCheck that config.json "
                 "belongs to these weights, or pass strict=False to initialise the offending tensors randomly."
             )
@@ -78,6 +91,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         try:
             super().save_pretrained(staging, *args, **kwargs)
             self._complete_auto_map(staging / "config.json")
+            write_checksums(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -96,6 +110,65 @@ class LlmsysPreTrainedModel(PreTrainedModel):
 
 
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
+CHECKSUM_FILE = "checksums.sha256"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def _within_model(model: nn.Module, key: str) -> bool:
+    """Whether an unexpected checkpoint key lies inside a part this model has (extra layers: refuse) rather than
+    in a part it lacks altogether (another task's head, e.g. ``lm_head`` when loading the base model: ignored, as
+    transformers does)."""
+    top = key.split(".", 1)[0]
+    return top in dict(model.named_children()) or top in dict(model.named_parameters(recurse=False))
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 16 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """Write ``checksums.sha256`` for the weight files of `folder` (``sha256sum -c`` reads it)."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    if names:
+        lines = [f"{file_sha256(folder / name)}  {name}\n" for name in names]
+        (folder / CHECKSUM_FILE).write_text("".join(lines))
+
+
+def check_local_folder(folder: Path, needs_config: bool = True) -> None:
+    """Refuse a folder that is not a saved model, a weight file with a broken header, or one whose bytes changed."""
+    if needs_config and not (folder / "config.json").is_file():
+        raise ValueError(
+            f"{folder}: no config.json, so this is not a saved model folder; point at the folder that "
+            "save_pretrained wrote (it holds config.json and the weights)."
+        )
+    manifest = folder / CHECKSUM_FILE
+    if manifest.is_file():
+        for line in manifest.read_text().splitlines():
+            expected, _, name = line.partition("  ")
+            path = folder / name
+            if name and path.is_file() and file_sha256(path) != expected:
+                raise ValueError(
+                    f"{path}: its sha256 differs from the one recorded at save time in {CHECKSUM_FILE}: the file "
+                    "was changed or damaged after saving; copy or download it again."
+                )
+    for path in sorted(folder.glob("*.safetensors")):
+        _check_safetensors_header(path)
+
+
+def _check_safetensors_header(path: Path) -> None:
+    """Open the header of a safetensors file (no tensor is read) so a truncated file is named, not anonymous."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except Exception as err:  # safetensors raises its own SafetensorError (not importable under a stable name)
+        raise ValueError(f"{path}: not a readable safetensors file ({err}); copy or download it again.") from None
 
 
 def move_into_place(staging: Path, target: Path) -> None:
