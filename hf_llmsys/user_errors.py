@@ -74,6 +74,8 @@ def _unicode_error(err: UnicodeDecodeError) -> str:
 
 
 def _safetensors_error(err: BaseException) -> str:
+    if "while serializing" in str(err):  # writing, not reading: the disk refused (full, read-only, ...)
+        return f"could not write a weight file: {err} (free some space or choose another output folder)"
     return f"a weight file is corrupt or truncated: {err} (re-save or re-download the checkpoint)"
 
 

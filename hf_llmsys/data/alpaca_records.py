@@ -117,13 +117,13 @@ def load_records(source: str | os.PathLike, split: str = "train", skip_invalid: 
 
 def mix_records(sources: Sequence[Sequence[dict]], probabilities: Sequence[float] | None, seed: int) -> list[dict]:
     """Interleave several record lists with sampling `probabilities` (None: equal), reproducible by `seed`."""
+    if probabilities is not None and (len(probabilities) != len(sources) or any(p <= 0 for p in probabilities)):
+        raise ValueError(
+            f"--mixture_ratios: need one positive ratio per --data file ({len(sources)}), got {list(probabilities)}"
+        )
     if len(sources) == 1:
         return list(sources[0])
     if probabilities is not None:
-        if len(probabilities) != len(sources) or any(p <= 0 for p in probabilities):
-            raise ValueError(
-                f"--mixture_ratios: need one positive ratio per --data file ({len(sources)}), got {list(probabilities)}"
-            )
         total = float(sum(probabilities))
         probabilities = [p / total for p in probabilities]
     parts = [Dataset.from_list(list(s)) for s in sources]

@@ -16,6 +16,8 @@ from pathlib import Path
 from transformers import Trainer
 from transformers.trainer_utils import TrainOutput
 
+from .disk_errors import disk_errors
+
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
 
@@ -98,4 +100,5 @@ def train_or_skip(trainer: Trainer, checkpoint: str | None, max_steps: int, relo
         return TrainOutput(global_step=done, training_loss=None, metrics={})
     if checkpoint:
         print(f"resuming from {checkpoint}")
-    return trainer.train(resume_from_checkpoint=checkpoint)
+    with disk_errors(trainer.args.output_dir, "writing a checkpoint"):
+        return trainer.train(resume_from_checkpoint=checkpoint)

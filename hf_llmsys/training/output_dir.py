@@ -25,6 +25,7 @@ from pathlib import Path
 from ..hub.cards import current_hardware, write_model_card
 from ..models.modeling_base import WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
+from .disk_errors import disk_errors
 
 STAGING_PREFIX = ".final-tmp-"
 MARKER_FILES = ("config.json", "adapter_config.json")  # what makes a folder loadable: moved in last
@@ -133,6 +134,11 @@ def atomic_save(
     (``save_embedding_layers=False``: no Hub lookup). The model card (README.md, `hf_llmsys.hub.cards`) is written
     from the staged files, so the folder never holds a model without its card or a card of another model.
     """
+    with disk_errors(output_dir, "saving the final model"):
+        _stage_and_move(output_dir, model, tokenizer, gen_config, results, extra)
+
+
+def _stage_and_move(output_dir, model, tokenizer, gen_config, results: dict, extra) -> None:
     os.makedirs(output_dir, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir))
     try:
