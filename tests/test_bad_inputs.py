@@ -1,0 +1,379 @@
+"""Bad inputs and faults, table-driven: every one gets a clear error naming the field or file, never a traceback.
+
+Each CLI row runs `llmsys <command> ...` in-process and asserts: exit code 2 (argparse's own usage errors are exit 2
+as well), every expected fragment in the one-line message, no traceback, and the output folder unchanged. Each
+API row asserts the exception type and that the message names the field. A row documents the user mistake it
+stands for; the table is what the reliability issue (#15) asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+
+from hf_llmsys import LlmsysGPT3Config, LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysT5Config
+from hf_llmsys.cli import main
+
+CONFIG_ERRORS = (ValueError, StrictDataclassError, TypeError)
+
+TINY_LLAMA = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+TINY_GPT3 = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64)
+TINY_T5 = dict(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
+
+
+@dataclass
+class ApiCase:
+    """A call that must raise one of `errors` with every fragment of `names` in its message."""
+
+    id: str
+    call: object
+    names: tuple[str, ...]
+    errors: tuple[type[BaseException], ...] = CONFIG_ERRORS
+
+
+def _llama(**kw):
+    return LlmsysLlamaConfig(**{**TINY_LLAMA, **kw})
+
+
+def _gpt3(**kw):
+    return LlmsysGPT3Config(**{**TINY_GPT3, **kw})
+
+
+def _t5(**kw):
+    return LlmsysT5Config(**{**TINY_T5, **kw})
+
+
+API_CASES = [
+    ApiCase("llama-kv-heads-zero", lambda: _llama(num_key_value_heads=0), ("num_key_value_heads",)),
+    ApiCase("llama-kv-heads-negative", lambda: _llama(num_key_value_heads=-2), ("num_key_value_heads",)),
+    ApiCase(
+        "llama-kv-heads-not-divisor",
+        lambda: _llama(num_attention_heads=4, num_key_value_heads=3),
+        ("num_key_value_heads",),
+    ),
+    ApiCase(
+        "llama-hidden-not-divisible",
+        lambda: _llama(hidden_size=21, num_attention_heads=2),
+        ("hidden_size", "num_attention_heads"),
+    ),
+    ApiCase("llama-heads-zero", lambda: _llama(num_attention_heads=0), ("num_attention_heads",)),
+    ApiCase("llama-vocab-zero", lambda: _llama(vocab_size=0), ("vocab_size",)),
+    ApiCase("llama-layers-zero", lambda: _llama(num_hidden_layers=0), ("num_hidden_layers",)),
+    ApiCase("llama-rope-theta-zero", lambda: _llama(rope_theta=0.0), ("rope_theta",)),
+    ApiCase("llama-rope-theta-negative", lambda: _llama(rope_theta=-10000.0), ("rope_theta",)),
+    ApiCase("llama-tie-string", lambda: _llama(tie_word_embeddings="false"), ("tie_word_embeddings",)),
+    ApiCase("llama-pad-out-of-vocab", lambda: _llama(pad_token_id=64), ("pad_token_id",)),
+    ApiCase("llama-unknown-encoding", lambda: _llama(position_embedding_type="fourier"), ("position_embedding_type",)),
+    ApiCase("llama-context-zero", lambda: _llama(max_position_embeddings=0), ("max_position_embeddings",)),
+    ApiCase("llama-norm-eps-negative", lambda: _llama(rms_norm_eps=-1e-6), ("eps",)),
+    ApiCase("gpt3-window-zero", lambda: _gpt3(attention_layout=["local"], local_window=0), ("local_window",)),
+    ApiCase("gpt3-stride-zero", lambda: _gpt3(attention_layout=["strided"], sparse_stride=0), ("sparse_stride",)),
+    ApiCase("gpt3-unknown-layout", lambda: _gpt3(attention_layout=["diagonal"]), ("attention_layout",)),
+    ApiCase("gpt3-kv-heads-zero", lambda: _gpt3(num_key_value_heads=0), ("num_key_value_heads",)),
+    ApiCase("t5-heads-zero", lambda: _t5(num_heads=0), ("num_heads",)),
+    ApiCase("t5-unknown-ffn", lambda: _t5(feed_forward_proj="gated-swoosh"), ("feed_forward_proj",)),
+    ApiCase("t5-buckets-zero", lambda: _t5(relative_attention_num_buckets=0), ("relative_attention_num_buckets",)),
+]
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=lambda c: c.id)
+def test_api_bad_input(case):
+    with pytest.raises(case.errors) as info:
+        case.call()
+    message = str(info.value)
+    for name in case.names:
+        assert name in message, f"{case.id}: {name!r} not named in {message!r}"
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> LlmsysLlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlmsysLlamaForCausalLM(_llama(pad_token_id=0, eos_token_id=1, bos_token_id=2)).eval()
+
+
+def test_generate_empty_input_is_clear(tiny_model):
+    with pytest.raises(ValueError, match="input_ids"):
+        tiny_model.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=2)
+
+
+def test_token_id_out_of_vocab_is_clear(tiny_model):
+    with pytest.raises(ValueError, match=r"input_ids.*vocab_size|vocab_size.*input_ids"):
+        tiny_model(torch.tensor([[1, 64]]))
+
+
+# ---------------------------------------------------------------------------------------------- from_pretrained
+
+
+@pytest.fixture
+def saved_model(tmp_path, tiny_model) -> Path:
+    path = tmp_path / "model"
+    tiny_model.save_pretrained(path)
+    return path
+
+
+def test_folder_without_config(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises((OSError, ValueError)) as info:
+        LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "empty")
+    assert "config.json" in str(info.value) and "model_type" not in str(info.value)
+
+
+def test_more_layers_than_config_is_rejected(tmp_path, saved_model):
+    bigger = LlmsysLlamaForCausalLM(_llama(num_hidden_layers=2, pad_token_id=0, eos_token_id=1, bos_token_id=2))
+    bigger.save_pretrained(tmp_path / "bigger")
+    config = json.loads((saved_model / "config.json").read_text())
+    (tmp_path / "bigger" / "config.json").write_text(json.dumps(config))  # config says 1 layer, weights have 2
+    with pytest.raises(ValueError, match="model.layers.1.* in the checkpoint but not in the model"):
+        LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "bigger")
+
+
+def test_altered_weights_are_detected(saved_model):
+    path = saved_model / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF  # flip bits in the payload, the header stays valid
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="model.safetensors"):
+        LlmsysLlamaForCausalLM.from_pretrained(saved_model)
+
+
+def test_truncated_header_names_the_file(saved_model):
+    path = saved_model / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:6])
+    with pytest.raises(Exception) as info:
+        LlmsysLlamaForCausalLM.from_pretrained(saved_model)
+    assert "model.safetensors" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------------- CLI
+
+
+@dataclass
+class CliCase:
+    """`llmsys <argv>` must exit 2 with every fragment of `names` in stderr, and leave `out` untouched."""
+
+    id: str
+    argv: object  # (files: Files) -> list[str]
+    names: tuple[str, ...]
+    marks: list = field(default_factory=list)
+
+
+@dataclass
+class Files:
+    """Everything a row can point at: good inputs, bad inputs, and the output folder that must stay unchanged."""
+
+    root: Path
+    model: Path
+    text: Path
+    empty: Path
+    not_utf8: Path
+    folder: Path
+    missing: Path
+    out: Path
+    alpaca: Path
+    mixed_jsonl: Path
+    readonly: Path
+    bad_alpaca: Path
+    slotless_template: Path
+
+
+def snapshot(path: Path) -> dict:
+    """Names, sizes and modification times of everything under `path` (empty when it does not exist)."""
+    if not path.exists():
+        return {}
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Files:
+    from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+
+    root = tmp_path_factory.mktemp("bad_inputs")
+    text = root / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 120, encoding="utf-8")
+    tokenizer = train_bpe_tokenizer([text.read_text()], vocab_size=300)
+    config = _llama(vocab_size=len(tokenizer), max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)  # fmt: skip
+    model = root / "model"
+    LlmsysLlamaForCausalLM(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    empty = root / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    not_utf8 = root / "latin1.txt"
+    not_utf8.write_bytes("café crème brûlée\n".encode("latin-1") * 5)
+    folder = root / "a_folder"
+    folder.mkdir()
+    alpaca = root / "alpaca.json"
+    alpaca.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi there."}] * 40))
+    mixed = root / "mixed.jsonl"
+    mixed.write_text('{"text": "a fine document"}\n{"text": 17}\n{"text": "another"}\n', encoding="utf-8")
+    readonly = root / "readonly"
+    readonly.mkdir()
+    out = root / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("previous results")
+    bad_alpaca = root / "bad_alpaca.json"
+    bad_alpaca.write_text(
+        json.dumps([{"instruction": "Say hi.", "output": "Hi."}, {"instruction": "Go.", "output": ""}])
+    )
+    slotless = root / "template.txt"
+    slotless.write_text("Question: {input}\nAnswer: {output}")
+    return Files(root, model, text, empty, not_utf8, folder, root / "missing", out, alpaca, mixed, readonly, bad_alpaca,
+                 slotless)  # fmt: skip
+
+
+TRAIN_TINY = [
+    "--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
+    "--vocab_size", "300", "--block_size", "16", "--max_steps", "1", "--disable_tqdm", "true",
+    "--chunk_chars", "256", "--validation_fraction", "0.2",
+]  # fmt: skip
+
+
+def train(f: Files, *extra: str, data: Path | None = None) -> list[str]:
+    """`llmsys train` on tiny settings (so a row that is wrongly accepted still ends in seconds)."""
+    return ["train", "--train_files", str(data or f.text), "--output_dir", str(f.out / "run"), *TRAIN_TINY, *extra]
+
+
+def ppl(f: Files, *extra: str, data: Path | None = None, model: Path | None = None) -> list[str]:
+    return ["ppl", "--model", str(model or f.model), "--data", str(data or f.text), *extra]
+
+
+def ifd(f: Files, *extra: str, out: Path | None = None) -> list[str]:
+    return ["ifd", "--model", str(f.model), "--data", str(f.alpaca), "--out", str(out or f.out / "sel.json"), *extra]
+
+
+def sft(
+    f: Files, *extra: str, data: Path | None = None, model: Path | None = None, out: Path | None = None
+) -> list[str]:
+    """`llmsys sft` on tiny settings over the tiny model (a wrongly accepted row still ends in seconds)."""
+    return ["sft", "--model_name_or_path", str(model or f.model), "--data", str(data or f.alpaca), "--output_dir",
+            str(out or f.out / "sft"), "--max_steps", "1", "--template", "short", "--max_length", "64", "--disable_tqdm", "true",
+            "--report_to", "none", "--num_generation_examples", "0", *extra]  # fmt: skip
+
+
+def clean(f: Files, *extra: str, data: Path | None = None) -> list[str]:
+    return ["clean", "--input", str(data or f.text), "--output", str(f.out / "cleaned"), *extra]
+
+
+CLI_CASES = [
+    # llmsys train
+    CliCase("train-block-size-zero", lambda f: train(f, "--block_size", "0"), ("--block_size",)),
+    CliCase("train-block-size-negative", lambda f: train(f, "--block_size", "-4"), ("--block_size",)),
+    CliCase("train-block-size-one", lambda f: train(f, "--block_size", "1"), ("--block_size",)),
+    CliCase("train-max-steps-zero", lambda f: train(f, "--max_steps", "0"), ("--max_steps",)),
+    CliCase("train-kv-heads-zero", lambda f: train(f, "--num_key_value_heads", "0"), ("num_key_value_heads",)),
+    CliCase("train-hidden-not-divisible", lambda f: train(f, "--hidden_size", "15"), ("hidden_size",)),
+    CliCase("train-vocab-zero", lambda f: train(f, "--vocab_size", "0"), ("vocab_size",)),
+    CliCase("train-missing-file", lambda f: train(f, data=f.missing), (str(Path("missing")),)),
+    CliCase("train-folder-as-file", lambda f: train(f, data=f.folder), ("a_folder",)),
+    CliCase("train-empty-file", lambda f: train(f, data=f.empty), ("empty.txt",)),
+    CliCase("train-missing-tokenizer", lambda f: train(f, "--tokenizer", str(f.missing)), ("missing", "--tokenizer")),
+    CliCase("train-gpt3-window-zero", lambda f: train(f, "--model_type", "llmsys_gpt3", "--local_window", "0"), ("local_window",)),
+    CliCase("train-unknown-model-type", lambda f: train(f, "--model_type", "llmsys_bert"), ("model_type",)),
+    CliCase("train-lr-negative", lambda f: train(f, "--learning_rate", "-1"), ("learning_rate",)),
+    # llmsys ppl
+    CliCase("ppl-missing-model", lambda f: ppl(f, model=f.missing), ("missing",)),
+    CliCase("ppl-folder-not-a-model", lambda f: ppl(f, model=f.folder), ("a_folder", "config.json")),
+    CliCase("ppl-empty-file", lambda f: ppl(f, data=f.empty), ("empty.txt",)),
+    CliCase("ppl-not-utf8", lambda f: ppl(f, data=f.not_utf8), ("latin1.txt",)),
+    CliCase("ppl-folder-as-data", lambda f: ppl(f, data=f.folder), ("a_folder",)),
+    CliCase("ppl-missing-data", lambda f: ppl(f, data=f.missing), ("missing",)),
+    CliCase("ppl-max-length-zero", lambda f: ppl(f, "--max-length", "0"), ("--max-length",)),
+    CliCase("ppl-stride-zero", lambda f: ppl(f, "--stride", "0"), ("--stride",)),
+    CliCase("ppl-stride-over-window", lambda f: ppl(f, "--max-length", "16", "--stride", "32"), ("--stride",)),
+    CliCase("ppl-batch-zero", lambda f: ppl(f, "--batch-size", "0"), ("--batch-size",)),
+    CliCase("ppl-max-length-not-int", lambda f: ppl(f, "--max-length", "many"), ("--max-length",)),
+    # llmsys ifd
+    CliCase("ifd-keep-zero", lambda f: ifd(f, "--keep", "0"), ("--keep",)),
+    CliCase("ifd-keep-over-one", lambda f: ifd(f, "--keep", "1.5"), ("--keep",)),
+    CliCase("ifd-out-in-missing-folder", lambda f: ifd(f, out=f.missing / "sel.json"), ("missing",)),
+    CliCase("ifd-max-length-below-prompts", lambda f: ifd(f, "--max-length", "4"), ("--max-length",)),
+    CliCase("ifd-missing-data", lambda f: ["ifd", "--model", str(f.model), "--data", str(f.missing), "--out", str(f.out / "s.json")], ("missing",)),
+    # llmsys clean
+    CliCase("clean-mixed-text-column", lambda f: clean(f, data=f.mixed_jsonl), ("mixed.jsonl", "2")),
+    CliCase("clean-missing-input", lambda f: clean(f, data=f.missing), ("missing",)),
+    CliCase("clean-unknown-recipe", lambda f: clean(f, "--recipe", "c5"), ("recipe",)),
+    CliCase("clean-unknown-format", lambda f: clean(f, "--format", "xml"), ("format",)),
+    CliCase("clean-output-not-empty", lambda f: ["clean", "--input", str(f.text), "--output", str(f.out)], ("--overwrite",)),
+    # llmsys sft
+    CliCase("sft-missing-base", lambda f: sft(f, model=f.missing), ("missing",)),
+    CliCase("sft-folder-not-a-model", lambda f: sft(f, model=f.folder), ("a_folder",)),
+    CliCase("sft-missing-records", lambda f: sft(f, data=f.missing), ("missing",)),
+    CliCase("sft-records-not-alpaca", lambda f: sft(f, data=f.mixed_jsonl), ("instruction",)),
+    CliCase("sft-empty-output", lambda f: sft(f, data=f.bad_alpaca), ("output", "1")),
+    CliCase("sft-unknown-template", lambda f: sft(f, "--template", "vicuna"), ("template",)),
+    CliCase("sft-template-without-slot", lambda f: sft(f, "--template", str(f.slotless_template)), ("{instruction}",)),
+    CliCase("sft-max-length-below-template", lambda f: sft(f, "--max_length", "3"), ("--max_length",)),
+    CliCase("sft-lora-target-matches-nothing", lambda f: sft(f, "--lora_r", "4", "--lora_target", "no_such_proj"), ("--lora_target",)),
+    CliCase("sft-lora-r-negative", lambda f: sft(f, "--lora_r", "-1"), ("--lora_r",)),
+    CliCase("sft-mixture-ratio-count", lambda f: sft(f, "--mixture_ratios", "1", "2"), ("--mixture_ratios",)),
+    CliCase("sft-max-steps-zero", lambda f: sft(f, "--max_steps", "0"), ("--max_steps",)),
+    # llmsys card / push / pull / demo
+    CliCase("card-not-a-model", lambda f: ["card", str(f.folder)], ("a_folder",)),
+    CliCase("card-missing-folder", lambda f: ["card", str(f.missing)], ("missing",)),
+    CliCase("push-bad-repo-id", lambda f: ["push", str(f.model), "not a//valid id"], ("repo id",)),
+    CliCase("push-not-a-model", lambda f: ["push", str(f.folder), "alice/x"], ("a_folder",)),
+    CliCase("pull-bad-repo-id", lambda f: ["pull", "not a//valid id", str(f.out / "pulled")], ("repo id",)),
+    CliCase("demo-bad-port", lambda f: ["demo", "--port", "70000", "--no-train"], ("--port",)),
+    CliCase("demo-max-beams-zero", lambda f: ["demo", "--max-beams", "0", "--no-train"], ("--max-beams",)),
+    CliCase("demo-missing-zoo", lambda f: ["demo", "--zoo", str(f.missing), "--no-train"], ("missing",)),
+    # the dispatcher
+    CliCase("unknown-command", lambda f: ["trian"], ("trian",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=lambda c: c.id)
+def test_cli_bad_input(case, files, capsys):
+    before = snapshot(files.out)
+    try:
+        code = main(case.argv(files))
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, f"{case.id}: exit {code}, stderr: {err[-500:]}"
+    assert "Traceback" not in err
+    for name in case.names:
+        assert name in err, f"{case.id}: {name!r} not named in {err!r}"
+    assert snapshot(files.out) == before, f"{case.id}: the output folder changed"
+
+
+@contextlib.contextmanager
+def small_mount(path: Path, options: str):
+    """A tmpfs mounted at `path` with `options` (e.g. "ro" or "size=600k"); skips where mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'}); the fault needs one")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_train_read_only_output_fails_before_training(files, tmp_path, capsys):
+    with small_mount(tmp_path / "ro", "ro,size=1m") as ro:
+        code = main(train(files, "--output_dir", str(ro / "run")))
+    err = capsys.readouterr().err
+    assert code == 2 and str(ro / "run") in err and "not writable" in err and "Traceback" not in err
+
+
+def test_disk_full_during_training_keeps_the_previous_model(files, tmp_path, capsys):
+    """A run that fills the disk at its first checkpoint ends in one line; the earlier complete model still loads."""
+    with small_mount(tmp_path / "full", "size=600k") as disk:
+        run = disk / "run"
+        assert main(train(files, "--output_dir", str(run), "--save_steps", "100")) == 0
+        before = LlmsysLlamaForCausalLM.from_pretrained(run).state_dict()
+        capsys.readouterr()
+        bigger = ["--hidden_size", "256", "--intermediate_size", "512", "--max_steps", "4", "--save_steps", "2"]
+        code = main(train(files, "--output_dir", str(run), *bigger, "--overwrite_output_dir", "true"))
+        err = capsys.readouterr().err
+        assert code == 2 and f"{run}: no space left on the device while writing a checkpoint" in err
+        assert "Traceback" not in err
+        after = LlmsysLlamaForCausalLM.from_pretrained(run).state_dict()  # checksums verified on the way
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
