@@ -16,6 +16,7 @@ from test_demo_support import TINY_ENCODINGS, demo_server, launch_demo, tiny_zoo
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
+from paper_references import paper_get_slopes  # noqa: E402
 
 TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the foolish their lack of "
         "understanding. A hacker is a person who enjoys exploring the details of programmable systems.")  # fmt: skip
@@ -42,19 +43,6 @@ def frame(value: dict):
 
 def assert_plot(plot: dict) -> None:
     assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/") and len(plot["plot"]) > 2000
-
-
-def paper_get_slopes(n: int) -> list[float]:
-    """The ALiBi paper's reference get_slopes (github.com/ofirpress/attention_with_linear_biases)."""
-
-    def power_of_2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + paper_get_slopes(2 * closest)[0::2][: n - closest]
 
 
 ENCODING_ARGS = dict(length=48, heads=8, dim=32, t5_buckets=32, t5_max_distance=64, shaw_k=4, rope_offset=777)

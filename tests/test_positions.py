@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 import torch
 from decoding import stepwise_logits
+from paper_references import paper_get_slopes
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
 from hf_llmsys.models import positions
@@ -158,19 +159,6 @@ def test_sinusoidal_equals_closed_formula():
     assert added.pow(2).mean().sqrt().item() == pytest.approx(model.config.initializer_range, rel=0.2)
     raw = tiny_model("sinusoidal", sinusoidal_scale=1.0).model.positions.add_to_embeddings(embeds, positions_)
     assert torch.allclose(raw, sinusoidal_table(positions_, 32))  # Vaswani et al.'s raw table
-
-
-def paper_get_slopes(n: int) -> list[float]:
-    """Press et al.'s reference ``get_slopes``, transcribed independently of the implementation."""
-
-    def power_of_2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + paper_get_slopes(2 * closest)[0::2][: n - closest]
 
 
 @pytest.mark.parametrize("heads", [8, 12, 16])
