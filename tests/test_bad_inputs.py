@@ -181,6 +181,8 @@ class Files:
     readonly: Path
     bad_alpaca: Path
     slotless_template: Path
+    no_tokenizer: Path
+    ppl_recipe: Path
 
 
 def snapshot(path: Path) -> dict:
@@ -224,8 +226,14 @@ def files(tmp_path_factory) -> Files:
     )
     slotless = root / "template.txt"
     slotless.write_text("Question: {input}\nAnswer: {output}")
+    no_tokenizer = root / "model_without_tokenizer"
+    LlmsysLlamaForCausalLM(config).save_pretrained(no_tokenizer)
+    ppl_recipe = root / "recipe.yaml"
+    ppl_recipe.write_text(
+        f"steps:\n  - step: perplexity\n    model: {root / 'no_such_model'}\n    max_perplexity: 100\n"
+    )
     return Files(root, model, text, empty, not_utf8, folder, root / "missing", out, alpaca, mixed, readonly, bad_alpaca,
-                 slotless)  # fmt: skip
+                 slotless, no_tokenizer, ppl_recipe)  # fmt: skip
 
 
 TRAIN_TINY = [
@@ -279,6 +287,8 @@ CLI_CASES = [
     CliCase("train-lr-negative", lambda f: train(f, "--learning_rate", "-1"), ("learning_rate",)),
     # llmsys ppl
     CliCase("ppl-missing-model", lambda f: ppl(f, model=f.missing), ("missing",)),
+    CliCase("ppl-model-without-tokenizer", lambda f: ppl(f, model=f.no_tokenizer), ("--model", "tokenizer.json")),
+    CliCase("ppl-missing-tokenizer", lambda f: ppl(f, "--tokenizer", str(f.missing)), ("--tokenizer", "no such folder")),
     CliCase("ppl-folder-not-a-model", lambda f: ppl(f, model=f.folder), ("a_folder", "config.json")),
     CliCase("ppl-empty-file", lambda f: ppl(f, data=f.empty), ("empty.txt",)),
     CliCase("ppl-not-utf8", lambda f: ppl(f, data=f.not_utf8), ("latin1.txt",)),
@@ -299,6 +309,7 @@ CLI_CASES = [
     CliCase("clean-mixed-text-column", lambda f: clean(f, data=f.mixed_jsonl), ("mixed.jsonl", "2")),
     CliCase("clean-missing-input", lambda f: clean(f, data=f.missing), ("missing",)),
     CliCase("clean-unknown-recipe", lambda f: clean(f, "--recipe", "c5"), ("recipe",)),
+    CliCase("clean-perplexity-model-missing", lambda f: clean(f, "--recipe", str(f.ppl_recipe)), ("perplexity", "no such folder")),
     CliCase("clean-unknown-format", lambda f: clean(f, "--format", "xml"), ("format",)),
     CliCase("clean-output-not-empty", lambda f: ["clean", "--input", str(f.text), "--output", str(f.out)], ("--overwrite",)),
     # llmsys sft

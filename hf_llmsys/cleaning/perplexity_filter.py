@@ -56,14 +56,13 @@ class PerplexityFilter(CorpusStep):
     def _loaded(self):
         """(model, tokenizer), loading paths with from_pretrained (offline files only) the first time."""
         if isinstance(self.model, str) or isinstance(self.tokenizer, str):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from ..data.pretrained_sources import load_causal_lm, load_tokenizer
 
-            import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
+            flag = f"step {self.name!r}: model"
             if isinstance(self.model, str):
-                self.model = AutoModelForCausalLM.from_pretrained(self.model, local_files_only=True)
+                self.model = load_causal_lm(self.model, flag, local_files_only=True)
             if isinstance(self.tokenizer, str):
-                self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer, local_files_only=True)
+                self.tokenizer = load_tokenizer(self.tokenizer, f"step {self.name!r}: tokenizer", local_files_only=True)
         return self.model, self.tokenizer
 
     def perplexities(self, texts: list[str]) -> list[float]:

@@ -34,9 +34,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def load_model(name: str):
     """Model and tokenizer from a folder or id with the Auto classes (importing hf_llmsys registered ours)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from ..data.pretrained_sources import load_causal_lm, load_tokenizer
 
-    return AutoModelForCausalLM.from_pretrained(name), AutoTokenizer.from_pretrained(name)
+    return load_causal_lm(name, "--model"), load_tokenizer(name, "--model")
 
 
 def scores_jsonl(scores: list[dict]) -> str:

@@ -87,12 +87,11 @@ def read_texts(paths: list[Path], lines: bool = False, text_field: str = "text")
 
 def load_model_and_tokenizer(model_dir: str, tokenizer_dir: str | None, trust_remote_code: bool):
     """AutoModelForCausalLM + AutoTokenizer (hf_llmsys imported first so its architectures resolve)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from ..data.pretrained_sources import load_causal_lm, load_tokenizer
 
-    import hf_llmsys  # noqa: F401  (registers the Auto classes)
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or model_dir, trust_remote_code=trust_remote_code)
+    model = load_causal_lm(model_dir, "--model", trust_remote_code=trust_remote_code)
+    flag = "--tokenizer" if tokenizer_dir else "--model (no --tokenizer given)"
+    tokenizer = load_tokenizer(tokenizer_dir or model_dir, flag, trust_remote_code=trust_remote_code)
     return model, tokenizer
 
 

@@ -34,7 +34,6 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     DataCollatorWithFlattening,
     HfArgumentParser,
@@ -42,6 +41,7 @@ from transformers import (
 )
 
 from ..data.alpaca_records import load_records, mix_records
+from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
@@ -62,9 +62,10 @@ def parse_args(argv: list[str] | None) -> tuple[SFTModelArguments, SFTDataArgume
 def load_tokenizer(model_args: SFTModelArguments):
     """The base model's tokenizer (or --tokenizer_name), with --pad_token applied."""
     source = model_args.tokenizer_name or model_args.model_name_or_path
+    flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path (no --tokenizer_name given)"
     if not Path(source).exists():
-        raise ValueError(f"--model_name_or_path / --tokenizer_name {source}: no such folder")
-    tokenizer = AutoTokenizer.from_pretrained(source)
+        raise ValueError(f"{flag} {source}: no such folder")
+    tokenizer = load_named_tokenizer(source, flag)
     if model_args.pad_token:
         tokenizer.pad_token = tokenizer.eos_token if model_args.pad_token == "eos" else model_args.pad_token
     return tokenizer
