@@ -14,6 +14,8 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -128,7 +130,6 @@ def base_model_config(model_type: str, tokenizer, hidden: int = 64, layers: int 
 
 def save_base_model(folder: Path, model_type: str, tokenizer, seed: int = 0, **shape) -> Path:
     """Save a randomly initialised tiny model and its tokenizer: the 'base model' an SFT test fine-tunes."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     torch.manual_seed(seed)
@@ -143,3 +144,14 @@ def write_records(path: Path, records: list[dict]) -> Path:
     """Records as a JSON list file."""
     path.write_text(json.dumps(records))
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one intra-op thread (more threads only contend on 2 cores); restored afterwards.
+
+    Autouse in every module that imports it (``from sft_fixtures import one_thread``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from sft_fixtures import RECORDS, reverse_task, save_base_model, task_tokenizer, write_records
+from sft_fixtures import (
+    RECORDS,
+    one_thread,  # noqa: F401  (autouse: one intra-op thread for this module)
+    reverse_task,
+    save_base_model,
+    task_tokenizer,
+    write_records,
+)
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, DataCollatorWithFlattening
 
 from hf_llmsys.cli import main
@@ -19,14 +26,6 @@ from hf_llmsys.training import sft
 from hf_llmsys.training.lora import DEFAULT_LORA_TARGETS, resolve_targets
 
 QUIET = {"disable_tqdm": True, "report_to": "none", "save_steps": 10_000, "logging_steps": 1, "template": "short"}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from huggingface_hub import ModelCard
-from sft_fixtures import reverse_task, save_base_model, task_tokenizer, write_records
+from sft_fixtures import (
+    one_thread,  # noqa: F401  (autouse: one intra-op thread for this module)
+    reverse_task,
+    save_base_model,
+    task_tokenizer,
+    write_records,
+)
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from hf_llmsys.cli import main
@@ -28,14 +33,6 @@ COMMON = {
     "warmup_steps": 0.05, "logging_steps": 50, "disable_tqdm": True, "save_steps": 10_000, "report_to": "none",
     "num_generation_examples": 2,
 }  # fmt: skip
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
