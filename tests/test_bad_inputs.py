@@ -125,6 +125,14 @@ def test_folder_without_config(tmp_path):
     assert "config.json" in str(info.value) and "model_type" not in str(info.value)
 
 
+def test_folder_without_config_loads_when_the_config_is_given(saved_model, tiny_model):
+    """The config.json check applies only when the config comes from the folder (not with config= or gguf_file=)."""
+    (saved_model / "config.json").unlink()
+    loaded = LlmsysLlamaForCausalLM.from_pretrained(saved_model, config=tiny_model.config)
+    expected = tiny_model.state_dict()
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in loaded.state_dict().items())
+
+
 def test_more_layers_than_config_is_rejected(tmp_path, saved_model):
     bigger = LlmsysLlamaForCausalLM(_llama(num_hidden_layers=2, pad_token_id=0, eos_token_id=1, bos_token_id=2))
     bigger.save_pretrained(tmp_path / "bigger")

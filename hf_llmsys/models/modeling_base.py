@@ -47,7 +47,11 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         """
         source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if source is not None and os.path.isdir(source):
-            check_local_folder(Path(source), needs_config="config" not in kwargs or kwargs["config"] is None)
+            folder = Path(source, kwargs.get("subfolder") or "")
+            given_config = (
+                kwargs.get("config") is not None or kwargs.get("gguf_file") is not None
+            )  # GGUF: no config.json
+            check_local_folder(folder, needs_config=not given_config)
         if not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info"):
             return super().from_pretrained(*args, **kwargs)
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
