@@ -14,19 +14,15 @@ Legend: B batch, T encoder tokens, S new decoder tokens, K cached + new decoder 
   ignored), normalised by the Trainer's ``num_items_in_batch`` when given. Decoder inputs default to the labels
   shifted right with ``decoder_start_token_id`` (the pad id) first.
 - Generation: transformers' ``GenerationMixin`` with an ``EncoderDecoderCache`` (self-attention keys in a
-  ``GrowingCache``, cross-attention keys computed once). Beam search scores finished hypotheses with a length
-  penalty chosen by the generation option ``length_penalty_type`` (``LENGTH_PENALTIES``): "transformers" (default,
-  sum_logprobs / len**alpha) or "gnmt" (Wu et al. 2016, sum_logprobs / ((5 + len) / 6)**alpha, the T5 paper's
-  choice with alpha 0.6). The GNMT rule is hooked in by handing transformers' beam search, at each length, the
-  exponent e with len**e == ((5 + len) / 6)**alpha, so its own scoring code computes the GNMT value.
+  ``GrowingCache``, cross-attention keys computed once). The generate option ``length_penalty_type`` selects how
+  beam search scores finished hypotheses (``beam_search.LENGTH_PENALTIES``): "transformers" (default, transformers'
+  own beam search, sum_logprobs / len**alpha) or "gnmt" (Wu et al. 2016, sum_logprobs / ((5 + len) / 6)**alpha, the
+  T5 paper's choice with alpha 0.6), which runs ``beam_search.beam_search`` through ``generate(custom_generate=)``.
 - Checkpoints: transformers' T5 key names on disk (``t5_checkpoint_conversion.py``), q/k/v, cross k/v and
   gate/up fused in memory.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -43,6 +39,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import GroupedQueryAttention
+from .beam_search import LENGTH_PENALTIES, LengthPenaltyTypeMixin
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
 from .feed_forward import MLP, GatedMLP
@@ -52,20 +49,6 @@ from .norms import RMSNorm
 from .positions import T5RelativePositionalEncoding
 from .t5_checkpoint_conversion import register_t5_conversions, rename_t5_state_dict
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
-
-# Beam-search length penalties: (hypothesis length, alpha) -> denominator of the summed log-probabilities.
-LENGTH_PENALTIES: dict[str, Callable[[float, float], float]] = {
-    "transformers": lambda length, alpha: length**alpha,
-    "gnmt": lambda length, alpha: ((5.0 + length) / 6.0) ** alpha,  # Wu et al. 2016, eq. 14
-}
-
-
-def equivalent_exponent(kind: str, length: float, alpha: float) -> float:
-    """The exponent e with length**e == LENGTH_PENALTIES[kind](length, alpha) (any e when length == 1 and the
-    penalty is 1 there, as for both rules)."""
-    if kind == "transformers" or length <= 1:
-        return alpha
-    return math.log(LENGTH_PENALTIES[kind](length, alpha)) / math.log(length)
 
 
 def stack_outputs(encoder_outputs: BaseModelOutput, decoded) -> dict:
@@ -282,7 +265,7 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
         )
 
 
-class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
+class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, GenerationMixin):
     """T5 with its LM head: logits (B, S, V); ``generate`` does greedy, sampling and beam search with a cache."""
 
     _keys_to_ignore_on_load_unexpected = LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected
@@ -334,48 +317,6 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
         default = generation_config.cache_implementation in (None, "dynamic") and not generation_config.is_assistant
         if cache is not user_cache and isinstance(cache, EncoderDecoderCache) and default:
             model_kwargs["cache"] = EncoderDecoderCache(GrowingCache(), DynamicCache())
-
-    def _prepare_generation_config(self, generation_config, *args, **kwargs):
-        """Accept ``length_penalty_type`` ("transformers" or "gnmt", see ``LENGTH_PENALTIES``) as a generate option."""
-        kind = kwargs.pop("length_penalty_type", None)
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, *args, **kwargs)
-        kind = kind or getattr(generation_config, "length_penalty_type", None) or "transformers"
-        if kind not in LENGTH_PENALTIES:
-            raise ValueError(f"length_penalty_type={kind!r} is unknown; choose one of {sorted(LENGTH_PENALTIES)}.")
-        generation_config.length_penalty_type = kind
-        return generation_config, model_kwargs
-
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
-        self._length_penalty_kind = getattr(generation_config, "length_penalty_type", "transformers")
-        try:
-            return super()._beam_search(
-                input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
-            )
-        finally:
-            del self._length_penalty_kind
-
-    def _update_finished_beams(self, *, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        """transformers' update with the exponent that makes its len**e the selected length penalty."""
-        kind = getattr(self, "_length_penalty_kind", "transformers")
-        exponent = equivalent_exponent(kind, cur_len + 1 - decoder_prompt_len, length_penalty)
-        return super()._update_finished_beams(
-            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=exponent, **kwargs
-        )
-
-    def _check_early_stop_heuristic(self, *, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty,
-                                    **kwargs):  # fmt: skip
-        """transformers' stopping heuristic, its best-case length scored with the selected length penalty."""
-        kind = getattr(self, "_length_penalty_kind", "transformers")
-        never_and_positive = early_stopping == "never" and length_penalty > 0.0
-        length = (max_length if never_and_positive else cur_len) - decoder_prompt_len
-        return GenerationMixin._check_early_stop_heuristic(
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=equivalent_exponent(kind, length, length_penalty),
-            **kwargs,
-        )
 
 
 LlmsysT5PreTrainedModel.auto_class_map = {
