@@ -47,7 +47,7 @@ from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
 from .positions import T5RelativePositionalEncoding
-from .t5_checkpoint_conversion import register_t5_conversions, rename_t5_state_dict
+from .t5_checkpoint_conversion import T5_FORMAT
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
 
@@ -100,12 +100,7 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
             tied.pop("lm_head.weight", None)
         return tied
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Plain ``load_state_dict`` of a folder written by ``save_pretrained`` (T5 key names, e.g. the Trainer
-        resuming a checkpoint) renames the keys first; the fused projections' own hooks then fuse them."""
-        if prefix == "":
-            rename_t5_state_dict(state_dict)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    checkpoint_format = T5_FORMAT  # transformers' T5 key names on disk (t5_checkpoint_conversion.py)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -323,7 +318,6 @@ LlmsysT5PreTrainedModel.auto_class_map = {
     "AutoModel": LlmsysT5Model,
     "AutoModelForSeq2SeqLM": LlmsysT5ForConditionalGeneration,
 }
-register_t5_conversions(LlmsysT5Config.model_type, LlmsysT5EncoderModel.__name__)
 
 __all__ = [
     "LENGTH_PENALTIES",
