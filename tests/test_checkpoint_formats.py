@@ -16,7 +16,7 @@ import copy
 import pytest
 import torch
 from llama_reference import tiny_llama_config
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -206,3 +206,16 @@ def test_only_converters_that_match_are_listed():
     encoder = LlmsysT5EncoderModel(LlmsysT5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=1))
     sources = [pattern for transform in encoder.checkpoint_conversions() for pattern in transform.source_patterns]
     assert sources and not any(p.startswith("^decoder") or "EncDecAttention" in p for p in sources), sources
+
+
+def test_original_t5_checkpoints_with_the_unused_cross_attention_bias_load(tmp_path):
+    """Google's original T5 checkpoints (t5-small ...) hold a relative bias in the decoder's first cross-attention
+    that T5 never uses; transformers ignores it, and so does our strict loader."""
+    reference = reference_model("t5-v1.0")
+    reference.save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"] = torch.zeros(8, 4)
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ours = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path)
+    inputs = model_inputs(reference)
+    torch.testing.assert_close(logits(ours, inputs), logits(reference, inputs), atol=TOL, rtol=0)

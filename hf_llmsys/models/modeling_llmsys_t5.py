@@ -47,7 +47,7 @@ from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
 from .positions import T5RelativePositionalEncoding
-from .t5_checkpoint_conversion import T5_FORMAT
+from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
 
@@ -88,7 +88,7 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
     base_model_prefix = "transformer"
     _no_split_modules = ["EncoderLayer", "CrossAttentionDecoderLayer"]
     _supports_flash_attn = False  # the relative bias is an additive score term flash attention cannot take
-    _keys_to_ignore_on_load_unexpected = [r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias"]
+    _keys_to_ignore_on_load_unexpected = T5_UNUSED_KEYS
     # The stacks' embeddings are always the shared table; the head joins it only when tie_word_embeddings. Each
     # model class lists the keys it has (as transformers' T5 classes do).
     _tied_weights_keys = {"encoder.embed_tokens.weight": "shared.weight"}

@@ -80,7 +80,11 @@ def t5_conversions() -> list[WeightTransform]:
     return transforms
 
 
+# Tensors of original T5 checkpoints (t5-small ...) that transformers' T5 ignores too: a relative bias in the
+# decoder's cross-attention, never used. Matched after the renames (transformers checks the renamed keys).
+T5_UNUSED_KEYS = [r"^decoder\.layers\.0\.EncDecAttention\.relative_attention_bias\."]
+
 T5_FORMAT = "t5"
 CHECKPOINT_KEY_MAPS[T5_FORMAT] = t5_conversions
 
-__all__ = ["T5_FORMAT", "T5_FUSIONS", "T5_RENAMES", "t5_conversions"]
+__all__ = ["T5_FORMAT", "T5_FUSIONS", "T5_UNUSED_KEYS", "T5_RENAMES", "t5_conversions"]
