@@ -21,7 +21,6 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
-from .weight_conversion import fuse_split_projections
 
 
 def eager_attention_forward(
@@ -90,10 +89,6 @@ class GroupedQueryAttention(nn.Module):
         if not layer_types or layer_types[self.layer_idx] != "sliding_attention":
             return None
         return self.config.sliding_window
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        fuse_split_projections(state_dict, prefix, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(
         self,

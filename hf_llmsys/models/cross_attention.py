@@ -16,7 +16,6 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
-from .weight_conversion import fuse_split_projections
 
 
 class CrossAttention(nn.Module):
@@ -37,10 +36,6 @@ class CrossAttention(nn.Module):
         self.q_proj = nn.Linear(config.hidden_size, inner, bias=bias)
         self.kv_proj = nn.Linear(config.hidden_size, 2 * inner, bias=bias)
         self.o_proj = nn.Linear(inner, config.hidden_size, bias=bias)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        fuse_split_projections(state_dict, prefix, "kv_proj", ("k_proj", "v_proj"))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def encoder_keys_values(self, encoder_hidden_states: torch.Tensor, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, T, D) of the encoder output: from the cache when already stored, else projected

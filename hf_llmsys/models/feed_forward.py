@@ -19,8 +19,6 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from .weight_conversion import fuse_split_projections
-
 # Named gated variants -> the activation applied to the gate.
 GATED_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
 # Activations computed by a fused torch kernel instead of transformers' module of the same function: GPT-2's
@@ -67,10 +65,6 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        fuse_split_projections(state_dict, prefix, "gate_up_proj", ("gate_proj", "up_proj"))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (B, S, I) each

@@ -1,4 +1,6 @@
-"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation, strict loading, crash-safe saving.
+"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation, strict loading, crash-safe saving,
+and the checkpoint key map of each model's format (``checkpoint_format``, see ``weight_conversion.py``), applied by
+``from_pretrained``, ``save_pretrained`` and plain ``load_state_dict`` alike.
 
 Saving also writes ``checksums.sha256`` beside the weights (``sha256sum`` format: ``<hex digest>  <file name>``),
 and loading a local folder verifies every file it lists: a weight file whose bytes changed after the save (a bad
@@ -8,6 +10,7 @@ Folders without the manifest (transformers' own saves, older checkpoints) load a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,9 +20,11 @@ from pathlib import Path
 
 from torch import nn
 from transformers import initialization as init
+from transformers.core_model_loading import WeightTransform
 from transformers.modeling_utils import PreTrainedModel
 
 from .rotary import RotaryEmbedding
+from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, transforms_matching
 
 
 class LlmsysPreTrainedModel(PreTrainedModel):
@@ -35,6 +40,45 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     # Auto class name -> model class, written into a saved config's ``auto_map`` for remote code (transformers
     # itself only lists the class that was saved). Filled by each architecture's modeling file.
     auto_class_map: dict[str, type] = {}
+    # The on-disk key layout (a key of ``weight_conversion.CHECKPOINT_KEY_MAPS``); None: our own names.
+    checkpoint_format: str | None = None
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        self.register_load_state_dict_pre_hook(_convert_checkpoint_keys)
+
+    def checkpoint_key_map(self) -> list[WeightTransform]:
+        """Every transform of this model's format (a fresh list), applied when loading: a checkpoint of another
+        variant of the format (e.g. a head model's, into the base model) may need rules this model's keys do not."""
+        return [] if self.checkpoint_format is None else CHECKPOINT_KEY_MAPS[self.checkpoint_format]()
+
+    def checkpoint_conversions(self) -> list[WeightTransform]:
+        """The transforms of the format that touch this model's keys: what its saves apply (reversed)."""
+        return transforms_matching(self.checkpoint_key_map(), self.state_dict(keep_vars=True).keys())
+
+    @property
+    def _weight_conversions(self) -> list[WeightTransform] | None:
+        """What ``save_pretrained`` reverses: the transforms a ``from_pretrained`` load used (transformers sets
+        them), else this model's key map, so a model built in code saves in its format too."""
+        if "_loaded_weight_conversions" in self.__dict__:
+            return self.__dict__["_loaded_weight_conversions"]
+        return self.checkpoint_conversions()
+
+    @_weight_conversions.setter
+    def _weight_conversions(self, conversions: list[WeightTransform] | None) -> None:
+        self.__dict__["_loaded_weight_conversions"] = conversions
+
+    @_weight_conversions.deleter
+    def _weight_conversions(self) -> None:
+        self.__dict__.pop("_loaded_weight_conversions", None)
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys=None):
+        """transformers' loader, given this instance's key map after the caller's ``key_mapping`` renames."""
+        if isinstance(model, LlmsysPreTrainedModel):
+            mapping = [*(load_config.weight_mapping or []), *model.checkpoint_key_map()]
+            load_config = dataclasses.replace(load_config, weight_mapping=mapping)
+        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
 
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, **kwargs):
@@ -116,6 +160,11 @@ class LlmsysPreTrainedModel(PreTrainedModel):
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
 CHECKSUM_FILE = "checksums.sha256"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def _convert_checkpoint_keys(model: LlmsysPreTrainedModel, state_dict: dict, prefix: str, *args) -> None:
+    """``load_state_dict`` pre-hook: the model's key map on the keys under its prefix (``weight_conversion.py``)."""
+    convert_state_dict(state_dict, model.checkpoint_key_map(), model.config, prefix)
 
 
 def _within_model(model: nn.Module, key: str) -> bool:

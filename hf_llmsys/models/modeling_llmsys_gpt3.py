@@ -15,8 +15,8 @@ Built from the shared blocks in ``decoder.py``. Each layer's layout kind (``conf
   transformers' caches) and get transformers' sliding-window mask.
 
 Init follows GPT-2: residual output projections (o_proj, down_proj) get std initializer_range / sqrt(2 * layers).
-transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints load through the conversion mappings in
-``weight_conversion.py`` (``config.checkpoint_format`` says which layout a model reads and writes).
+transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints load through the key maps in
+``weight_conversion.py`` (``config.checkpoint_format`` says which layout a model reads and writes, per instance).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from .mask_inputs import MaskInputs, at_positions
 from .positions import encoding_class
 from .sparse_attention import SPARSE_KERNELS, LayoutKernel
 from .sparse_layouts import ATTENTION_LAYOUTS, head_group_mask_functions
-from .weight_conversion import register_checkpoint_format
 
 # attn_implementation -> backend of the layout kernels.
 KERNEL_BACKENDS = {"sdpa": "kernels", "flex_attention": "flex"}
@@ -46,16 +45,10 @@ class LlmsysGPT3PreTrainedModel(DecoderPreTrainedModel):
     config: LlmsysGPT3Config
     config_class = LlmsysGPT3Config
 
-    def __init__(self, config: LlmsysGPT3Config, *args, **kwargs):
-        # transformers looks conversion mappings up by model type when loading into this instance: point
-        # "llmsys_gpt3" at the checkpoint layout this config reads (GPT-2 or GPT-Neo) before that happens.
-        register_checkpoint_format(config.model_type, config.checkpoint_format)
-        super().__init__(config, *args, **kwargs)
-
-    def save_pretrained(self, *args, **kwargs):
-        """transformers' save, writing this model's checkpoint layout (``config.checkpoint_format``)."""
-        register_checkpoint_format(self.config.model_type, self.config.checkpoint_format)
-        return super().save_pretrained(*args, **kwargs)
+    @property
+    def checkpoint_format(self) -> str:
+        """The key layout this instance reads and writes: ``config.checkpoint_format`` ("gpt2" or "gpt_neo")."""
+        return self.config.checkpoint_format
 
     def _init_weights(self, module: nn.Module) -> None:
         """Shared init, then GPT-2's scaled residual projections (Radford et al. 2019, section 2.3).
@@ -171,7 +164,5 @@ LlmsysGPT3PreTrainedModel.auto_class_map = {
     "AutoModel": LlmsysGPT3Model,
     "AutoModelForCausalLM": LlmsysGPT3ForCausalLM,
 }
-# By model type only: the base model nested in the causal LM is then covered by the root's (unscoped) mapping.
-register_checkpoint_format(LlmsysGPT3Config.model_type, "gpt2")
 
 __all__ = ["LlmsysGPT3PreTrainedModel", "LlmsysGPT3Model", "LlmsysGPT3ForCausalLM"]

@@ -10,12 +10,12 @@ from transformers.generation import GenerationMixin
 
 from .configuration_llmsys_llama import LlmsysLlamaConfig
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
-from .weight_conversion import register_fused_projection_conversions
 
 
 class LlmsysLlamaPreTrainedModel(DecoderPreTrainedModel):
     config: LlmsysLlamaConfig
     config_class = LlmsysLlamaConfig
+    checkpoint_format = "llama"  # transformers' Llama key names on disk (weight_conversion.py)
 
 
 class LlmsysLlamaModel(LlmsysLlamaPreTrainedModel, DecoderModel):
@@ -32,8 +32,5 @@ LlmsysLlamaPreTrainedModel.auto_class_map = {
     "AutoModel": LlmsysLlamaModel,
     "AutoModelForCausalLM": LlmsysLlamaForCausalLM,
 }
-register_fused_projection_conversions(
-    LlmsysLlamaConfig.model_type, LlmsysLlamaModel.__name__, LlmsysLlamaForCausalLM.__name__
-)
 
 __all__ = ["LlmsysLlamaPreTrainedModel", "LlmsysLlamaModel", "LlmsysLlamaForCausalLM"]

@@ -47,7 +47,7 @@ from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
 from .positions import T5RelativePositionalEncoding
-from .t5_checkpoint_conversion import register_t5_conversions, rename_t5_state_dict
+from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
 
@@ -88,7 +88,7 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
     base_model_prefix = "transformer"
     _no_split_modules = ["EncoderLayer", "CrossAttentionDecoderLayer"]
     _supports_flash_attn = False  # the relative bias is an additive score term flash attention cannot take
-    _keys_to_ignore_on_load_unexpected = [r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias"]
+    _keys_to_ignore_on_load_unexpected = T5_UNUSED_KEYS
     # The stacks' embeddings are always the shared table; the head joins it only when tie_word_embeddings. Each
     # model class lists the keys it has (as transformers' T5 classes do).
     _tied_weights_keys = {"encoder.embed_tokens.weight": "shared.weight"}
@@ -100,12 +100,7 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
             tied.pop("lm_head.weight", None)
         return tied
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Plain ``load_state_dict`` of a folder written by ``save_pretrained`` (T5 key names, e.g. the Trainer
-        resuming a checkpoint) renames the keys first; the fused projections' own hooks then fuse them."""
-        if prefix == "":
-            rename_t5_state_dict(state_dict)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    checkpoint_format = T5_FORMAT  # transformers' T5 key names on disk (t5_checkpoint_conversion.py)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -323,7 +318,6 @@ LlmsysT5PreTrainedModel.auto_class_map = {
     "AutoModel": LlmsysT5Model,
     "AutoModelForSeq2SeqLM": LlmsysT5ForConditionalGeneration,
 }
-register_t5_conversions(LlmsysT5Config.model_type, LlmsysT5EncoderModel.__name__)
 
 __all__ = [
     "LENGTH_PENALTIES",

@@ -1,18 +1,49 @@
-"""Checkpoint key conversion between transformers' separate projections and hf-llmsys' fused ones.
+"""Checkpoint key maps: each on-disk format declared once, applied per model instance on every loading path.
 
-hf-llmsys stores q/k/v as one ``qkv_proj`` (rows: H*D query, G*D key, G*D value) and gate/up as one
-``gate_up_proj`` (rows: I gate, I up). A transformers Llama checkpoint (``q_proj``, ``k_proj``, ``v_proj``,
-``gate_proj``, ``up_proj``) is fused on the fly by ``from_pretrained`` through transformers' conversion-mapping
-machinery, and ``save_pretrained`` splits the fused tensors back (transformers reverses the mapping by default),
-so checkpoints on disk keep the standard Llama key names. GQA makes the q/k/v pieces unequal, hence the sized
-split below instead of transformers' equal ``Chunk``.
+A format is a list of transformers ``WeightRenaming`` / ``WeightConverter`` ops (``CHECKPOINT_KEY_MAPS``, name ->
+function returning a fresh list): "llama" (transformers' Llama: separate q/k/v and gate/up), "gpt2" (GPT-2's
+Conv1D modules, fused ``c_attn``) and "gpt_neo" (GPT-Neo's Linear modules, separate q/k/v) here, "t5" in
+``t5_checkpoint_conversion.py``. Renamings run in order (each may see the result of the previous ones), then at
+most one converter per key, as in transformers' loader; saving runs the reverse.
+
+Which format a model uses is chosen per instance: ``LlmsysPreTrainedModel.checkpoint_format`` (a class constant
+for llama / t5, ``config.checkpoint_format`` for GPT-3). ``checkpoint_key_map()`` is the format's whole list, used
+when loading (a head model's checkpoint loads into the base model, so rules this model's keys do not need may
+apply); ``checkpoint_conversions()`` keeps the ops that touch this model's keys (``transforms_matching``: a
+bias-free LLaMA has no bias converters, the T5 encoder no decoder rules, a GPT-3 without learned positions no
+``wpe`` rule): what its saves apply, reversed. Why not transformers' registry
+(``register_checkpoint_conversion_mapping``): transformers 5 looks conversions up in a process-global table by
+class name, then model type (``conversion_mapping.get_model_conversion_mapping``), and nothing in that lookup sees
+the instance. One GPT-3 class reads two layouts, and which ops can match depends on the config, so a global entry
+is wrong for some instances or has to be re-pointed before every load and save (two models of different formats
+in one process then race). So nothing is registered, and the instance's list is handed to transformers' own
+machinery at the points where transformers holds the instance (``modeling_base.py``):
+
+- ``from_pretrained``: ``_load_pretrained_model(model, ..., load_config)`` receives the new instance; its list is
+  appended to ``load_config.weight_mapping`` (after the caller's ``key_mapping=`` renames), so transformers'
+  loader converts, reports and places the tensors as for its own models.
+- ``save_pretrained``: transformers reverses ``model._weight_conversions`` (``save_original_format=True``): the ops
+  that a ``from_pretrained`` load used, else (a model built in code) the instance's list.
+- plain ``load_state_dict`` (the Trainer resuming from a checkpoint folder, a transformers model's state dict): one
+  model-level pre-hook applies the same list with ``convert_state_dict`` below (transformers' ``rename_source_key``
+  and the converters' own ``convert``). State dicts already in our layout match no source pattern and pass through.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from copy import deepcopy
+
 import torch
-from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import ConversionOps, Transpose, WeightConverter, WeightRenaming
+from transformers.core_model_loading import (
+    ConversionOps,
+    Transpose,
+    WeightConverter,
+    WeightRenaming,
+    WeightTransform,
+    dot_natural_key,
+    rename_source_key,
+)
 
 
 def _qkv_sizes(config) -> list[int]:
@@ -69,8 +100,8 @@ class SplitRows(ConversionOps):
         return ConcatenateRows(self.rule)
 
 
-def fused_projection_conversions() -> list[WeightConverter]:
-    """Converters from separate q/k/v and gate/up tensors (weights and biases) to the fused ones."""
+def llama_conversions() -> list[WeightTransform]:
+    """transformers' Llama layout: separate q/k/v and gate/up tensors (and biases, Qwen2-style) -> fused ones."""
     converters = []
     for suffix in ("weight", "bias"):
         converters.append(
@@ -88,25 +119,6 @@ def fused_projection_conversions() -> list[WeightConverter]:
             )
         )
     return converters
-
-
-def fuse_split_projections(state_dict: dict, prefix: str, fused: str, parts: tuple[str, ...]) -> None:
-    """In place: replace ``{prefix}{part}.weight|bias`` entries of a Llama-layout state dict by the fused one.
-
-    Used from ``_load_from_state_dict`` so that plain ``load_state_dict`` (e.g. the Trainer resuming from a
-    checkpoint written by ``save_pretrained``) accepts the on-disk layout, not only ``from_pretrained``.
-    """
-    for suffix in ("weight", "bias"):
-        keys = [f"{prefix}{part}.{suffix}" for part in parts]
-        if all(key in state_dict for key in keys):
-            state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat([state_dict.pop(key) for key in keys], dim=0)
-
-
-def register_fused_projection_conversions(*names: str) -> None:
-    """Make ``from_pretrained`` / ``save_pretrained`` fuse / split the projections for these model types or
-    class names (class names also cover a config whose ``model_type`` is another's, e.g. a Llama config.json)."""
-    for name in names:
-        register_checkpoint_conversion_mapping(name, fused_projection_conversions(), overwrite=True)
 
 
 # transformers GPT-2 key -> hf-llmsys key (regexes, applied in order); the inverse runs at save time. The
@@ -164,17 +176,43 @@ def gpt_neo_conversions() -> list:
 
 
 # Checkpoint layouts a GPT-3-style model can read and write (``LlmsysGPT3Config.checkpoint_format``).
-CHECKPOINT_FORMATS = {"gpt2": gpt2_conversions, "gpt_neo": gpt_neo_conversions}
+CHECKPOINT_FORMATS: dict[str, Callable[[], list[WeightTransform]]] = {
+    "gpt2": gpt2_conversions,
+    "gpt_neo": gpt_neo_conversions,
+}
+# Every format a model may name in ``checkpoint_format`` ("t5" is added by t5_checkpoint_conversion.py).
+CHECKPOINT_KEY_MAPS: dict[str, Callable[[], list[WeightTransform]]] = {"llama": llama_conversions, **CHECKPOINT_FORMATS}
 
 
-def register_checkpoint_format(name: str, checkpoint_format: str) -> None:
-    """Make ``from_pretrained`` / ``save_pretrained`` of model type or class ``name`` use this key layout.
+def transforms_matching(transforms: list[WeightTransform], model_keys: Iterable[str]) -> list[WeightTransform]:
+    """The transforms that act on a model with these state-dict keys: each one whose reverse renames or splits at
+    least one key when the model is saved (in transformers' save order), in their original order."""
+    reverses = [transform.reverse_transform() for transform in transforms[::-1]]
+    renamings = [reverse for reverse in reverses if isinstance(reverse, WeightRenaming)]
+    converters = [reverse for reverse in reverses if isinstance(reverse, WeightConverter)]
+    for key in model_keys:
+        rename_source_key(key, renamings, converters, reverse=True)
+    return [transform for transform, reverse in zip(transforms[::-1], reverses) if reverse.was_used()][::-1]
 
-    transformers keeps one mapping per model type; a GPT-3-style model re-points it at its own layout right
-    before loading (in ``__init__``) and saving, so GPT-2- and GPT-Neo-derived models can coexist.
-    """
-    if checkpoint_format not in CHECKPOINT_FORMATS:
-        raise ValueError(
-            f"checkpoint_format: unknown layout {checkpoint_format!r}; choose one of {sorted(CHECKPOINT_FORMATS)}."
-        )
-    register_checkpoint_conversion_mapping(name, CHECKPOINT_FORMATS[checkpoint_format](), overwrite=True)
+
+@torch.no_grad()
+def convert_state_dict(state_dict: dict, transforms: list[WeightTransform], config, prefix: str = "") -> None:
+    """In place: rename and convert the keys under ``prefix`` as ``from_pretrained`` would (same transforms, same
+    order: every renaming, then at most one converter per key; a converter's pieces are joined per target key).
+    Keys no transform matches are left alone, so a state dict already in the model's layout is unchanged."""
+    renamings = [transform for transform in transforms if isinstance(transform, WeightRenaming)]
+    converters = [transform for transform in transforms if isinstance(transform, WeightConverter)]
+    by_pattern = {pattern: converter for converter in converters for pattern in converter.source_patterns}
+    pending: dict[str, WeightConverter] = {}  # target key -> its own converter collecting the pieces
+    keys = sorted((key for key in state_dict if key.startswith(prefix)), key=dot_natural_key)
+    for key in keys:
+        new_key, pattern = rename_source_key(key[len(prefix) :], renamings, converters)
+        if pattern is not None:
+            pending.setdefault(new_key, deepcopy(by_pattern[pattern])).add_tensor(
+                new_key, key, pattern, state_dict.pop(key)
+            )
+        elif prefix + new_key != key:
+            state_dict[prefix + new_key] = state_dict.pop(key)
+    for new_key, converter in pending.items():
+        for name, value in converter.convert(new_key, config=config).items():
+            state_dict[prefix + name] = value[0] if isinstance(value, list) else value
