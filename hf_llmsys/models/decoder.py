@@ -42,10 +42,11 @@ class DecoderModel(DecoderPreTrainedModel):
 
     def __init__(self, config):
         super().__init__(config)
+        config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = build_norm(config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -120,6 +121,12 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
         )
         if cache is not user_cache and type(cache) is DynamicCache and default_cache:
             model_kwargs["cache"] = GrowingCache(config=self.config.get_text_config(decoder=True))
+
+    def create_masks_for_generate(self, attention_mask=None, **kwargs):
+        """The 2D padding mask, unchanged, where generate would prepare 4D masks per cache kind (static caches):
+        each layer builds the mask of its own layout in forward (``layer_attention_masks``), which a prepared causal or
+        sliding-window mask would override."""
+        return attention_mask
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple

@@ -24,7 +24,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.mlp = build_feed_forward(
             config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_gated, bias=config.mlp_bias
         )
-        norm_args = (config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        norm_args = (config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.input_layernorm = build_norm(*norm_args)
         self.post_attention_layernorm = build_norm(*norm_args)
 
