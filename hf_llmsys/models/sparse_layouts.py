@@ -1,4 +1,4 @@
-"""Attention layouts for the sparse GPT-3-style model: which (query, key) pairs each layer keeps.
+"""Attention layouts of the decoders' layers (GPT-3's sparse attention): which (query, key) pairs a layer keeps.
 
 GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", section 2.1) "uses alternating dense and
 locally banded sparse attention patterns in the layers, similar to the Sparse Transformer" (Child et al. 2019,
