@@ -1,8 +1,9 @@
 """Blocks declare what they can do; models and tools read it through the registries, never from lists of names.
 
 A new positional encoding or attention layout is one class (or predicate) plus one registry row: shown here with
-test-only entries that the GPT-3-style model then handles correctly without any other change (cache kind, kernel
-or mask path, flash refusal, and the ``has_length_limit`` attribute evaluation tools duck-type on).
+test-only entries that the decoders (GPT-3-style, and LLaMA-style for layouts) then handle correctly without any
+other change (cache kind, kernel or mask path, flash refusal, and the ``has_length_limit`` attribute evaluation
+tools duck-type on).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+from hf_llmsys.models.attention_plan import plan_layer_attention
 from hf_llmsys.models.mask_inputs import MaskInputs
 from hf_llmsys.models.positions import (
     POSITIONAL_ENCODINGS,
@@ -18,7 +20,6 @@ from hf_llmsys.models.positions import (
     NoPositionalEncoding,
     PositionalEncoding,
 )
-from hf_llmsys.models.sparse_attention import LayoutKernel
 from hf_llmsys.models.sparse_layouts import ATTENTION_LAYOUTS, AttentionLayout
 
 
@@ -40,27 +41,28 @@ class ConstantNoPE(NoPositionalEncoding):
     """Test-only encoding that adds nothing anywhere (so kernels and window caches apply)."""
 
 
-def gpt3(**overrides):
+def gpt3(config_class=LlmsysGPT3Config, **overrides):
     config = dict(
         vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
         attention_layout=["dense", "local"], local_window=4, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
-    return LlmsysGPT3Config(**{**config, **overrides})
+    return config_class(**{**config, **overrides})
 
 
-def plans(model, seq_len=16):
+def kernels(model, seq_len=16) -> list[bool]:
+    """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask)."""
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
-    return model.model.layer_attention_masks(inputs)
+    return [plan.kernel is not None for plan in plan_layer_attention(model.config, inputs)]
 
 
-@pytest.mark.parametrize("cls, kernels", [(HalfSlopeALiBi, False), (ConstantNoPE, True)])
-def test_a_new_encoding_is_one_class_and_one_registry_row(monkeypatch, cls, kernels):
+@pytest.mark.parametrize("cls, uses_kernels", [(HalfSlopeALiBi, False), (ConstantNoPE, True)])
+def test_a_new_encoding_is_one_class_and_one_registry_row(monkeypatch, cls, uses_kernels):
     monkeypatch.setitem(POSITIONAL_ENCODINGS, "test_only", cls)
     config = gpt3(position_embedding_type="test_only")
     windowed = "sliding_attention" in config.layer_types
     assert windowed == (not cls.adds_score_bias)  # a score bias keeps full caches in local layers
     model = LlmsysGPT3ForCausalLM(config).eval()
-    assert all(isinstance(plan, LayoutKernel) for plan in plans(model)) == kernels
+    assert kernels(model) == [False, uses_kernels]  # "dense" layers always use transformers' causal mask
     limited = [m for m in model.modules() if getattr(type(m), "has_length_limit", False)]
     assert limited == []  # what evaluation reads to decide on sliding windows past the context
     ids = torch.randint(0, 50, (2, 10))
@@ -87,15 +89,20 @@ def _previous_token(**_):
     return previous_token
 
 
-def test_a_new_layout_is_one_registry_row(monkeypatch):
-    """A "previous token" layout (kv in {q-1, q}) without a kernel of its own: it runs as a mask, and a one-layer
-    model's logits at t then depend on tokens t-1 and t only."""
+@pytest.mark.parametrize("config_class, model_class", [(LlmsysGPT3Config, LlmsysGPT3ForCausalLM),
+                                                        (LlmsysLlamaConfig, LlmsysLlamaForCausalLM)])  # fmt: skip
+def test_a_new_layout_is_one_registry_row(monkeypatch, config_class, model_class):
+    """A "previous token" layout (kv in {q-1, q}) without a kernel of its own: it runs as a mask in every decoder,
+    and a one-layer model's logits at t then depend on tokens t-1 and t only."""
     monkeypatch.setitem(
         ATTENTION_LAYOUTS, "previous_token", AttentionLayout((), _previous_token, lambda h: [slice(0, h)])
     )
-    config = gpt3(num_hidden_layers=1, attention_layout=["previous_token"], position_embedding_type="none")
-    model = LlmsysGPT3ForCausalLM(config).eval()
-    assert not any(isinstance(plan, LayoutKernel) for plan in plans(model))
+    config = gpt3(
+        config_class, num_hidden_layers=1, attention_layout=["previous_token"], position_embedding_type="none"
+    )
+    assert config.layer_types == ["full_attention"]  # no windowed_cache capability declared: a full cache
+    model = model_class(config).eval()
+    assert kernels(model) == [False]
     ids = torch.randint(0, 50, (1, 12))
     changed = ids.clone()
     changed[0, 3] = (ids[0, 3] + 1) % 50
@@ -104,3 +111,23 @@ def test_a_new_layout_is_one_registry_row(monkeypatch):
     moved = (logits - other).abs().amax(-1)[0]  # (S,)
     assert moved[:3].max() == 0 and moved[5:].max() == 0
     assert moved[3] > 0 and moved[4] > 0
+
+
+def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
+    """A layout that declares ``windowed_cache`` (here: the local band under another name) makes its layers
+    transformers' "sliding_attention" layers: window-sized caches, and cached decoding still equals the full forward."""
+    local = ATTENTION_LAYOUTS["local"]
+    monkeypatch.setitem(
+        ATTENTION_LAYOUTS, "band", AttentionLayout(local.required, local.build, local.head_groups, windowed_cache=True)
+    )
+    config = gpt3(LlmsysLlamaConfig, attention_layout=["dense", "band"])
+    assert config.layer_types == ["full_attention", "sliding_attention"]
+    model = LlmsysLlamaForCausalLM(config).eval()
+    assert kernels(model) == [False, False]  # no kernel registered for "band": it runs as a mask
+    ids = torch.randint(0, 50, (1, 12))
+    with torch.no_grad():
+        full = model(ids).logits
+        prefix = model(ids[:, :8], use_cache=True)
+        assert prefix.cache.layers[1].keys.shape[-2] < 8 <= prefix.cache.layers[0].keys.shape[-2]  # window-sized
+        step = model(ids[:, 8:], cache=prefix.cache).logits
+    torch.testing.assert_close(step, full[:, 8:], atol=1e-5, rtol=0)

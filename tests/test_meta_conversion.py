@@ -320,7 +320,7 @@ def test_single_shard_matches_meta_reference(reference, meta_dir, tokens, tmp_pa
     assert config["rope_interleaved"] is (rope_layout == "interleaved")
     assert config["intermediate_size"] == 192  # int(2/3 * 256) = 170, rounded up to multiple_of 32
     assert config["num_key_value_heads"] == 2 and config["vocab_size"] == 97
-    assert config["rms_norm_eps"] == ARGS.norm_eps
+    assert config["norm_eps"] == ARGS.norm_eps
     assert config["max_position_embeddings"] == 2048
     generation = json.loads((out / "generation_config.json").read_text())
     assert (generation["bos_token_id"], generation["eos_token_id"]) == (1, 2)

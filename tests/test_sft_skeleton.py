@@ -123,6 +123,7 @@ def test_packed_examples_get_their_own_logits(setup, model_type, layout):
     if layout:
         config.attention_layout = [layout, layout]
         config.local_window, config.sparse_stride, config.sparse_summary = 4, 4, 2
+        config.layer_types = None  # derived again from the new layout when the model is built
     model = AutoModelForCausalLM.from_config(config).eval()
     encoder = SFTExampleEncoder(tokenizer, load_template("short"), 64)
     examples = [encoder.encode(r)[0] for r in reverse_task(4, seed=5, length=(1, 6))]

@@ -165,11 +165,12 @@ def _apply_skips(cls):
     return cls
 
 
-def causal_case(name, config_class, classes, skips=None, reverse_loading=None, **overrides):
+def causal_case(name, config_class, classes, skips=None, reverse_loading=None, rope_tests=None, **overrides):
     """A TestCase class running the suite over one decoder-only variant.
 
     ``reverse_loading``: keyword arguments of the reverse-loading test (a config override, transformers'
-    ``skip_base_model``); ``skips``: test name -> reason, for this variant only.
+    ``skip_base_model``); ``rope_tests``: config overrides of the RoPE-scaling tests (a variant whose default
+    encoding is not RoPE runs them with RoPE); ``skips``: test name -> reason, for this variant only.
     """
     reverse = dict(reverse_loading or {})
     reverse_overrides = reverse.pop("config", {})
@@ -181,7 +182,16 @@ def causal_case(name, config_class, classes, skips=None, reverse_loading=None, *
         self.model_tester = CausalTester(self, config_class, **{**overrides, **reverse_overrides})
         ModelTesterMixin.test_reverse_loading_mapping(self, **reverse)
 
+    def with_rope(test_name):
+        def test(self):
+            self.model_tester = CausalTester(self, config_class, **{**overrides, **rope_tests})
+            getattr(ModelTesterMixin, test_name)(self)
+
+        return test
+
+    rope_scaling_tests = {name: with_rope(name) for name in ROPE_SCALING_TESTS} if rope_tests else {}
     body = dict(
+        **rope_scaling_tests,
         all_model_classes=classes,
         pipeline_model_mapping={},
         make_tester=make_tester,
@@ -199,13 +209,13 @@ def causal_case(name, config_class, classes, skips=None, reverse_loading=None, *
 # The reverse-loading test runs on the bias-free default (MHA: no bias converter may be listed) and on a biased
 # config (GQA: the q/k/v and gate/up bias converters, Qwen2-style attention_bias / mlp_bias, and unequal q/k/v rows).
 LLAMA_BIASED = dict(config=dict(attention_bias=True, mlp_bias=True))
-NO_ROPE = (
-    "learned absolute positions (GPT-3): no RoPE to scale; the shared LLaMA-style config base still carries "
-    "rope_parameters, which transformers' test reads as a claim of RoPE support"
-)
-GPT3_SKIPS = {
-    f"test_model_rope_scaling_from_config_{i}_{kind}": NO_ROPE for i, kind in enumerate(["linear", "dynamic", "yarn"])
-}
+# Every decoder config has the positional-encoding fields (rope_parameters among them), which transformers' RoPE
+# tests read as RoPE support: GPT-3's learned positions have nothing to scale (and refuse inputs past their table),
+# so GPT-3's variants run those tests with position_embedding_type="rope", their layouts unchanged.
+ROPE_SCALING_TESTS = [
+    *(f"test_model_rope_scaling_from_config_{i}_{kind}" for i, kind in enumerate(["linear", "dynamic", "yarn"])),
+    "test_model_rope_scaling_frequencies",
+]
 
 
 LLAMA = (LlmsysLlamaModel, LlmsysLlamaForCausalLM)
@@ -214,7 +224,7 @@ TestLlamaMHA = causal_case("TestLlamaMHA", LlmsysLlamaConfig, LLAMA)
 TestLlamaGQA = causal_case(
     "TestLlamaGQA", LlmsysLlamaConfig, LLAMA, reverse_loading=LLAMA_BIASED, num_key_value_heads=2
 )
-GPT3_CASE = dict(skips=GPT3_SKIPS)
+GPT3_CASE = dict(rope_tests=dict(position_embedding_type="rope"))
 TestGPT3DenseLocal = causal_case(
     "TestGPT3DenseLocal", LlmsysGPT3Config, GPT3, **GPT3_CASE, attention_layout=["dense", "local"], local_window=4
 )

@@ -96,7 +96,7 @@ class ZooSettings:
         return {
             "hidden_size": self.hidden_size, "num_hidden_layers": self.num_hidden_layers,
             "num_attention_heads": self.num_attention_heads, "intermediate_size": self.intermediate_size,
-            "max_position_embeddings": self.train_length, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": self.train_length, "tie_word_embeddings": True, "norm_eps": 1e-5,
         }  # fmt: skip
 
 

@@ -144,7 +144,7 @@ def describe_decoder(config, name: str, paper: str) -> Architecture:
     position, position_tag, position_cites = positional_encoding(config)
     activation, gated = config.hidden_act, getattr(config, "mlp_gated", True)
     norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(getattr(config, "norm_type", "rmsnorm"), "?")
-    eps = getattr(config, "rms_norm_eps", None)
+    eps = getattr(config, "norm_eps", None)
     kinds = layer_layouts(config)
     parameters = count_parameters(config, AutoModelForCausalLM)
     rows = [

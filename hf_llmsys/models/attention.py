@@ -21,6 +21,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
+from .sparse_attention import LayoutKernel
 
 
 def eager_attention_forward(
@@ -96,9 +97,14 @@ class GroupedQueryAttention(nn.Module):
         positions: PositionState,
         attention_mask: torch.Tensor | None = None,
         cache=None,
+        kernel: LayoutKernel | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """hidden_states (B, S, hidden) -> (B, S, hidden), attention probabilities (eager only) or None."""
+        """hidden_states (B, S, hidden) -> (B, S, hidden), attention probabilities (eager only) or None.
+
+        ``attention_mask``: the mask for the configured attention function (transformers' masking utilities).
+        ``kernel``: a layout kernel (``attention_plan.py``) that computes this call instead of that function.
+        """
         batch, seq_len, _ = hidden_states.shape
         heads_qk = self.num_heads + self.num_key_value_heads
         qkv = self.qkv_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)  # (B, S, H+2G, D)
@@ -109,11 +115,10 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
-        # A model may hand a layer a kernel instead of a mask (``attention_function`` attribute, e.g. the sparse
-        # layouts of sparse_attention.py): it then replaces the configured attention implementation for this call.
-        attention = getattr(attention_mask, "attention_function", None) or ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
+        if kernel is not None:  # a sparse layout computed without any mask (sparse_attention.py)
+            attention = kernel.attention_function
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
         if bias is not None:  # full size: flex_attention indexes it by batch
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)

@@ -1,10 +1,11 @@
 """Configuration of the GPT-3-style decoder (Brown et al. 2020): pre-norm LayerNorm, GELU MLP, per-layer layouts.
 
 GPT-3 is GPT-2's architecture "with the exception that we use alternating dense and locally banded sparse
-attention patterns in the layers" (section 2.1). The fields are the LLaMA config's (same blocks, other
-defaults), plus the per-layer ``attention_layout`` (kinds in ``sparse_layouts.py``). transformers' GPT-2
-``config.json`` names (n_embd, n_layer, n_head, n_positions, n_inner, activation_function, layer_norm_epsilon,
-attn_pdrop) are accepted, so a saved ``GPT2LMHeadModel`` folder loads as is.
+attention patterns in the layers" (section 2.1). The fields are ``DecoderConfig``'s (``configuration_decoder.py``:
+the same blocks, the per-layer ``attention_layout`` of ``sparse_layouts.py``) with GPT-3's defaults. transformers'
+GPT-2 ``config.json`` names (n_embd, n_layer, n_head, n_positions, n_inner, activation_function, layer_norm_epsilon,
+attn_pdrop) and GPT-Neo's (num_layers, num_heads, window_size, attention_types) are accepted, so a saved
+``GPT2LMHeadModel`` or ``GPTNeoForCausalLM`` folder loads as is.
 
 Presets: ``GPT3_PRESETS`` (Table 2.1 of the paper, plus a tiny "debug" one); ``training_flops`` is the
 6·N·D estimate of training compute (Kaplan et al. 2020, used for GPT-3's compute figures).
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
 
-from .configuration_llmsys_llama import LlmsysLlamaConfig
-from .positions import POSITIONAL_ENCODINGS, encoding_class
-from .sparse_layouts import layout_mask_function, resolve_layer_layouts
+from .configuration_decoder import DecoderConfig
 from .weight_conversion import CHECKPOINT_FORMATS
 
-# transformers' GPT2Config name -> our field name.
+# transformers' GPT2Config name -> our field name (``layer_norm_epsilon`` is a DecoderConfig alias of norm_eps).
+# ``attn_pdrop`` is read once, when a GPT-2 config.json is loaded, not kept as an alias: GPT-2 keeps it beside
+# resid_pdrop / embd_pdrop, which have no field here.
 GPT2_ARG_NAMES = {
     "n_embd": "hidden_size",
     "n_layer": "num_hidden_layers",
@@ -27,21 +28,15 @@ GPT2_ARG_NAMES = {
     "n_positions": "max_position_embeddings",
     "n_inner": "intermediate_size",
     "activation_function": "hidden_act",
-    "layer_norm_epsilon": "rms_norm_eps",  # the norm eps field, whatever the norm kind
-    "attn_pdrop": "attention_dropout",
 }
 # transformers' GPTNeoConfig name -> our field name (GPT-Neo also sets attention_scale 1.0 and no q/k/v bias).
 GPT_NEO_ARG_NAMES = {
     "num_layers": "num_hidden_layers",
     "num_heads": "num_attention_heads",
-    "window_size": "local_window",
+    "window_size": "sliding_window",
     "activation_function": "hidden_act",
-    "layer_norm_epsilon": "rms_norm_eps",
 }
 GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
-# Positional encodings that add nothing to the attention scores (their ``adds_score_bias`` capability): "local"
-# layers can keep a window-sized KV cache. Derived from the registry; kept for code that imported the name.
-WINDOWED_CACHE_ENCODINGS = {kind for kind, cls in POSITIONAL_ENCODINGS.items() if not cls.adds_score_bias}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 
 # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
@@ -61,7 +56,7 @@ GPT3_PRESETS: dict[str, dict] = {
     # Tiny model for tests and smoke runs (not from the paper).
     "debug": dict(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=128,
-        vocab_size=256, local_window=16, bos_token_id=255, eos_token_id=255,  # ids inside the vocabulary
+        vocab_size=256, sliding_window=16, bos_token_id=255, eos_token_id=255,  # ids inside the vocabulary
     ),
 }  # fmt: skip
 
@@ -72,19 +67,11 @@ def training_flops(n_params: float, n_tokens: float) -> float:
 
 
 @strict
-class LlmsysGPT3Config(LlmsysLlamaConfig):
+class LlmsysGPT3Config(DecoderConfig):
     """GPT-3-style decoder configuration (defaults: GPT-3 Small, 125M, with GPT-3's dense/local alternation).
 
-    Fields beyond the LLaMA-style config's:
-        attention_layout: kinds per layer ("dense", "local", "strided", "fixed"), or a shorter pattern repeated
-            over the layers; None = ["dense", "local"] (GPT-3), ["dense"] for a GPT-2 config.json.
-        local_window: band width of "local" layers, current token included (GPT-Neo's window_size).
-        sparse_stride / sparse_summary: l and c of "strided" and "fixed" (Child et al. 2019).
-        sparse_kernels: run layouts as sub-quadratic kernels where they apply (True) or always as masks (False,
-            the O(S^2) reference).
-        attention_recompute: recompute the attention probabilities in backward (kernels keep only q, k, v).
-        attention_out_bias: bias of the attention output projection; None = attention_bias (GPT-Neo: True
-            while q/k/v have none).
+    The fields are ``DecoderConfig``'s with GPT-3's defaults (``attention_layout=None`` means ["dense", "local"],
+    or ["dense"] for a GPT-2 config.json; ``sliding_window`` 256, alias ``local_window``; d_ff = 4 d_model), plus:
         checkpoint_format: key layout read and written by from_pretrained / save_pretrained: "gpt2" (Conv1D,
             fused c_attn) or "gpt_neo" (Linear, separate q/k/v); set from the config.json that was loaded.
     """
@@ -92,7 +79,7 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
     model_type = "llmsys_gpt3"
     presets = GPT3_PRESETS
     preset_family = "GPT-3"
-    attribute_map = {name: field for name, field in GPT2_ARG_NAMES.items() if name != "attn_pdrop"}
+    attribute_map = {**DecoderConfig.attribute_map, **GPT2_ARG_NAMES}
     base_model_tp_plan = {
         "layers.*.self_attn.qkv_proj": "colwise",
         "layers.*.self_attn.o_proj": "rowwise",
@@ -110,36 +97,31 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
     attention_bias: bool = True
     norm_type: str = "layernorm"
     norm_bias: bool = True
-    rms_norm_eps: float = 1e-5
+    norm_eps: float = 1e-5
     max_position_embeddings: int = 2048
     position_embedding_type: str = "learned"
     bos_token_id: int | None = 50256
     eos_token_id: int | list[int] | None = 50256
     tie_word_embeddings: bool = True
-    attention_layout: list[str] | None = None
-    local_window: int = 256
-    sparse_stride: int | None = None
-    sparse_summary: int | None = None
-    sparse_kernels: bool = True
-    attention_recompute: bool = False
-    attention_out_bias: bool | None = None
+    sliding_window: int | None = 256
     checkpoint_format: str = "gpt2"
 
     def __post_init__(self, **kwargs):
         kwargs.pop("n_ctx", None)  # old GPT-2 configs: same as n_positions
         if kwargs.get("model_type") == "gpt_neo":
             self._read_gpt_neo_fields(kwargs)
-        for gpt2_name, field_name in GPT2_ARG_NAMES.items():
-            if gpt2_name in kwargs:
-                setattr(self, field_name, kwargs.pop(gpt2_name))
+        if "attn_pdrop" in kwargs:  # GPT-2's attention dropout (not an attribute_map alias: see GPT2_ARG_NAMES)
+            self.attention_dropout = kwargs.pop("attn_pdrop")
         for name, supported in GPT2_UNSUPPORTED.items():
             if kwargs.get(name, supported) != supported:
                 raise ValueError(f"GPT-2 option {name}={kwargs[name]!r} is not supported; only {name}={supported}.")
         if self.attention_layout is None:  # a GPT-2 config.json: GPT-2 is dense in every layer
             self.attention_layout = ["dense"] if kwargs.get("model_type") == "gpt2" else ["dense", "local"]
-        if self.intermediate_size is None and isinstance(self.hidden_size, int):
-            self.intermediate_size = 4 * self.hidden_size  # GPT-2/GPT-3: d_ff = 4 d_model
         super().__post_init__(**kwargs)
+
+    def default_intermediate_size(self) -> int:
+        """GPT-2 / GPT-3: d_ff = 4 d_model."""
+        return 4 * self.hidden_size
 
     def _read_gpt_neo_fields(self, kwargs: dict) -> None:
         """Map a transformers GPT-Neo ``config.json`` (Black et al. 2021) onto our fields, in place."""
@@ -156,50 +138,8 @@ class LlmsysGPT3Config(LlmsysLlamaConfig):
         self.attention_bias, self.attention_out_bias = False, True
         self.checkpoint_format = "gpt_neo"
 
-    def layer_layouts(self) -> list[str]:
-        """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""
-        return resolve_layer_layouts(self.attention_layout, self.num_hidden_layers)
-
-    def layout_params(self) -> dict[str, int | None]:
-        """Keyword arguments of ``sparse_layouts.layout_mask_function`` for this config."""
-        return dict(
-            num_heads=self.num_attention_heads,
-            local_window=self.local_window,
-            sparse_stride=self.sparse_stride,
-            sparse_summary=self.sparse_summary,
-        )
-
-    @property
-    def layer_types(self) -> list[str]:
-        """transformers' per-layer cache kinds: "local" layers keep only a window of keys ("sliding_attention").
-
-        Not with ALiBi / T5 / Shaw encodings: their score bias is built once per forward for every cached key, so
-        all layers keep full caches then.
-        """
-        windowed = not encoding_class(self.position_embedding_type).adds_score_bias
-        return [
-            "sliding_attention" if kind == "local" and windowed else "full_attention" for kind in self.layer_layouts()
-        ]
-
-    @property
-    def sliding_window(self) -> int | None:
-        """transformers' name for the band of the "local" layers (window including the current token); None when no
-        layer is "local" (strided / fixed bands are layouts of their own, not sliding windows)."""
-        return self.local_window if "local" in self.layer_layouts() else None
-
-    @sliding_window.setter
-    def sliding_window(self, value: int | None) -> None:
-        """Setting transformers' ``sliding_window`` sets ``local_window`` (None is accepted without local layers)."""
-        if value is None:
-            if "local" in self.layer_layouts():
-                raise ValueError("sliding_window=None: this config has 'local' layers; give their window width.")
-            return
-        self.local_window = value
-
-    def validate_attention_layout(self):
-        """Known layout kinds, a pattern that tiles the layers, and the parameters each used kind needs."""
-        for kind in sorted(set(self.layer_layouts())):
-            layout_mask_function(kind, **self.layout_params())
+    def validate_checkpoint_format(self):
+        """A checkpoint layout this model can read and write."""
         if self.checkpoint_format not in CHECKPOINT_FORMATS:
             raise ValueError(
                 f"checkpoint_format={self.checkpoint_format!r} is unknown; choose one of {sorted(CHECKPOINT_FORMATS)}."

@@ -2,7 +2,8 @@
 
 Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
 ``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) ->
-N ``DecoderLayer`` -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
+N ``DecoderLayer``, each attending with its layout (``config.attention_layout``; planned once per forward as a mask
+or a kernel, ``attention_plan.py``) -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
 loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
 coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures subclass both and
 only fix their config class.
@@ -14,7 +15,6 @@ import torch
 from torch import nn
 from transformers.cache_utils import DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import can_return_tuple
@@ -23,6 +23,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
+from .attention_plan import plan_layer_attention
 from .decoder_layer import DecoderLayer
 from .kv_cache import GrowingCache
 from .mask_inputs import MaskInputs
@@ -42,10 +43,11 @@ class DecoderModel(DecoderPreTrainedModel):
 
     def __init__(self, config):
         super().__init__(config)
+        config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = build_norm(config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -74,18 +76,13 @@ class DecoderModel(DecoderPreTrainedModel):
         mask_inputs = MaskInputs.build(
             self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen
         )
-        masks = self.layer_attention_masks(mask_inputs)
+        plans = plan_layer_attention(self.config, mask_inputs)  # per layer: its layout as a mask or a kernel
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
         positions = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
-        for layer, mask in zip(self.layers, masks, strict=True):
-            hidden_states = layer(hidden_states, positions, mask, positions.attention_bias, cache=cache, **kwargs)
+        for layer, plan in zip(self.layers, plans, strict=True):
+            hidden_states = layer(hidden_states, positions, plan, positions.attention_bias, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
-
-    def layer_attention_masks(self, mask_inputs: MaskInputs) -> list:
-        """One attention mask per layer; here causal for all (packed examples kept apart)."""
-        mask = create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
-        return [mask] * len(self.layers)
 
 
 def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):
@@ -120,6 +117,12 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
         )
         if cache is not user_cache and type(cache) is DynamicCache and default_cache:
             model_kwargs["cache"] = GrowingCache(config=self.config.get_text_config(decoder=True))
+
+    def create_masks_for_generate(self, attention_mask=None, **kwargs):
+        """The 2D padding mask, unchanged, where generate would prepare 4D masks per cache kind (static caches):
+        each layer builds the mask of its own layout in forward (``attention_plan.py``), which a prepared causal or
+        sliding-window mask would override."""
+        return attention_mask
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple

@@ -10,6 +10,7 @@ import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import GroupedQueryAttention
+from .attention_plan import LayerAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
 from .positions import PositionState
@@ -24,7 +25,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.mlp = build_feed_forward(
             config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_gated, bias=config.mlp_bias
         )
-        norm_args = (config.norm_type, config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        norm_args = (config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.input_layernorm = build_norm(*norm_args)
         self.post_attention_layernorm = build_norm(*norm_args)
 
@@ -32,14 +33,16 @@ class DecoderLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         positions: PositionState,
-        attention_mask: torch.Tensor | None = None,
+        attention: LayerAttention,
         position_bias: torch.Tensor | None = None,
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
-        """``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
+        """``attention``: this layer's plan for this forward (its mask, or the kernel of its layout).
+        ``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
         checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
         positions = positions.with_attention_bias(position_bias)
-        attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), positions, attention_mask, cache, **kwargs)
+        normed = self.input_layernorm(hidden_states)
+        attn_out, _ = self.self_attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
         hidden_states = hidden_states + attn_out
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))

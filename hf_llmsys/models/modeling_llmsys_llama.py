@@ -1,7 +1,8 @@
 """The LLaMA-style decoder (model_type ``llmsys_llama``): RMSNorm pre-norm, MHA/MQA/GQA, SwiGLU, RoPE.
 
-Built from the shared blocks in ``decoder.py``; this file only binds them to ``LlmsysLlamaConfig`` and makes
-transformers Llama checkpoints (separate q/k/v and gate/up tensors) load into the fused projections.
+Built from the shared blocks in ``decoder.py`` (per-layer layouts included: ``attention_layout``, e.g. ["dense",
+"local"]); this file only binds them to ``LlmsysLlamaConfig`` and makes transformers Llama checkpoints (separate
+q/k/v and gate/up tensors) load into the fused projections.
 """
 
 from __future__ import annotations

@@ -311,11 +311,11 @@ SPARSE_BACKENDS = {
 
 @dataclass(frozen=True)
 class LayoutKernel:
-    """Stands in for a layer's attention mask when its layout runs as a kernel (no mask tensor exists at all).
+    """A layer's layout run as a kernel (no mask tensor exists at all): part of its ``attention_plan.LayerAttention``.
 
-    ``GroupedQueryAttention`` calls ``attention_function`` in place of the configured attention implementation.
-    Valid only for causal self-attention over the whole unpadded sequence (no cache prefix, no padding, no score
-    bias): the model checks that before choosing it.
+    ``GroupedQueryAttention`` (its ``kernel`` argument) calls ``attention_function`` in place of the configured
+    attention implementation. Valid only for causal self-attention over the whole unpadded sequence (no cache
+    prefix, no padding, no score bias): ``attention_plan.kernel_backend`` checks that before choosing it.
     """
 
     kind: str

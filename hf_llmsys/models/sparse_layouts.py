@@ -1,4 +1,4 @@
-"""Attention layouts for the sparse GPT-3-style model: which (query, key) pairs each layer keeps.
+"""Attention layouts of the decoders' layers (GPT-3's sparse attention): which (query, key) pairs a layer keeps.
 
 GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", section 2.1) "uses alternating dense and
 locally banded sparse attention patterns in the layers, similar to the Sparse Transformer" (Child et al. 2019,
@@ -45,12 +45,16 @@ class AttentionLayout:
 
     ``position_anchored``: the predicate depends on absolute positions, not only on q - kv (``fixed`` blocks start
     at multiples of l), so masks evaluate it at token positions: left padding and packed rows keep the pattern.
+    ``windowed_cache``: the layout is a band of the last ``sliding_window`` keys, so (with an encoding that adds no
+    score bias) its layers are transformers' "sliding_attention" layers: a window-sized KV cache, transformers'
+    sliding-window mask, and flash attention's own band.
     """
 
     required: tuple[str, ...]
     build: Callable[..., MaskFunction]
     head_groups: Callable[[int], list[slice]]
     position_anchored: bool = False
+    windowed_cache: bool = False
 
 
 def _one_group(num_heads: int) -> list[slice]:
@@ -104,7 +108,7 @@ def _fixed(*, sparse_stride: int, sparse_summary: int, **_: int) -> MaskFunction
 
 ATTENTION_LAYOUTS: dict[str, AttentionLayout] = {
     "dense": AttentionLayout((), _dense, _one_group),
-    "local": AttentionLayout(("local_window",), _local, _one_group),
+    "local": AttentionLayout(("local_window",), _local, _one_group, windowed_cache=True),
     "strided": AttentionLayout(("sparse_stride",), _strided, _two_halves),
     "fixed": AttentionLayout(("sparse_stride", "sparse_summary"), _fixed, _one_group, position_anchored=True),
 }

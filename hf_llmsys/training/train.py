@@ -64,7 +64,7 @@ def _llama_config(args: ModelArguments, tokenizer):
         num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads,
         max_position_embeddings=args.block_size,
-        rms_norm_eps=1e-5,
+        norm_eps=1e-5,
         tie_word_embeddings=args.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -84,7 +84,7 @@ def _gpt3_config(args: ModelArguments, tokenizer):
         num_attention_heads=args.num_attention_heads,
         max_position_embeddings=args.block_size,
         attention_layout=args.attention_layout,  # None: GPT-3's dense / local alternation
-        local_window=args.local_window or max(1, args.block_size // 4),
+        sliding_window=args.local_window or max(1, args.block_size // 4),  # the band of "local" layers
         sparse_stride=args.sparse_stride,
         sparse_summary=args.sparse_summary,
         tie_word_embeddings=args.tie_word_embeddings,
