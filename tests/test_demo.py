@@ -199,7 +199,7 @@ def test_generation_greedy_equals_generate_and_models_side_by_side(served):
     assert a["output"].tolist() == b["output"].tolist()  # seeded sampling is reproducible
 
 
-def test_gnmt_beam_search_on_t5_and_refused_for_causal_models(served):
+def test_gnmt_beam_search_on_t5_and_causal_llmsys_models(served):
     client, ctx = served
     t5 = ctx.seq2seq[0]
     df = frame(generate(client, names=[t5.name], strategy="beam search", beams=3, penalty_type="gnmt"))
@@ -207,8 +207,27 @@ def test_gnmt_beam_search_on_t5_and_refused_for_causal_models(served):
     out = t5.model.generate(ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, length_penalty_type="gnmt",
                             early_stopping=True, pad_token_id=t5.tokenizer.pad_token_id)  # fmt: skip
     assert df["output"][0] == t5.tokenizer.decode(out[0], skip_special_tokens=True)
-    with pytest.raises(AppError, match="GNMT length penalty is implemented by llmsys_t5 models only"):
-        generate(client, names=["rope"], strategy="beam search", penalty_type="gnmt")
+    # decoder-only llmsys models take it too: the page's beam equals the model's own GNMT generate
+    zoo = ctx.zoo.zoo
+    df = frame(generate(client, names=["rope"], strategy="beam search", beams=3, penalty_type="gnmt"))
+    ids = zoo.tokenizer("A hacker is", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = zoo.models["rope"].generate(ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, early_stopping=True,
+                                      length_penalty_type="gnmt", pad_token_id=zoo.tokenizer.pad_token_id)  # fmt: skip
+    assert df["output"][0] == zoo.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+def test_gnmt_refused_for_a_model_without_it():
+    """A plain transformers model has no ``length_penalty_type``: the tab says so instead of ignoring the option."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_llmsys.demo.generation_tab import DecodingOptions, GenerationModel, generate_kwargs
+    from hf_llmsys.demo.limits import LimitError
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
+    entry = GenerationModel(name="gpt2", model=model, tokenizer=None)
+    options = DecodingOptions(strategy="beam search", length_penalty_type="gnmt")
+    with pytest.raises(LimitError, match="GNMT length penalty is implemented by hf-llmsys models only"):
+        generate_kwargs(entry, options)
 
 
 def test_cleaning_verdict_and_text_equal_the_pipeline(served):

@@ -398,6 +398,7 @@ def test_gnmt_on_a_decoder_only_model_through_custom_generate():
     theirs = model.generate(ids, **options)
     assert_same_outputs(model.generate(ids, custom_generate=beam_search, **options), theirs)
     gnmt = model.generate(ids, custom_generate=beam_search, length_penalty_type="gnmt", **options)
+    assert_same_outputs(model.generate(ids, length_penalty_type="gnmt", **options), gnmt)  # the generate option
     lengths = set()
     for i, (sequence, score) in enumerate(zip(gnmt.sequences, gnmt.sequences_scores, strict=True)):
         row = i // 4

@@ -1,6 +1,6 @@
 """Tab 4, generation: one prompt through the chosen models with greedy, sampling or beam search (transformers'
-``generate``), the length penalty of transformers or GNMT (``length_penalty_type="gnmt"``, which llmsys_t5
-implements: Wu et al. 2016).
+``generate``), the length penalty of transformers or GNMT (``length_penalty_type="gnmt"``, which every hf-llmsys
+model implements: Wu et al. 2016, ``models/beam_search.py``).
 
 Decoding strategies are a registry ``STRATEGIES`` (name -> generate keyword arguments from ``DecodingOptions``).
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from ..models.beam_search import LengthPenaltyTypeMixin
 from .limits import LimitError, Limits
 
 LENGTH_PENALTY_TYPES = ("transformers", "gnmt")
@@ -68,9 +69,9 @@ def generate_kwargs(entry: GenerationModel, options: DecodingOptions) -> dict:
     """generate() keyword arguments for this model; GNMT is only offered where the model implements it."""
     kwargs = {"max_new_tokens": int(options.max_new_tokens), **STRATEGIES[options.strategy](options)}
     if options.strategy == "beam search" and options.length_penalty_type == "gnmt":
-        if not entry.seq2seq:
-            raise LimitError(f"{entry.name}: the GNMT length penalty is implemented by llmsys_t5 models only; "
-                             "pick a T5 model or the transformers penalty.")  # fmt: skip
+        if not isinstance(entry.model, LengthPenaltyTypeMixin):
+            raise LimitError(f"{entry.name}: the GNMT length penalty is implemented by hf-llmsys models only; "
+                             "pick an llmsys model or the transformers penalty.")  # fmt: skip
         kwargs["length_penalty_type"] = "gnmt"
     return kwargs
 

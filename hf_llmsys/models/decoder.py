@@ -24,6 +24,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
 from .attention_plan import plan_layer_attention
+from .beam_search import LengthPenaltyTypeMixin
 from .decoder_layer import DecoderLayer
 from .kv_cache import GrowingCache
 from .mask_inputs import MaskInputs
@@ -94,8 +95,9 @@ def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, 
     return total / count
 
 
-class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
-    """Decoder plus LM head; logits (B, S or logits_to_keep, V)."""
+class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, GenerationMixin):
+    """Decoder plus LM head; logits (B, S or logits_to_keep, V). ``generate`` also takes ``length_penalty_type``
+    ("transformers" or "gnmt", ``beam_search.py``)."""
 
     base_model_class = DecoderModel
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
