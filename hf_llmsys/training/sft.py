@@ -187,7 +187,7 @@ def loss_on_supervised_logits(model, data_args, training_args) -> bool:
     if not data_args.logits_on_labels_only:
         return False
     usable, why_not = supports_supervised_logits(model, training_args)
-    if not usable:
+    if not usable and not model.config.is_encoder_decoder:  # (an encoder-decoder's labels are all response)
         print(f"--logits_on_labels_only: all logits computed ({why_not})")
     return usable
 
