@@ -120,6 +120,7 @@ def test_packed_rows_train_like_the_padded_batch(model_type, layout, response_on
     if layout:
         config.attention_layout = ["dense", layout]
         config.local_window, config.sparse_stride, config.sparse_summary = 4, 4, 2
+        config.layer_types = None  # derived again from the new layouts (DecoderConfig)
     model = AutoModelForCausalLM.from_config(config).eval()
     rows = sft_examples(response_only)
     padded = DataCollatorForSeq2Seq(TOKENIZER, label_pad_token_id=-100)(rows)
