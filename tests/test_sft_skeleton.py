@@ -137,9 +137,23 @@ def test_packing_trains_like_padding(setup, tmp_path):
     """--packing changes the layout of the batch, not the step: same examples, same token mean, same weights."""
     options = {"max_steps": 3, "learning_rate": 1e-2, "per_device_train_batch_size": 4, "num_generation_examples": 0}
     padded = run(setup, tmp_path / "padded", **options)
-    packed = run(setup, tmp_path / "packed", packing=True, **options)
+    packed = run(setup, tmp_path / "packed", packing=True, packing_strategy="flatten", **options)
     assert packed["packing"] and not padded["packing"]
     assert_same_weights(weights(tmp_path / "padded"), weights(tmp_path / "packed"), rtol=1e-4, atol=1e-5)
+
+
+def test_bfd_packing_with_the_supervised_head_trains_like_all_logits(setup, tmp_path):
+    """--packing (best-fit-decreasing rows of max_length; the batch counts rows): the supervised-position LM head
+    (default) and all logits land on the same weights; the summary says how the rows were packed."""
+    options = {"max_steps": 2, "learning_rate": 1e-2, "per_device_train_batch_size": 2, "num_generation_examples": 0,
+               "packing": True}  # fmt: skip
+    fast = run(setup, tmp_path / "fast", **options)
+    full = run(setup, tmp_path / "full", logits_on_labels_only=False, **options)
+    assert fast["logits_on_labels_only"] and not full["logits_on_labels_only"]
+    assert fast["packing_strategy"] == "bfd" and fast["packed_rows"] < fast["train_examples"] / 2
+    assert 0.8 < fast["packed_fill"] <= 1.0 and fast["train_tokens"] > 0
+    assert fast["train_loss"] == pytest.approx(full["train_loss"], rel=1e-6)
+    assert_same_weights(weights(tmp_path / "fast"), weights(tmp_path / "full"), rtol=1e-5, atol=1e-6)
 
 
 def test_lora_defaults_cover_every_model_type():

@@ -196,7 +196,7 @@ def build_sft_dataset(records: Sequence[dict], encoder: SFTExampleEncoder) -> tu
     """The examples of `records` as a `Dataset` (columns input_ids, labels) and the counts of what happened.
 
     Counts: ``records``, ``examples``, ``dropped`` (reason -> count), ``prompt_truncated``, ``response_truncated``,
-    ``response_tokens`` (supervised label tokens over all examples).
+    ``response_tokens`` (supervised label tokens over all examples), ``tokens`` (all ids of all examples).
     """
     examples, events = encoder.encode_batch(records)
     counts = Counter(e for ev in events for e in ev)
@@ -209,6 +209,7 @@ def build_sft_dataset(records: Sequence[dict], encoder: SFTExampleEncoder) -> tu
         "prompt_truncated": counts["prompt_truncated"],
         "response_truncated": counts["response_truncated"],
         "response_tokens": sum(sum(1 for t in ex["labels"] if t != IGNORE_INDEX) for ex in kept),
+        "tokens": sum(len(ex["input_ids"]) for ex in kept),
     }
     columns = {"input_ids": [ex["input_ids"] for ex in kept], "labels": [ex["labels"] for ex in kept]}
     return Dataset.from_dict(columns), stats

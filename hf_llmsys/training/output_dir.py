@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..hub.architecture import UnknownArchitectureError
 from ..hub.cards import current_hardware, write_model_card
 from ..models.modeling_base import WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
@@ -132,7 +133,8 @@ def atomic_save(
 
     `extra(staging_folder)` writes further files (e.g. the prompt template). A PEFT model saves its adapter only
     (``save_embedding_layers=False``: no Hub lookup). The model card (README.md, `hf_llmsys.hub.cards`) is written
-    from the staged files, so the folder never holds a model without its card or a card of another model.
+    from the staged files, so the folder never holds a model without its card or a card of another model (a base
+    that is not one of our architectures, e.g. transformers' LlamaForCausalLM fine-tuned by sft, gets no card).
     """
     with disk_errors(output_dir, "saving the final model"):
         _stage_and_move(output_dir, model, tokenizer, gen_config, results, extra)
@@ -152,7 +154,10 @@ def _stage_and_move(output_dir, model, tokenizer, gen_config, results: dict, ext
             extra(tmp)
         results.setdefault("hardware", current_hardware())
         (tmp / "train_results.json").write_text(json.dumps(results, indent=2) + "\n")
-        write_model_card(tmp, repo_id=Path(output_dir).resolve().name)  # README.md, staged: moves in with the model
+        try:  # README.md, staged: moves in with the model
+            write_model_card(tmp, repo_id=Path(output_dir).resolve().name)
+        except UnknownArchitectureError as err:  # a transformers base (e.g. LlamaForCausalLM) fine-tuned by sft
+            print(f"no model card written: {err}")
         move_into_place(tmp, Path(output_dir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,12 +7,16 @@ held-out set is always scored on its responses only, whatever `--no_response_onl
 
 Model: the base folder through the Auto classes (causal LM or encoder-decoder, from its config), optionally
 wrapped in a LoRA adapter (`lora.py`), built after `set_seed(--seed)`. Collator: padded batches
-(`DataCollatorForSeq2Seq`: pad ids, -100 labels; T5's decoder inputs from the shifted labels) or, with `--packing`,
-transformers' `DataCollatorWithFlattening` (one row per batch, position_ids restarting per example, no
-attention_mask, first label of each example -100; the Trainer keeps ``use_cache=False``).
+(`DataCollatorForSeq2Seq`: pad ids, -100 labels; T5's decoder inputs from the shifted labels) or, with `--packing`
+(position_ids restarting per example, no attention_mask, first label of each example -100; the Trainer keeps
+``use_cache=False``): ``--packing_strategy bfd`` (default) packs the examples best-fit decreasing into rows of
+``--max_length`` and batches rows (`data/sft_packing.py`); ``flatten`` makes each batch of examples one row
+(transformers' `DataCollatorWithFlattening`).
 
-Loss: the models divide the summed token loss by the Trainer's ``num_items_in_batch``, so with gradient
-accumulation the loss is one token mean over the whole optimizer step.
+Loss: the summed token loss divided by the Trainer's ``num_items_in_batch``, so with gradient accumulation the loss
+is one token mean over the whole optimizer step. For a causal LM the LM head runs only at supervised positions
+(`supervised_logits.py`, ``--logits_on_labels_only``; same loss and gradients, about half the head's work with the
+loss on Alpaca responses); otherwise the model computes it over all logits.
 
 Summary (``train_results.json``, printed): base model, data sources, template, record / example / dropped counts
 with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
@@ -44,12 +48,14 @@ from ..data.alpaca_records import load_records, mix_records
 from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
+from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import count_parameters, finish_job, generation_config, parse_job_args, seeded
 from .lora import add_lora, lora_summary
 from .output_dir import atomic_save, prepare_output_dir
 from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
 from .sft_generation import generate_responses
+from .supervised_logits import KeepSupervisedLogits, SupervisedLogitsLoss, supports_supervised_logits
 
 ARGUMENT_CLASSES = (SFTModelArguments, SFTDataArguments, SFTTrainingArguments)
 
@@ -127,6 +133,9 @@ def build_datasets(records, held_out, tokenizer, template, config, data_args) ->
             )
     if not data_args.response_only_loss:
         train_ds = whole_sequence_labels(train_ds)
+    if data_args.packing and data_args.packing_strategy == "bfd":
+        train_ds = pack_examples(train_ds, data_args.max_length)
+        train_stats.update(packing_stats(train_ds, data_args.max_length))
     return train_ds, eval_ds, train_stats, eval_stats, encoder
 
 
@@ -155,14 +164,32 @@ def load_model(model_args: SFTModelArguments, config):
     return model
 
 
-def make_collators(tokenizer, model, packing: bool) -> tuple:
-    """(training collator, evaluation collator): padded batches, or padding-free rows with --packing."""
+def make_collators(tokenizer, model, data_args, supervised_logits: bool = False) -> tuple:
+    """(training collator, evaluation collator): padded batches, or packed rows with --packing.
+
+    With `supervised_logits` both also give the model ``logits_to_keep`` (`supervised_logits.py`).
+    """
     right = copy.copy(tokenizer)
     right.padding_side = "right"
     padded = DataCollatorForSeq2Seq(right, model=model, label_pad_token_id=-100)
-    if packing:
-        return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100), padded
-    return padded, padded
+    train = padded
+    if data_args.packing and data_args.packing_strategy == "bfd":
+        train = PackedRowsCollator(tokenizer.pad_token_id)
+    elif data_args.packing:
+        train = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+    if supervised_logits:
+        return KeepSupervisedLogits(train), KeepSupervisedLogits(padded)
+    return train, padded
+
+
+def loss_on_supervised_logits(model, data_args, training_args) -> bool:
+    """--logits_on_labels_only, where it is exactly the model's loss (a note says why not otherwise)."""
+    if not data_args.logits_on_labels_only:
+        return False
+    usable, why_not = supports_supervised_logits(model, training_args)
+    if not usable and not model.config.is_encoder_decoder:  # (an encoder-decoder's labels are all response)
+        print(f"--logits_on_labels_only: all logits computed ({why_not})")
+    return usable
 
 
 def reload_checkpoint(trainer):
@@ -200,6 +227,10 @@ def summarize(
         "prompt_truncation": data_args.prompt_truncation,
         "loss_on": "response" if data_args.response_only_loss else "sequence",
         "packing": data_args.packing,
+        "packing_strategy": data_args.packing_strategy if data_args.packing else None,
+        **{k: train_stats[k] for k in ("packed_rows", "packed_fill") if k in train_stats},
+        "train_tokens": train_stats["tokens"],
+        "logits_on_labels_only": bool(trainer.compute_loss_func),
         **counts,
         "train_examples": train_stats["examples"],
         "validation_examples": eval_stats["examples"],
@@ -269,7 +300,8 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
     checkpoint = find_checkpoint(training_args)
     model = seeded(training_args.seed, lambda: load_model(model_args, config))
-    train_collator, eval_collator = make_collators(tokenizer, model, data_args.packing)
+    supervised_logits = loss_on_supervised_logits(model, data_args, training_args)
+    train_collator, eval_collator = make_collators(tokenizer, model, data_args, supervised_logits)
     total, trainable = count_parameters(model)
     print(
         f"model: {total:,} parameters ({trainable:,} trained); {len(train_ds)} training / {len(eval_ds)} held-out "
@@ -284,6 +316,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         eval_dataset=eval_ds,
         data_collator=train_collator,
         processing_class=tokenizer,
+        compute_loss_func=SupervisedLogitsLoss() if supervised_logits else None,
     )
     before = _evaluate(trainer, eval_collator)
     unmark_evaluation_prepare(trainer)

@@ -8,6 +8,7 @@ from ..data.sft_labels import PROMPT_TRUNCATIONS, RESPONSE_OVERFLOWS
 from .job import JobTrainingArguments
 
 DEFAULT_SFT_OUTPUT_DIR = "runs/llmsys-sft"
+PACKING_STRATEGIES = ("bfd", "flatten")
 
 
 @dataclass
@@ -81,7 +82,27 @@ class SFTDataArguments:
     )
     packing: bool = field(
         default=False,
-        metadata={"help": "Decoder-only: each batch is one padding-free row (position_ids restart per example)."},
+        metadata={
+            "help": "Decoder-only: several examples per row, position_ids restarting per example, no attention "
+            "between examples (see --packing_strategy)."
+        },
+    )
+    packing_strategy: str = field(
+        default="bfd",
+        metadata={
+            "help": f"With --packing: one of {PACKING_STRATEGIES}. bfd: examples packed best-fit decreasing into "
+            "rows of --max_length tokens, --per_device_train_batch_size counts ROWS (as TRL's SFTTrainer); "
+            "flatten: each batch of --per_device_train_batch_size examples becomes one row "
+            "(DataCollatorWithFlattening), so a step trains the same examples as without packing."
+        },
+    )
+    logits_on_labels_only: bool = field(
+        default=True,
+        metadata={
+            "help": "Decoder-only: compute the LM head only at positions whose next token is supervised (the "
+            "same loss and gradients, less work with the loss on the response; --logits_on_labels_only false: "
+            "all logits)."
+        },
     )
     num_generation_examples: int = field(
         default=3, metadata={"help": "Held-out prompts answered greedily in the final summary."}
@@ -119,6 +140,8 @@ def validate_sft_args(model_args: SFTModelArguments, data_args: SFTDataArguments
         raise ValueError("--save_merged needs a LoRA adapter: give --lora_r > 0")
     if not 0.0 <= model_args.lora_dropout < 1.0:
         raise ValueError(f"--lora_dropout {model_args.lora_dropout}: must be in [0, 1)")
+    if data_args.packing_strategy not in PACKING_STRATEGIES:
+        raise ValueError(f"--packing_strategy {data_args.packing_strategy!r}: must be one of {PACKING_STRATEGIES}")
     if data_args.max_length < 2:
         raise ValueError(f"--max_length {data_args.max_length}: must be >= 2")
     if data_args.validation_data is None and not 0.0 < data_args.validation_fraction < 1.0:

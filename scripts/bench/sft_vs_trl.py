@@ -23,11 +23,13 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
      the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
    - ``unexplained``: anything else (a defect on one side; the default test requires none).
 
-2. Training throughput (``--part speed``): tokens/s of one epoch with each trainer, without and with packing,
-   repetitions interleaved, ratios ours / TRL printed with the machine load (details in `speed_part`).
+2. Training throughput (``--part speed``): real tokens per second of one epoch with each trainer, without and with
+   packing, repetitions interleaved, medians, ratios ours / TRL by CPU time and by wall time, the machine load
+   (the metric and what is held equal: `speed_part`).
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
+    python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
     python scripts/bench/sft_vs_trl.py --json results.json
 """
 
@@ -333,9 +335,12 @@ def run_ours(base: str, train_file: str, val_file: str, out: Path, args, packing
     )  # fmt: skip
     if args.lora_r:
         options["lora_alpha"] = 2 * args.lora_r
+    options.update(args.ours_option)
     with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
         results = sft(base, train_file, str(out), **options)
-    return {"tokens": results["tokens_seen"], "steps": results["global_step"], **timing}
+    rows = results.get("packed_rows") or results["train_examples"]
+    return {"tokens": results["train_tokens"], "trainer_tokens": results["tokens_seen"],
+            "steps": results["global_step"], "rows": rows, **timing}  # fmt: skip
 
 
 def run_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool) -> dict:
@@ -365,24 +370,42 @@ def run_trl(base: str, records: list[dict], tokenizer, template, out: Path, args
         )  # fmt: skip
         with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
             train_out = trainer.train()
-    return {"tokens": int(trainer.state.num_input_tokens_seen), "steps": train_out.global_step, **timing}
+    ids = trainer.train_dataset["input_ids"]  # TRL's prepared rows (packed: concatenated examples, no padding)
+    return {"tokens": sum(len(x) for x in ids), "trainer_tokens": int(trainer.state.num_input_tokens_seen),
+            "steps": train_out.global_step, "rows": len(ids), **timing}  # fmt: skip
 
 
 def speed_part(args, workdir: Path) -> dict:
-    """Part 2: tokens/s of one training epoch, ours vs TRL, without and with packing, repetitions interleaved.
+    """Part 2: real tokens per second of one training epoch, ours vs TRL, without and with packing.
 
-    Both sides: the same base folder (weights loaded the same way, ``AutoModelForCausalLM``), records, template,
-    max_length, per-device batch, learning-rate schedule, seed; fp32, no gradient checkpointing (TRL's defaults
-    bf16 and gradient checkpointing are switched off to match), CPU. Packing: ours flattens each batch of
-    examples into one padding-free row (`DataCollatorWithFlattening`); TRL packs examples best-fit-decreasing into
-    rows of max_length and flattens a batch of those rows (``padding_free``). Tokens are the Trainer's
-    ``num_input_tokens_seen="non_padding"`` on both sides (in padding-free rows it counts ids != pad id; with the
-    pad token = EOS both sides leave the EOS ids out alike). Order alternates per repetition (A B, B A, ...);
-    the ratio is of the median tokens/s, ours / TRL (> 1: ours is faster).
+    Metric: tokens / seconds inside ``Trainer.train`` (`timed_train`, the same hook on both sides; model loading,
+    tokenization, packing and our before / after evaluation are outside it). Tokens are REAL tokens: the sum of
+    the lengths of the examples the epoch trains on, read from each side's prepared training set (no padding,
+    no filler; both sides train every example once). The Trainer's ``num_input_tokens_seen="non_padding"`` is
+    kept as ``trainer_tokens`` for reference (it also leaves out every EOS when the pad token is the EOS).
+    Printed: the median over repetitions of tokens per CPU second (process time, all threads: robust when other
+    jobs share the machine) and per wall second, and the ratios ours / TRL of those medians (> 1: ours faster).
+
+    Held equal: base folder (both load it with ``AutoModelForCausalLM``), records, template, max_length, rows per
+    device batch, optimiser, learning-rate schedule, seed; fp32, no gradient checkpointing (TRL's defaults bf16
+    and gradient checkpointing switched off), CPU, no dataloader workers, ``--threads`` torch threads (default 1:
+    with one thread CPU time is the work done; extra threads on a shared machine spin and wait, which inflates
+    CPU time by an amount that depends on the load). Packing: both sides pack best-fit decreasing into rows of
+    max_length and a batch is ``--batch`` rows, so both take the same number of optimizer steps over the same
+    tokens (steps and rows are printed and compared). Without packing a batch is ``--batch`` examples padded.
+
+    Not held equal, on purpose (each is part of what a trainer does): TRL flattens a batch of rows into one row
+    (attention over batch x max_length tokens, masked), ours keeps rows as rows; TRL computes the LM head over
+    every position and its per-step entropy / token-accuracy metrics, ours only at supervised positions.
+
+    Warm-up: before the measured repetitions each side trains once per mode on 16 records (discarded: first
+    calls pay for lazy initialisation). Order alternates per repetition (ours first, then TRL first, ...).
     """
     import statistics
     import subprocess
 
+    torch.set_num_threads(args.threads)
+    load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     tokenizer = load_tokenizer(args.tokenizer, workdir)
     template = load_template(args.template, tokenizer)
     records, _ = load_records(args.records, skip_invalid=True)
@@ -390,22 +413,30 @@ def speed_part(args, workdir: Path) -> dict:
     base = build_base(args.model, tokenizer, workdir)
     train_file = _write_records(train, workdir / "train.json")
     val_file = _write_records(held_out, workdir / "val.json")
+    warm_file = _write_records(train[:16], workdir / "warm.json")
     modes = {"padded": False, "packed": True}
+
+    def one_run(side: str, mode: str, name: str, warm: bool = False) -> dict:
+        out = workdir / f"run-{side}-{mode}-{name}"
+        if side == "ours":
+            return run_ours(base, warm_file if warm else train_file, val_file, out, args, modes[mode])
+        return run_trl(base, train[:16] if warm else train, tokenizer, template, out, args, modes[mode])
+
+    log(f"threads {torch.get_num_threads()}; load before: {load_before}")
+    for mode in modes:
+        for side in ("ours", "trl"):
+            one_run(side, mode, "warm-up", warm=True)
     runs = {mode: {"ours": [], "trl": []} for mode in modes}
     for rep in range(args.repeats):
-        for mode, packing in modes.items():
-            sides = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
-            for side in sides:
-                out = workdir / f"run-{side}-{mode}-{rep}"
-                if side == "ours":
-                    run = run_ours(base, train_file, val_file, out, args, packing)
-                else:
-                    run = run_trl(base, train, tokenizer, template, out, args, packing)
+        for mode in modes:
+            for side in ("ours", "trl") if rep % 2 == 0 else ("trl", "ours"):
+                run = one_run(side, mode, str(rep))
                 run["tokens_per_s"] = run["tokens"] / run["wall_s"]
                 run["tokens_per_cpu_s"] = run["tokens"] / run["cpu_s"]
                 runs[mode][side].append(run)
-                log(f"  rep {rep} {mode:6s} {side:4s}: {run['tokens']:7d} tokens, {run['steps']:4d} steps, "
-                    f"{run['wall_s']:7.2f} s wall, {run['cpu_s']:7.2f} s CPU, {run['tokens_per_s']:8.1f} tokens/s")  # fmt: skip
+                log(f"  rep {rep} {mode:6s} {side:4s}: {run['tokens']:7d} tokens, {run['rows']:4d} rows, "
+                    f"{run['steps']:4d} steps, {run['wall_s']:7.2f} s wall, {run['cpu_s']:7.2f} s CPU, "
+                    f"{run['tokens_per_cpu_s']:8.1f} tokens/CPU s, {run['tokens_per_s']:8.1f} tokens/s")  # fmt: skip
     summary = {}
     for mode in modes:
         entry = {"goal": GOALS[mode], "runs": runs[mode]}
@@ -413,15 +444,23 @@ def speed_part(args, workdir: Path) -> dict:
             median = {side: statistics.median(r[key] for r in runs[mode][side]) for side in ("ours", "trl")}
             entry.update({f"ours_{key}": median["ours"], f"trl_{key}": median["trl"]})
             entry["ratio" if key == "tokens_per_s" else "cpu_ratio"] = median["ours"] / median["trl"]
+        # per repetition (the two sides ran back to back): how stable the ratio is
+        entry["cpu_ratio_per_repeat"] = [o["tokens_per_cpu_s"] / t["tokens_per_cpu_s"]
+                                         for o, t in zip(runs[mode]["ours"], runs[mode]["trl"], strict=True)]  # fmt: skip
+        entry["steps"] = {side: runs[mode][side][0]["steps"] for side in ("ours", "trl")}
         summary[mode] = entry
-        log(f"{mode}: ours {entry['ours_tokens_per_s']:.1f} tokens/s, TRL {entry['trl_tokens_per_s']:.1f} tokens/s, "
-            f"ratio {entry['ratio']:.2f} wall, {entry['cpu_ratio']:.2f} CPU time (goal >= {GOALS[mode]})")  # fmt: skip
+        per_rep = ", ".join(f"{r:.2f}" for r in entry["cpu_ratio_per_repeat"])
+        log(f"{mode}: ours {entry['ours_tokens_per_cpu_s']:.1f} / TRL {entry['trl_tokens_per_cpu_s']:.1f} tokens per "
+            f"CPU s: ratio {entry['cpu_ratio']:.2f} (per repetition {per_rep}); ours {entry['ours_tokens_per_s']:.1f} "
+            f"/ TRL {entry['trl_tokens_per_s']:.1f} tokens per wall s: ratio {entry['ratio']:.2f}; steps ours "
+            f"{entry['steps']['ours']} TRL {entry['steps']['trl']} (goal >= {GOALS[mode]})")  # fmt: skip
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    log(f"machine load: {load}")
+    log(f"machine load after: {load}")
     return {
         "model": args.model, "tokenizer": args.tokenizer, "template": args.template, "max_length": args.max_length,
         "batch": args.batch, "train_records": len(train), "lora_r": args.lora_r, "repeats": args.repeats,
-        "threads": torch.get_num_threads(), "uptime": load, **summary,
+        "threads": torch.get_num_threads(), "ours_options": args.ours_option, "uptime_before": load_before,
+        "uptime": load, **summary,
     }  # fmt: skip
 
 
@@ -441,11 +480,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--lora_r", type=int, default=0, help="speed part: LoRA rank (0: full fine-tuning)")
-    parser.add_argument("--repeats", type=int, default=2, help="speed part: interleaved repetitions")
+    parser.add_argument("--repeats", type=int, default=3, help="speed part: interleaved repetitions")
+    parser.add_argument("--threads", type=int, default=1, help="speed part: torch threads for both trainers")
+    parser.add_argument("--ours_option", action="append", default=[], metavar="KEY=VALUE",
+                        help="speed part: an extra sft() option for our side (ablations), e.g. "
+                        "logits_on_labels_only=false or packing_strategy=flatten; repeatable")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
-    if args.n < 1 or args.max_length < 1:
-        parser.error("--n and --max_length must be >= 1")
+    options = {}
+    for item in args.ours_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--ours_option {item!r}: give KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    args.ours_option = options
+    if args.n < 1 or args.max_length < 1 or args.threads < 1 or args.repeats < 1:
+        parser.error("--n, --max_length, --threads and --repeats must be >= 1")
     return args
 
 
@@ -475,6 +528,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     main()
     sys.exit(0)
