@@ -384,7 +384,7 @@ def test_train_read_only_output_fails_before_training(files, tmp_path, capsys):
 
 def test_disk_full_during_training_keeps_the_previous_model(files, tmp_path, capsys):
     """A run that fills the disk at its first checkpoint ends in one line; the earlier complete model still loads."""
-    with small_mount(tmp_path / "full", "size=600k") as disk:
+    with small_mount(tmp_path / "full", "size=1500k") as disk:  # the tiny run (weights + shipped code) fits
         run = disk / "run"
         assert main(train(files, "--output_dir", str(run), "--save_steps", "100")) == 0
         before = LlmsysLlamaForCausalLM.from_pretrained(run).state_dict()
