@@ -29,7 +29,8 @@ The recipe (`RECIPE`, also what ``tests/test_real_checkpoint.py`` runs) is sized
 Measured (default 256 + 48 records, one torch thread, a 2-core machine shared by 6 sessions, load 4.4-9.5): 7
 prompts and 66 responses cut, none dropped; 16 steps, 23,767 trained tokens; held-out response perplexity 6.07 ->
 5.14 (15.3% lower); 243 s of CPU time per run (training 196 s, each held-out evaluation 22 s, the greedy answer
-2.4 s), 448-658 s wall under that load; peak memory 4.6 GB. The run is reproducible: the same seed and thread
+2.4 s), 448-658 s wall under that load; peak memory 4.6 GB. With the LM head only at supervised positions
+(``logits_on_labels_only``, the default since): the same perplexities, ~220 s CPU per run, 217 s wall at load ~1-4. The run is reproducible: the same seed and thread
 count give a bit-identical adapter on a CPU (two runs compared in the slow test). On a machine whose cores are busy
 with other work, ``OMP_NUM_THREADS=1`` is several times faster than torch's default of one thread per core (two
 threads there: 84-89 s per optimizer step instead of 12-30 s).
