@@ -74,9 +74,7 @@ GENERATION_SKIP = generation_unavailable_reason(generation_common)
 GenerationTesterMixin = () if GENERATION_SKIP else (generation_common.GenerationTesterMixin,)
 # The version of the GenerationTesterMixin in use, when it is known and not the installed one (see below).
 GENERATION_VERSION = generation_tests_version()
-OTHER_GENERATION_VERSION = (
-    GENERATION_VERSION if GENERATION_VERSION not in (None, transformers.__version__) else None
-)
+OTHER_GENERATION_VERSION = GENERATION_VERSION if GENERATION_VERSION not in (None, transformers.__version__) else None
 
 # The suite tells base models (no loss to train) from heads, and which heads take token labels, by transformers'
 # tables of built-in class names; a plugin registers through AutoModel.register & co. instead, so ours are added to
@@ -316,10 +314,8 @@ TestLlamaGQA = causal_case(
     "TestLlamaGQA", LlmsysLlamaConfig, LLAMA, reverse_loading=LLAMA_BIASED, num_key_value_heads=2
 )
 GPT3_CASE = dict(rope_tests=dict(position_embedding_type="rope"))
-TestGPT3DenseLocal = causal_case(
-    "TestGPT3DenseLocal", LlmsysGPT3Config, GPT3, **GPT3_CASE, skips=LOCAL_WINDOW_SKIPS,
-    attention_layout=["dense", "local"], local_window=4,
-)  # fmt: skip
+GPT3_LOCAL_CASE = dict(**GPT3_CASE, skips=LOCAL_WINDOW_SKIPS, attention_layout=["dense", "local"], local_window=4)
+TestGPT3DenseLocal = causal_case("TestGPT3DenseLocal", LlmsysGPT3Config, GPT3, **GPT3_LOCAL_CASE)
 TestGPT3Strided = causal_case(
     "TestGPT3Strided", LlmsysGPT3Config, GPT3, **GPT3_CASE, attention_layout=["strided"], sparse_stride=3
 )
@@ -330,8 +326,8 @@ TestGPT3Fixed = causal_case(
 # GPT-Neo's layout (Linear modules, separate q/k/v, no q/k/v bias) is the other format an llmsys_gpt3 model reads
 # and writes: its reverse-loading test too.
 TestGPT3NeoFormat = causal_case(
-    "TestGPT3NeoFormat", LlmsysGPT3Config, GPT3, **GPT3_CASE, attention_layout=["dense", "local"], local_window=4,
-    checkpoint_format="gpt_neo", attention_bias=False, attention_out_bias=True,
+    "TestGPT3NeoFormat", LlmsysGPT3Config, GPT3, **GPT3_LOCAL_CASE, checkpoint_format="gpt_neo",
+    attention_bias=False, attention_out_bias=True,
 )  # fmt: skip
 
 
