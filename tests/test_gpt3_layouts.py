@@ -156,6 +156,22 @@ def test_left_padded_rows_equal_unpadded_rows(layout):
     torch.testing.assert_close(with_padding[:, 3:], alone, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["strided", "fixed"])
+def test_rows_with_padding_between_tokens_equal_the_tokens_alone(layout):
+    """Position-anchored layouts count real tokens: padding slots inside a row (transformers' padding-free test
+    builds such rows) leave the pattern as the tokens alone have it. ``local`` counts cache slots instead."""
+    kernels, _ = pair(LAYOUTS[layout])
+    kernels.eval()
+    ids = torch.randint(1, 100, (1, 12))
+    mask = torch.ones(1, 15, dtype=torch.long)
+    mask[0, [2, 6, 7]] = 0
+    padded = torch.zeros(1, 15, dtype=torch.long).masked_scatter(mask.bool(), ids)
+    with torch.no_grad():
+        alone = kernels(ids).logits
+        with_holes = kernels(padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    torch.testing.assert_close(with_holes[mask.bool()][None], alone, atol=1e-5, rtol=0)
+
+
 def test_eager_per_head_masks_equal_the_kernels_and_return_probabilities():
     kernels, _ = pair(["strided"], num_hidden_layers=1)
     eager = copy.deepcopy(kernels).eval()

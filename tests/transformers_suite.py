@@ -2,23 +2,42 @@
 
 The installed transformers wheel has no tests; its sdist on PyPI ships the top-level ``tests/*.py`` files
 (``test_modeling_common.py``, ``test_configuration_common.py``, ...) but not the sub-packages they import
-(``tests/generation/test_utils.py``, ``tests/exporters/test_export.py``, ``tests/utils/...``). This helper:
+(``tests/generation/test_utils.py``, ``tests/exporters/test_export.py``, ``tests/utils/...``): setuptools' default
+sdist takes ``tests/test*.py`` only. Checked for the sdists of 4.46.0, 4.57.6, 5.0.0, 5.23.0 and 5.24.0: none has
+a ``tests/`` sub-folder, so CI (PyPI only) cannot get GenerationTesterMixin from PyPI. This helper:
 
 1. downloads the sdist of the installed transformers version with ``pip download --no-binary :all:`` (PyPI is
    reachable on CI) and unpacks its ``tests/`` into a cache folder as the package ``transformers_tests``
    (``LLMSYS_CACHE_DIR``, default ``~/.cache/hf-llmsys``), once;
-2. fills the sub-packages the sdist lacks: from a transformers checkout of the same version when
-   ``LLMSYS_TRANSFORMERS_TESTS_DIR`` points at its ``tests/`` folder (then GenerationTesterMixin runs), else with
-   ``SHIMS`` below: an empty ``ExportTesterMixin`` (export tests need ONNX / ExecuTorch / OpenVINO runtimes and
-   are out of scope) and a ``GenerationTesterMixin`` marked unavailable (its tests are then skipped, with that
-   reason, and ``tests/test_transformers_common.py`` runs its generation contracts itself);
+2. fills the sub-packages the sdist lacks: from a transformers checkout when ``LLMSYS_TRANSFORMERS_TESTS_DIR``
+   points at its ``tests/`` folder (then GenerationTesterMixin runs), else with ``SHIMS`` below: an empty
+   ``ExportTesterMixin`` (export tests need ONNX / ExecuTorch / OpenVINO runtimes and are out of scope) and a
+   ``GenerationTesterMixin`` marked unavailable (its tests are then skipped, with that reason). A sub-module the
+   checkout lacks falls back to its shim, so a folder holding only ``tests/generation/test_utils.py`` will do;
 3. returns the imported modules, or raises ``SuiteUnavailable`` with the reason (no network, pip failure).
+
+Running the generation tests locally. Best: a clone of huggingface/transformers at tag ``v5.24.0`` (the installed
+version), ``LLMSYS_TRANSFORMERS_TESTS_DIR=<clone>/tests``. Any folder laid out like a checkout works:
+``<folder>/tests/generation/test_utils.py`` plus ``<folder>/src/transformers/__init__.py`` of the same commit;
+the latter tells ``generation_tests_version()`` which version the tests are (unknown without it). Where no
+v5.24.0 copy can be had, the newest one found so far is transformers 5.10.0.dev0's (its last change: upstream
+commit 9681fd1e64 of 2026-06-05); it was produced with
+``git archive <ref> tests/generation/test_utils.py src/transformers/__init__.py | tar x -C <folder>`` from a
+snapshot of huggingface/transformers-test-ci, ref 116fe1e7c568 (the newest version line among its branches).
+Every name it imports exists in 5.24.0, and it needs nothing else under ``tests/``. Its tests that fail on
+transformers' own models under 5.24 too (the version gap, not the model) are listed in
+``tests/test_transformers_common.py`` (``OTHER_VERSION_FAILURES``) and expected to fail while the versions differ.
+
+Example: ``LLMSYS_TRANSFORMERS_TESTS_DIR=/work/cache/transformers-tests-5.10.0.dev0/tests python -m pytest
+tests/test_transformers_common.py``. The cached package is rewritten from the checkout (or the shims) on every
+load: give runs with and without the checkout separate ``LLMSYS_CACHE_DIR`` folders when they run at once.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,3 +150,16 @@ def generation_unavailable_reason(generation_module) -> str | None:
     if getattr(generation_module.GenerationTesterMixin, "llmsys_unavailable", False):
         return GENERATION_UNAVAILABLE.format(version=transformers.__version__)
     return None
+
+
+def generation_tests_version() -> str | None:
+    """The transformers version of the checkout given in ``LLMSYS_TRANSFORMERS_TESTS_DIR`` (read from its
+    ``../src/transformers/__init__.py``), or None: no checkout, or one without that file."""
+    checkout = os.environ.get("LLMSYS_TRANSFORMERS_TESTS_DIR")
+    if not checkout:
+        return None
+    init = Path(checkout).resolve().parent / "src" / "transformers" / "__init__.py"
+    if not init.is_file():
+        return None
+    found = re.search(r'^__version__ = "([^"]+)"', init.read_text(), flags=re.MULTILINE)
+    return found.group(1) if found else None

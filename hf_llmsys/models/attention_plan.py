@@ -98,8 +98,8 @@ def layout_kernel(config, kind: str, backend: str) -> LayoutKernel:
 def layout_mask(config, kind: str, layer_type: str, mask_inputs: MaskInputs):
     """The mask of one layout kind: transformers' causal mask AND the layout, per head group if it has several.
 
-    Packed examples are kept apart (``same_segment``); layouts anchored at absolute positions ("fixed") are
-    evaluated at token positions, so left padding and packing do not move their blocks.
+    Packed examples are kept apart (``same_segment``); ``position_anchored`` layouts ("fixed", "strided") are
+    evaluated at token positions, so padding (left or between tokens) and packing do not move their patterns.
     """
     mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
     if kind == PLAIN_CAUSAL:

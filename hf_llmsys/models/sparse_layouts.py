@@ -43,8 +43,12 @@ MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 class AttentionLayout:
     """One layout kind: the parameters it needs, how to build its predicate and head groups, what it can do.
 
-    ``position_anchored``: the predicate depends on absolute positions, not only on q - kv (``fixed`` blocks start
-    at multiples of l), so masks evaluate it at token positions: left padding and packed rows keep the pattern.
+    ``position_anchored``: masks evaluate the predicate at token positions, not at row / cache-slot indices: the
+    pattern then counts real tokens, so a padded row (left padding, or padding between tokens) attends as the same
+    tokens packed or alone do. Needed where the pattern depends on absolute positions (``fixed`` blocks start at
+    multiples of l) or on distances q - kv that must skip padding (``strided``'s every-l-th token). ``local`` is
+    not anchored: its band is over cache slots, as transformers' sliding window, because its windowed KV cache
+    keeps the last ``local_window - 1`` slots.
     ``windowed_cache``: the layout is a band of the last ``sliding_window`` keys, so (with an encoding that adds no
     score bias) its layers are transformers' "sliding_attention" layers: a window-sized KV cache, transformers'
     sliding-window mask, and flash attention's own band.
@@ -109,7 +113,7 @@ def _fixed(*, sparse_stride: int, sparse_summary: int, **_: int) -> MaskFunction
 ATTENTION_LAYOUTS: dict[str, AttentionLayout] = {
     "dense": AttentionLayout((), _dense, _one_group),
     "local": AttentionLayout(("local_window",), _local, _one_group, windowed_cache=True),
-    "strided": AttentionLayout(("sparse_stride",), _strided, _two_halves),
+    "strided": AttentionLayout(("sparse_stride",), _strided, _two_halves, position_anchored=True),
     "fixed": AttentionLayout(("sparse_stride", "sparse_summary"), _fixed, _one_group, position_anchored=True),
 }
 
