@@ -19,6 +19,16 @@ def _deterministic():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fresh_compiler_state():
+    """torch.compile state starts empty for each test that compiled something: torch 2.13's CPU FlexAttention
+    template emits C++ that does not compile ("cur_kvSplitSize3 was not declared") when several flex kernels were
+    compiled earlier in the same process, so tests would pass alone and fail after others."""
+    yield
+    if torch._dynamo.utils.counters["stats"]["unique_graphs"]:
+        torch._dynamo.reset()
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """The project's shared real-data folder; tests needing it skip cleanly when it is absent."""
