@@ -301,3 +301,20 @@ def test_flash_attention_runs_local_layers_banded():
     ids = torch.randint(0, 100, (2, 40), device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(flash(ids).logits, reference(ids).logits, atol=2e-2, rtol=0)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("layout", [["strided"], ["fixed"], ["dense", "local"]])
+def test_static_cache_generate_equals_the_dynamic_cache(layout, padded):
+    """A pre-allocated (static) cache hands back keys of its full length even at an unpadded prefill, where the
+    layout kernels would otherwise run: the layouts then run as masks, and greedy decoding equals decoding with
+    transformers' dynamic cache token for token (unpadded and left-padded batches)."""
+    config = LlmsysGPT3Config.from_preset("debug", attention_layout=layout, sparse_stride=4, sparse_summary=2)
+    model = LlmsysGPT3ForCausalLM(config).eval()
+    ids = torch.randint(3, 255, (2, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, :3] = 0
+    options = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    static = model.generate(ids, cache_implementation="static", **options)
+    assert torch.equal(static, model.generate(ids, **options))

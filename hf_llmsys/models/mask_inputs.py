@@ -60,9 +60,14 @@ class MaskInputs:
 
     @property
     def is_plain(self) -> bool:
-        """No padding, no packing, no cached prefix, positions 0 .. S-1: a layout kernel computes this forward."""
+        """No padding, no packing, no cached prefix, positions 0 .. S-1, and keys as long as the queries: a layout
+        kernel computes this forward. A pre-allocated cache (transformers' static caches, ``is_compileable``) hands
+        back keys of its full length even at prefill, so it takes the mask path."""
         mask = self.mask_kwargs["attention_mask"]
         if self.past_seen > 0 or self.segments is not None:
+            return False
+        cache = self.mask_kwargs["cache"]
+        if cache is not None and getattr(cache, "is_compileable", False):
             return False
         if mask is not None and (mask.dim() != 2 or not bool(mask.all())):  # padding or a custom 4-D mask
             return False
