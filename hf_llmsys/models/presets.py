@@ -10,7 +10,6 @@ count against the published size.
 from __future__ import annotations
 
 PRESET_INFO_KEYS = ("published_params", "params_tolerance", "source")
-DEFAULT_PARAMS_TOLERANCE = 0.05
 
 
 def preset_fields(table: dict[str, dict], name: str, family: str) -> dict:

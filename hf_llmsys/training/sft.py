@@ -202,12 +202,14 @@ def reload_checkpoint(trainer):
     return reload
 
 
-def held_out_generations(model, tokenizer, template, held_out, data_args, max_new_tokens) -> list[dict]:
-    """Greedy answers for the first --num_generation_examples held-out records."""
+def held_out_generations(model, tokenizer, template, held_out, data_args) -> list[dict]:
+    """Greedy answers (at most --generation_max_new_tokens) for the first --num_generation_examples records."""
     records = held_out[: data_args.num_generation_examples]
     if not records:
         return []
-    answers = generate_responses(model, tokenizer, template, records, max_new_tokens, data_args.max_length)
+    answers = generate_responses(
+        model, tokenizer, template, records, data_args.generation_max_new_tokens, data_args.max_length
+    )
     return [{**r, "generated": a} for r, a in zip(records, answers, strict=True)]
 
 
@@ -324,7 +326,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     after = _evaluate(trainer, eval_collator)
     start_id = {"decoder_start_token_id": config.decoder_start_token_id} if config.is_encoder_decoder else {}
     gen_config = generation_config(tokenizer, training_args.max_new_tokens, **start_id)
-    generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args, 64)
+    generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args)
     results = summarize(
         model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
         template, generations,

@@ -107,6 +107,12 @@ class SFTDataArguments:
     num_generation_examples: int = field(
         default=3, metadata={"help": "Held-out prompts answered greedily in the final summary."}
     )
+    generation_max_new_tokens: int = field(
+        default=64,
+        metadata={
+            "help": "Most new tokens of each summary answer; also kept within the model's max_position_embeddings."
+        },
+    )
 
 
 @dataclass
@@ -144,6 +150,11 @@ def validate_sft_args(model_args: SFTModelArguments, data_args: SFTDataArguments
         raise ValueError(f"--packing_strategy {data_args.packing_strategy!r}: must be one of {PACKING_STRATEGIES}")
     if data_args.max_length < 2:
         raise ValueError(f"--max_length {data_args.max_length}: must be >= 2")
+    if data_args.generation_max_new_tokens < 1 or data_args.num_generation_examples < 0:
+        raise ValueError(
+            f"--generation_max_new_tokens {data_args.generation_max_new_tokens} / --num_generation_examples "
+            f"{data_args.num_generation_examples}: need >= 1 new token and >= 0 examples (0 = no summary answers)"
+        )
     if data_args.validation_data is None and not 0.0 < data_args.validation_fraction < 1.0:
         raise ValueError(f"--validation_fraction {data_args.validation_fraction}: must be in (0, 1)")
     if training_args.learning_rate < 0:

@@ -27,6 +27,15 @@ def _pad(rows: list[list[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def new_token_budget(model, prompt_length: int, max_new_tokens: int, is_encoder_decoder: bool) -> int:
+    """``max_new_tokens``, cut so that a decoder's prompt + answer stays within ``max_position_embeddings`` (at
+    least 1): past it a learned position table has no entry and RoPE runs untrained positions."""
+    context = getattr(model.config, "max_position_embeddings", None)
+    if is_encoder_decoder or not isinstance(context, int):
+        return max_new_tokens
+    return max(1, min(max_new_tokens, context - prompt_length))
+
+
 @torch.no_grad()
 def generate_responses(
     model, tokenizer, template, records: Sequence[dict], max_new_tokens: int = 64, max_length: int = 512,
@@ -48,7 +57,7 @@ def generate_responses(
             **start,
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=new_token_budget(model, ids.shape[1], max_new_tokens, is_encoder_decoder),
             do_sample=False,
             num_beams=1,
             eos_token_id=tokenizer.eos_token_id,
