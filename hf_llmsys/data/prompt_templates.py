@@ -13,7 +13,7 @@ separately (``sft_labels.py``), so no token straddles the seam and the prompt id
 the prompt ids seen in training.
 
 Registry (`TEMPLATES`): ``alpaca`` (Stanford Alpaca's two templates, byte for byte, from
-`hf_llmsys.evaluation.alpaca`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,
+`alpaca_prompts.py`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,
 the input block omitted when empty), ``chat`` (the tokenizer's own chat template: one user turn holding the
 instruction and the input, then the assistant turn), or a user file (JSON ``{"with_input": ..., "without_input":
 ...}`` or a text file holding one template). The template is saved beside a trained model
@@ -27,7 +27,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..evaluation.alpaca import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
+from .alpaca_prompts import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
 
 SLOTS = ("{instruction}", "{input}", "{output}")
 TEMPLATE_FILE = "prompt_template.json"
