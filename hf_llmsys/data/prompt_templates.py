@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .alpaca_prompts import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
+from .conversation_labels import ConversationTemplate
 
 SLOTS = ("{instruction}", "{input}", "{output}")
 TEMPLATE_FILE = "prompt_template.json"
@@ -154,6 +155,8 @@ def template_from_dict(data: dict, tokenizer=None, source: str = "template"):
     """Rebuild a template from `to_dict()` output or a user JSON file."""
     if data.get("type") == "chat":
         return ChatPromptTemplate(tokenizer)
+    if data.get("type") == "conversation":  # conversation records through the (saved) tokenizer's chat template
+        return ConversationTemplate(tokenizer)
     if "with_input" not in data:
         raise ValueError(f"{source}: needs a 'with_input' template string (and optionally 'without_input')")
     return PromptTemplate(
