@@ -7,10 +7,10 @@ replaced literally (no ``str.format``), so templates may hold braces and records
 
 The seam (where the model starts answering) follows one rule for every template: trailing whitespace of the
 prompt moves to the start of the response (``"### Response: {output}"`` -> prompt ``"... ### Response:"``, response
-``" " + output``). Byte-level BPE attaches a space to the following word, so a prompt ending in a space would
-otherwise end in a lone space token that generation never produces. The prompt and the response are tokenized
-separately (``sft_labels.py``), so no token straddles the seam and the prompt ids at generation time are exactly
-the prompt ids seen in training.
+``" " + output``). Byte-level BPE attaches a space to the following word (``" Paris"``), so the seam sits before
+that token and the space is learnt with the answer. ``sft_labels.py`` tokenizes prompt + response as ONE text and
+puts the label boundary at the seam's character offset (a token straddling it is supervised); generation starts
+from exactly the training prefix.
 
 Registry (`TEMPLATES`): ``alpaca`` (Stanford Alpaca's two templates, byte for byte, from
 `alpaca_prompts.py`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,

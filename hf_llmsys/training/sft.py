@@ -1,9 +1,12 @@
 """`llmsys sft` / `hf_llmsys.training.sft(...)`: instruction tuning with the Trainer, loss on the response only.
 
-Data (`hf_llmsys.data`): Alpaca records (one source or a seeded mixture), checked (`--skip_invalid` drops and
-counts bad ones), held out (`--validation_data` or a seeded `--validation_fraction`), rendered with a prompt
-template and turned into ``input_ids`` / ``labels`` with -100 exactly over the prompt (`sft_labels.py`). The
-held-out set is always scored on its responses only, whatever `--no_response_only_loss` trains on.
+Data (`hf_llmsys.data`): Alpaca records or conversations (``messages`` / ShareGPT ``conversations``; one kind per
+run), one source or a seeded mixture, checked (`--skip_invalid` drops and counts bad ones), held out
+(`--validation_data` or a seeded `--validation_fraction`). Alpaca records are rendered with a prompt template and
+tokenized as one text, -100 over the tokens before the seam (`sft_labels.py`); conversations are rendered through
+the chat template, loss on the assistant turns (`--assistant_turns`, `conversation_labels.py`). The held-out set
+is always scored on its responses only, whatever `--no_response_only_loss` trains on. `--neftune_noise_alpha`
+(the Trainer's) adds NEFTune noise to the input embeddings in training steps only.
 
 Model: the base folder through the Auto classes (causal LM or encoder-decoder, from its config), optionally
 wrapped in a LoRA adapter (`lora.py`), built after `set_seed(--seed)`. Collator: padded batches
