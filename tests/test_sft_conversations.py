@@ -47,6 +47,7 @@ CONVERSATIONS = [
 def chatml_tokenizer():
     tok = copy.deepcopy(byte_bpe())
     tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
+    tok.split_special_tokens = False  # the template's markers are single special tokens (as SmolLM2's)
     tok.chat_template = CHATML
     tok.eos_token = "<|im_end|>"  # the end of an assistant turn is where generation stops (SmolLM2's convention)
     return tok
@@ -313,3 +314,28 @@ def test_smollm2_own_chat_template_supervises_only_assistant_content_and_end_of_
             assert decoded[-1] == "\n" + replies[-1]
         if messages[0]["role"] != "system":  # SmolLM2's template writes its default system turn
             assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+
+
+def test_masks_equal_transformers_generation_markers_without_needing_them():
+    """Reference: transformers' ``return_assistant_tokens_mask`` on the same ChatML template WITH {% generation %}
+    markers around each reply + end-of-turn (what TRL's assistant_only_loss uses) gives our mask, found without."""
+    tok = chatml_tokenizer()
+    marked = copy.deepcopy(tok)
+    marked.chat_template = CHATML.replace(
+        "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n",
+        "<|im_start|>{{ message['role'] }}\n{% if message['role'] == 'assistant' %}{% generation %}"
+        "{{ message['content'] }}<|im_end|>{% endgeneration %}{% else %}{{ message['content'] }}<|im_end|>"
+        "{% endif %}{{ '\\n' }}",  # (chat templates trim the newline after a block tag)
+    )
+    assert marked.chat_template != CHATML
+    encoder = ConversationEncoder(tok, ConversationTemplate(tok), 512)
+    for record in records():
+        example, _ = encoder.encode(record)
+        assert example["input_ids"].count(tok.convert_tokens_to_ids("<|im_end|>")) == len(record["messages"]) + (
+            record["messages"][0]["role"] != "system"
+        )
+        ref = marked.apply_chat_template(
+            record["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        assert ref["input_ids"] == example["input_ids"]
+        assert ref["assistant_masks"] == [int(t != IGNORE_INDEX) for t in example["labels"]]
