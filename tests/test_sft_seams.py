@@ -168,3 +168,43 @@ def test_a_real_slow_tokenizer_gets_the_fallback():
     at = supervised_at(example["labels"])
     assert tok.decode(example["input_ids"]) == prompt + response + tok.eos_token
     assert tok.decode(example["input_ids"][at:]) == response + tok.eos_token
+
+
+def test_generation_is_given_the_training_prefix_and_answers_lose_the_overhang(tmp_path):
+    """generate_responses hands model.generate exactly the training prefix; a first token straddling the seam
+    (':"') is generated whole and its prompt part (':') is not part of the answer."""
+    import torch
+    from sft_fixtures import base_model_config
+    from transformers import AutoModelForCausalLM
+
+    from hf_llmsys.training.sft_generation import generate_responses
+
+    tok = family("gpt2_byte_bpe", tmp_path)
+    record = {"instruction": "Quote it.", "input": "", "output": '"Hello," she said.'}
+    encoder = SFTExampleEncoder(tok, ALPACA, 256)
+    example, _ = encoder.encode(record)
+    at = supervised_at(example["labels"])
+    model = AutoModelForCausalLM.from_config(base_model_config("llmsys_llama", tok, hidden=16, max_positions=256))
+    given = []
+
+    def fake_generate(input_ids, attention_mask, **kwargs):  # "generates" the training answer
+        given.append(input_ids[0][attention_mask[0].bool()].tolist())
+        return torch.cat([input_ids, torch.tensor([example["input_ids"][at:]])], dim=1)
+
+    model.generate = fake_generate
+    (answer,) = generate_responses(model, tok, ALPACA, [record], max_new_tokens=8, encoder=encoder)
+    assert given == [example["input_ids"][:at]]
+    assert answer == record["output"]
+
+
+def test_conversation_masks_without_offsets_fall_back_to_the_common_prefix():
+    from test_sft_conversations import chatml_tokenizer, records
+
+    from hf_llmsys.data.conversation_labels import ConversationEncoder, ConversationTemplate
+
+    tok = chatml_tokenizer()
+    slow = _SlowGPT2(tok)
+    fast = ConversationEncoder(tok, ConversationTemplate(tok), 512)
+    fallback = ConversationEncoder(slow, ConversationTemplate(slow), 512)
+    assert fallback.boundary_rule == "common_prefix"
+    assert fallback.encode_batch(records())[0] == fast.encode_batch(records())[0]
