@@ -3,7 +3,14 @@
 - `byte_bpe()`: our byte-level BPE (GPT-2 style: spaces attach to the next word, no BOS added);
 - `sentencepiece_like(kind)`: a `tokenizers` Unigram with the Metaspace pre-tokenizer (SentencePiece's "▁"
   convention); ``kind="llama"`` adds ``<s>`` in front (LLaMA), ``kind="t5"`` appends ``</s>`` (T5);
-- `gpt2()`: the real GPT-2 tokenizer files from the shared data folder, or None when absent.
+- `gpt2()`: the real GPT-2 tokenizer files from the shared data folder, or None when absent
+  (``add_prefix_space=True``: the RoBERTa / BART convention of a space added in front of the text);
+- `mistral_sentencepiece()`: a REAL LLaMA-style SentencePiece tokenizer (Mistral-7B v0.1's: BPE with byte
+  fallback and the dummy-prefix "▁", ``<s>`` BOS), fetched from PyPI by ``scripts/fetch_sentencepiece_tokenizer.py``
+  into a cache outside the repository, or None when it was not fetched;
+- `t5_unigram()`: transformers' `T5Tokenizer` (T5's own pipeline: Unigram, whitespace split, Metaspace "▁" before
+  every word, ``</s>`` appended, no BOS) over a Unigram vocabulary trained here: no PyPI package we know of ships
+  T5's ``spiece.model``, so the vocabulary is local while the tokenization rules are T5's.
 """
 
 from __future__ import annotations
@@ -74,8 +81,35 @@ def sentencepiece_like(kind: str = "llama") -> PreTrainedTokenizerFast:
     )
 
 
-def gpt2(tmp_dir: Path):
-    """The real GPT-2 BPE from the shared data folder (a tokenizer_config.json written beside it), or None."""
+SPM_TOKENIZER_DIR = Path(
+    os.environ.get("LLMSYS_SPM_TOKENIZER_DIR", Path.home() / ".cache" / "hf_llmsys" / "mistral-7b-v0.1-tokenizer")
+)
+SPM_FETCH = "python scripts/fetch_sentencepiece_tokenizer.py"
+
+
+@functools.cache
+def mistral_sentencepiece():
+    """Mistral-7B v0.1's SentencePiece tokenizer (pad = EOS) from the fetched cache, or None when absent."""
+    if not (SPM_TOKENIZER_DIR / "tokenizer.json").is_file():
+        return None
+    tok = AutoTokenizer.from_pretrained(SPM_TOKENIZER_DIR)
+    tok.pad_token = tok.eos_token
+    return tok
+
+
+@functools.cache
+def t5_unigram():
+    """transformers' T5Tokenizer over a locally trained Unigram vocabulary (see module doc)."""
+    from transformers import T5Tokenizer
+
+    vocab = json.loads(_unigram().to_str())["model"]["vocab"]
+    return T5Tokenizer(vocab=[tuple(v) for v in vocab], extra_ids=0)
+
+
+def gpt2(tmp_dir: Path, **options):
+    """The real GPT-2 BPE from the shared data folder (a tokenizer_config.json written beside it), or None.
+
+    `options` go to ``from_pretrained`` (e.g. ``add_prefix_space=True``)."""
     src = SHARED_DATA / "tokenizers" / "gpt2"
     if not (src / "vocab.json").exists():
         return None
@@ -83,7 +117,7 @@ def gpt2(tmp_dir: Path):
     for name in ("vocab.json", "merges.txt"):
         (tmp_dir / name).write_bytes((src / name).read_bytes())
     (tmp_dir / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
-    tok = AutoTokenizer.from_pretrained(tmp_dir)
+    tok = AutoTokenizer.from_pretrained(tmp_dir, **options)
     tok.pad_token = tok.eos_token
     return tok
 

@@ -1,8 +1,9 @@
 """Our SFT label masks against TRL 1.16 SFTTrainer's, on real Alpaca records (scripts/bench/sft_vs_trl.py).
 
-TRL is a test-only reference (the `reference` extra). Every row that differs must be explained by a checked
-cause: BPE merging across the seam in TRL's joint tokenization, TRL's keep-start truncation, or whitespace moved
-across the boundary by our templates.
+TRL is a test-only reference (the `reference` extra). Both sides tokenize prompt + response as one text, so rows
+are identical except for checked causes: TRL's keep-start truncation, whitespace moved across the boundary by our
+chat split, TRL's doubled EOS on a tokenizer that appends </s>. The default suite compares a few hundred records
+per tokenizer family; the slow test compares all of alpaca_5000.json on all four families.
 """
 
 from __future__ import annotations
@@ -49,15 +50,51 @@ def test_masks_equal_trl_on_500_alpaca_records_or_are_explained(gpt2, alpaca):
     result = bench.compare_masks(alpaca, gpt2, template, max_length=128)
     counts = result["counts"]
     assert counts["unexplained"] == 0, result
-    assert counts["identical"] >= 0.85 * len(alpaca)
-    # Stanford Alpaca's template glues the answer to "### Response:"; answers starting with punctuation merge
-    # with the colon in TRL's joint tokenization, and TRL then trains on that straddling token.
-    assert counts["seam_merge"] > 0
-    assert result["details"]["trl_straddling_token_supervised"] == counts["seam_merge"]
+    # one tokenization of prompt + response on both sides: a token straddling the seam (':"') is supervised by
+    # both (ours by the offsets rule, TRL by its common-prefix rule), so no seam difference is left
+    assert counts["seam_merge"] == 0
+    assert counts["identical"] + counts["truncation"] == len(alpaca)
     # Truncation: TRL cuts the end (EOS lost, or every label gone and the row dropped); we cut the prompt first.
     assert counts["truncation"] > 0
     assert result["details"]["ours_lost_eos"] < result["details"]["trl_lost_eos"]
     assert result["details"]["ours_dropped"] == 0 < result["details"]["trl_dropped"]
+
+
+FAMILY_SAMPLE = 100
+
+
+@pytest.mark.parametrize("family", bench.TOKENIZER_FAMILIES)
+def test_every_tokenizer_family_matches_trl_on_a_sample(family, alpaca, tmp_path):
+    try:
+        tokenizer = bench.load_tokenizer(family, tmp_path, alpaca)
+    except ValueError as err:
+        pytest.skip(str(err))
+    records = alpaca[:FAMILY_SAMPLE]
+    result = bench.compare_masks(records, tokenizer, bench.load_template("alpaca", tokenizer), max_length=512)
+    counts = result["counts"]
+    assert counts["unexplained"] == 0 and counts["seam_merge"] == 0, result
+    if family == "t5_unigram":  # T5's post-processor appends </s> after TRL's EOS text: explained, checked
+        assert counts["trl_double_eos"] > 0.8 * len(records)
+    else:
+        assert counts["identical"] == len(records), result
+
+
+@pytest.mark.slow  # all 4998 usable records x 4 tokenizer families through TRL's dataset preparation
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("family", bench.TOKENIZER_FAMILIES)
+def test_every_tokenizer_family_matches_trl_on_all_of_alpaca_5000(family, tmp_path):
+    if not bench.DEFAULT_RECORDS.is_file():
+        pytest.skip(f"{bench.DEFAULT_RECORDS} not found (set LLMSYS_DATA_DIR)")
+    records, _ = bench.load_records(bench.DEFAULT_RECORDS, skip_invalid=True)
+    try:
+        tokenizer = bench.load_tokenizer(family, tmp_path, records)
+    except ValueError as err:
+        pytest.skip(str(err))
+    result = bench.compare_masks(records, tokenizer, bench.load_template("alpaca", tokenizer), max_length=512)
+    counts = result["counts"]
+    assert counts["unexplained"] == 0 and counts["seam_merge"] == 0, result
+    explained = {"t5_unigram": "trl_double_eos"}.get(family)
+    assert counts["identical"] + (counts[explained] if explained else 0) + counts["truncation"] >= len(records)
 
 
 def test_short_template_masks_are_identical(gpt2, alpaca):
@@ -67,25 +104,27 @@ def test_short_template_masks_are_identical(gpt2, alpaca):
 
 
 def test_classification_is_checked_not_assumed(gpt2):
-    """A seam merge and a truncation are recognised; a wrong label or a wrong id is not explained away."""
+    """A straddling seam token and a truncation are recognised; a wrong label or a wrong id is not explained away."""
     records = [
-        {"instruction": "Quote it.", "input": "", "output": '"Hello," she said.'},  # ':"' merges in TRL
+        {"instruction": "Quote it.", "input": "", "output": '"Hello," she said.'},  # ':"' straddles the seam
         {"instruction": "word " * 60, "input": "", "output": "A long enough answer " * 3},  # over 64 tokens
         {"instruction": "Name a colour.", "input": "", "output": "Blue."},
     ]
     template = bench.load_template("alpaca", gpt2)
     result = bench.compare_masks(records, gpt2, template, max_length=64)
-    assert result["counts"]["seam_merge"] == 1 and result["examples"]["seam_merge_records"] == [0]
+    assert result["counts"]["identical"] == 2 and result["counts"]["seam_merge"] == 0  # both supervise ':"'
     assert result["counts"]["truncation"] == 1 and result["examples"]["truncation_records"] == [1]
-    assert result["counts"]["identical"] == 1
 
     ours = bench.our_examples(records[2:], gpt2, template, 64)[0]
     trl = bench.trl_examples(records[2:], gpt2, template, 64)[0]
     assert ours == trl
     wrong_label = {**ours, "labels": [bench.IGNORE_INDEX, *ours["labels"][1:-1], bench.IGNORE_INDEX]}
     wrong_id = {**ours, "input_ids": [*ours["input_ids"][:-2], 0, ours["input_ids"][-1]]}
+    extra_eos = {k: v + [gpt2.eos_token_id] for k, v in ours.items()}
     for bad in (wrong_label, wrong_id):
         assert bench.classify(bad, trl, bad, trl, gpt2, 64) == {"unexplained"}
+    assert bench.classify(ours, extra_eos, ours, extra_eos, gpt2, 64) == {"trl_double_eos"}
+    assert bench.classify(extra_eos, ours, extra_eos, ours, gpt2, 64) == {"unexplained"}  # only TRL's side
 
 
 def test_smollm2_chat_template_masks_differ_only_by_the_generation_prompt_newline():

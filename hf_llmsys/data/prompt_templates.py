@@ -7,13 +7,13 @@ replaced literally (no ``str.format``), so templates may hold braces and records
 
 The seam (where the model starts answering) follows one rule for every template: trailing whitespace of the
 prompt moves to the start of the response (``"### Response: {output}"`` -> prompt ``"... ### Response:"``, response
-``" " + output``). Byte-level BPE attaches a space to the following word, so a prompt ending in a space would
-otherwise end in a lone space token that generation never produces. The prompt and the response are tokenized
-separately (``sft_labels.py``), so no token straddles the seam and the prompt ids at generation time are exactly
-the prompt ids seen in training.
+``" " + output``). Byte-level BPE attaches a space to the following word (``" Paris"``), so the seam sits before
+that token and the space is learnt with the answer. ``sft_labels.py`` tokenizes prompt + response as ONE text and
+puts the label boundary at the seam's character offset (a token straddling it is supervised); generation starts
+from exactly the training prefix.
 
 Registry (`TEMPLATES`): ``alpaca`` (Stanford Alpaca's two templates, byte for byte, from
-`hf_llmsys.evaluation.alpaca`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,
+`alpaca_prompts.py`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,
 the input block omitted when empty), ``chat`` (the tokenizer's own chat template: one user turn holding the
 instruction and the input, then the assistant turn), or a user file (JSON ``{"with_input": ..., "without_input":
 ...}`` or a text file holding one template). The template is saved beside a trained model
@@ -27,7 +27,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..evaluation.alpaca import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
+from .alpaca_prompts import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
+from .conversation_labels import ConversationTemplate
 
 SLOTS = ("{instruction}", "{input}", "{output}")
 TEMPLATE_FILE = "prompt_template.json"
@@ -154,6 +155,8 @@ def template_from_dict(data: dict, tokenizer=None, source: str = "template"):
     """Rebuild a template from `to_dict()` output or a user JSON file."""
     if data.get("type") == "chat":
         return ChatPromptTemplate(tokenizer)
+    if data.get("type") == "conversation":  # conversation records through the (saved) tokenizer's chat template
+        return ConversationTemplate(tokenizer)
     if "with_input" not in data:
         raise ValueError(f"{source}: needs a 'with_input' template string (and optionally 'without_input')")
     return PromptTemplate(

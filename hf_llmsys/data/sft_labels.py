@@ -2,24 +2,39 @@
 
 Decoder-only (causal LM) example, one row of length T <= max_length::
 
-    input_ids = [BOS?] + prompt ids + response ids + [EOS]
-    labels    = [-100] * (len(BOS?) + len(prompt ids)) + response ids + [EOS]
+    text      = prompt text + response text                 (`PromptTemplate.split`: the seam is len(prompt text))
+    input_ids = [BOS?] + tokenize(text) + [EOS]             (the whole text tokenized at once, as the base model
+                                                             saw text in pre-training)
+    labels    = -100 over BOS and every token that ends at or before the seam, then the ids themselves
 
 The model shifts the labels itself (label t is predicted at position t - 1), so the first response token is
 predicted from the last prompt token and the EOS is supervised: the model learns where to stop.
 
-Encoder-decoder (T5) example::
+Boundary rule (offsets): the text is tokenized once with the fast tokenizer's offset mapping and the first
+supervised token is the first whose character span ends after the seam (or, zero-width, starts at or after it).
+A token that straddles the seam (BPE merging the template's ``':'`` with a response's ``'"'``) is SUPERVISED: the
+model has to emit it after the prompt, so it is part of the answer. Tokenizing the whole text is what Stanford
+Alpaca and TRL feed the model; it matters on a SentencePiece tokenizer with a dummy prefix (LLaMA-2, Mistral,
+TinyLlama): ``"### Response:" + "Paris"`` is ``':'``, ``'Par'``, ``'is'`` in context, while the response
+tokenized on its own would be ``'▁Paris'`` (a space the text never had). Tokenizers without an offset mapping
+(the slow, Python ones, ``tokenizer.is_fast`` False) fall back to the common-prefix rule: the boundary is the
+length of the common prefix of tokenize(prompt) and tokenize(prompt + response) (TRL's rule), which puts a
+straddling token on the supervised side as well.
 
-    input_ids = [BOS?] + prompt ids + [the tokenizer's trailing specials, e.g. T5's </s>]   (the encoder input)
-    labels    = response ids + [EOS]                                                       (decoder_input_ids =
-                labels shifted right with decoder_start_token_id, done by the model, T5's convention)
+Generation starts from exactly the training prefix (`generation_prefix`): the ids before the first supervised
+token of the record's own example when the record has its answer (the SFT summary answers, held-out checks),
+else the prompt text tokenized alone (the same ids unless the prompt's last characters would merge with the
+unknown answer's first). The prompt characters a straddling token covers are returned as the ``overhang``
+(generation strips them from the decoded answer).
 
-Boundary: the prompt and the response texts (`PromptTemplate.split`) are tokenized SEPARATELY and the ids
-concatenated, so no token straddles the seam and exactly the prompt tokens are -100 whatever the tokenizer merges
-(Stanford Alpaca's ``train.py`` tokenizes prompt and prompt + answer and masks ``len(prompt ids)`` tokens: off by
-one when BPE merges across the seam, stanford_alpaca PR #229). Generation is given `encode_prompt`, the same ids.
 The BOS (the tokenizer's leading special tokens, if ``add_special_tokens`` adds any) is prepended once; the EOS is
 appended as an id, never as text (a tokenizer with ``split_special_tokens`` would spell it out as bytes).
+
+Encoder-decoder (T5) example (two sequences, so no seam inside one tokenization)::
+
+    input_ids = [BOS?] + tokenize(prompt) + [the tokenizer's trailing specials, e.g. T5's </s>]   (encoder input)
+    labels    = tokenize(response) + [EOS]                 (decoder_input_ids = labels shifted right with
+                                                            decoder_start_token_id, done by the model)
 
 Truncation to ``max_length`` (tokens, BOS and EOS included) cuts the prompt first, never below
 ``min(len(prompt), max_length // 2)`` tokens: ``prompt_truncation="middle"`` (default) keeps the head and tail of
@@ -78,13 +93,64 @@ def cut_prompt(ids: list[int], keep: int, side: str) -> list[int]:
     return ids[:head] + ids[len(ids) - (keep - head) :]
 
 
+def has_offsets(tokenizer) -> bool:
+    """Whether `tokenizer` gives character offsets (a fast, `tokenizers`-backed tokenizer)."""
+    return bool(getattr(tokenizer, "is_fast", False))
+
+
+def first_token_after(offsets: Sequence[tuple[int, int]], seam: int) -> int:
+    """Index of the first token ending after character `seam` (or zero-width at / after it); len when none.
+
+    A token with ``start < seam < end`` (it straddles the seam) is counted as after it: it is supervised.
+    """
+    for index, (start, end) in enumerate(offsets):
+        if end > seam or start >= seam:
+            return index
+    return len(offsets)
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id lists (the fallback boundary without offsets)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def tokenize_at_seams(tokenizer, texts: Sequence[str], seams: Sequence[int]) -> list[tuple[list[int], int]]:
+    """(ids of the whole text, index of its first token after the seam) per text; no special tokens added.
+
+    Fast tokenizers: one batched call with ``return_offsets_mapping`` and `first_token_after`. Slow ones: the
+    common prefix of tokenize(text[:seam]) and tokenize(text) (module doc).
+    """
+    if not texts:
+        return []
+    if has_offsets(tokenizer):
+        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        return [
+            (list(ids), first_token_after(offsets, seam))
+            for ids, offsets, seam in zip(enc["input_ids"], enc["offset_mapping"], seams, strict=True)
+        ]
+    full = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    heads = [t[:seam] for t, seam in zip(texts, seams, strict=True)]
+    head_ids = tokenizer(heads, add_special_tokens=False, verbose=False)["input_ids"]
+    return [
+        (list(ids), common_prefix_length(head if h else [], ids))
+        for ids, head, h in zip(full, head_ids, heads, strict=True)
+    ]
+
+
 @dataclass
 class SFTExampleEncoder:
     """Turns records into SFT examples under one tokenizer, template and truncation policy (see module doc).
 
     `encode(record)` -> ``(example or None, events)``: the example dict holds ``input_ids`` and ``labels``; events
     name what happened (``prompt_truncated``, ``response_truncated``, or the drop reason ``no_response_left`` /
-    ``response_too_long``). `encode_prompt(record)` gives the generation input of a decoder-only model.
+    ``response_too_long``). `generation_prefix(record)` gives the ids generation starts from (the training
+    prefix); `boundary_rule` says how the seam is found (``"offsets"``, or ``"common_prefix"`` for a tokenizer
+    without offsets).
     """
 
     tokenizer: object
@@ -108,6 +174,11 @@ class SFTExampleEncoder:
         self.trail = trail if self.is_encoder_decoder else []
         self._check_max_length()
 
+    @property
+    def boundary_rule(self) -> str:
+        """``"offsets"`` (fast tokenizer) or ``"common_prefix"`` (no offset mapping: the documented fallback)."""
+        return "offsets" if has_offsets(self.tokenizer) else "common_prefix"
+
     def _check_max_length(self) -> None:
         """max_length must hold the template's own text, one response token and the EOS."""
         empty = {"instruction": "", "input": "", "output": ""}
@@ -130,15 +201,29 @@ class SFTExampleEncoder:
         return response_ids + eos
 
     def encode_ids(self, prompt_ids: list[int], response_ids: list[int]) -> tuple[dict | None, list[str]]:
-        """One example from already tokenized prompt and response texts (no specials)."""
+        """One example from the prompt ids and the response ids (no specials; the EOS is added here).
+
+        Decoder-only: the two lists are the split of ONE tokenization at the seam (`tokenize_at_seams`).
+        """
         if self.is_encoder_decoder:
             return self._seq2seq(prompt_ids, self._response_ids(response_ids))
         return self._causal(prompt_ids, self._response_ids(response_ids))
 
     def encode(self, record: dict) -> tuple[dict | None, list[str]]:
         """One example for `record` (see class doc)."""
-        prompt_text, response_text = self.template.split(record)
-        return self.encode_ids(self._tokens(prompt_text), self._tokens(response_text))
+        examples, events = self.encode_batch([record])
+        return examples[0], events[0]
+
+    def split_ids(self, records: Sequence[dict]) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, response ids) per record: one tokenization cut at the seam (decoder-only), or the two texts
+        tokenized apart (encoder-decoder: two sequences)."""
+        pairs = [self.template.split(r) for r in records]
+        if self.is_encoder_decoder:
+            prompts = self._batch_tokens([p for p, _ in pairs])
+            responses = self._batch_tokens([r for _, r in pairs])
+            return list(zip(prompts, responses, strict=True))
+        cut = tokenize_at_seams(self.tokenizer, [p + r for p, r in pairs], [len(p) for p, _ in pairs])
+        return [(ids[:at], ids[at:]) for ids, at in cut]
 
     def _causal(self, prompt: list[int], response: list[int]) -> tuple[dict | None, list[str]]:
         events = []
@@ -174,17 +259,39 @@ class SFTExampleEncoder:
         return {"input_ids": self.lead + prompt + self.trail, "labels": response}, events
 
     def encode_prompt(self, record: dict, max_prompt_length: int | None = None) -> list[int]:
-        """The ids generation starts from: the same prompt ids as in training (cut the same way when too long)."""
+        """The ids generation starts from (`generation_prefix` without the overhang)."""
+        return self.generation_prefix(record, max_prompt_length)[0]
+
+    def generation_prefix(self, record: dict, max_prompt_length: int | None = None) -> tuple[list[int], str]:
+        """(ids, overhang): the training prefix of `record` and the prompt characters its first answer token covers.
+
+        A decoder-only record with a non-empty ``output`` that makes an example: that example's ids before its
+        first supervised token, and the prompt characters a straddling first token covers (``""`` unless one
+        straddles the seam). Otherwise (no answer, an encoder-decoder, a dropped example): the prompt text
+        tokenized alone, cut the same way as in training when too long, and ``""``.
+        """
+        if not self.is_encoder_decoder and record.get("output") and max_prompt_length is None:
+            example, _ = self.encode(record)
+            if example is not None:
+                at = next(i for i, t in enumerate(example["labels"]) if t != IGNORE_INDEX)
+                return example["input_ids"][:at], self._overhang(record)
         ids = self._tokens(self.template.prompt(record))
         room = (max_prompt_length or self.max_length) - len(self.lead) - len(self.trail)
-        return self.lead + cut_prompt(ids, room, self.prompt_truncation) + self.trail
+        return self.lead + cut_prompt(ids, room, self.prompt_truncation) + self.trail, ""
+
+    def _overhang(self, record: dict) -> str:
+        """The prompt characters that the first supervised token of `record` covers (empty unless it straddles)."""
+        prompt, response = self.template.split(record)
+        if not has_offsets(self.tokenizer):
+            return ""
+        enc = self.tokenizer(prompt + response, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        offsets = enc["offset_mapping"]
+        at = first_token_after(offsets, len(prompt))
+        return prompt[offsets[at][0] :] if at < len(offsets) and offsets[at][0] < len(prompt) else ""
 
     def encode_batch(self, records: Sequence[dict]) -> tuple[list[dict | None], list[list[str]]]:
-        """`encode` for many records, with the tokenizer called once for all prompts and once for all responses."""
-        pairs = [self.template.split(r) for r in records]
-        prompts = self._batch_tokens([p for p, _ in pairs])
-        responses = self._batch_tokens([r for _, r in pairs])
-        results = [self.encode_ids(p, r) for p, r in zip(prompts, responses, strict=True)]
+        """`encode` for many records, with the tokenizer called once (twice without offsets) for all of them."""
+        results = [self.encode_ids(p, r) for p, r in self.split_ids(records)]
         return [ex for ex, _ in results], [ev for _, ev in results]
 
     def _batch_tokens(self, texts: list[str]) -> list[list[int]]:

@@ -1,8 +1,9 @@
 """Stanford Alpaca records and prompt templates.
 
 A record is ``{"instruction": str, "input": str, "output": str}``; ``input`` may be the empty string. The
-templates are Stanford Alpaca's (``train.py``, ``PROMPT_DICT``): the prompt ends with ``"### Response:"`` and
-the response (target) follows it directly, as in their training code (target = output + EOS).
+templates are Stanford Alpaca's (``train.py``, ``PROMPT_DICT``), imported from `hf_llmsys.data.alpaca_prompts`
+(the data layer owns them): the prompt ends with ``"### Response:"`` and the response (target) follows it
+directly, as in their training code (target = output + EOS).
 """
 
 from __future__ import annotations
@@ -11,16 +12,8 @@ import json
 import os
 from collections.abc import Sequence
 
-PROMPT_WITH_INPUT = (
-    "Below is an instruction that describes a task, paired with an input that provides further context. "
-    "Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
-)
-PROMPT_NO_INPUT = (
-    "Below is an instruction that describes a task. "
-    "Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Response:"
-)
+from ..data.alpaca_prompts import PROMPT_NO_INPUT, PROMPT_WITH_INPUT
+
 FIELDS = ("instruction", "input", "output")
 
 

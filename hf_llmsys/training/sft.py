@@ -1,9 +1,12 @@
 """`llmsys sft` / `hf_llmsys.training.sft(...)`: instruction tuning with the Trainer, loss on the response only.
 
-Data (`hf_llmsys.data`): Alpaca records (one source or a seeded mixture), checked (`--skip_invalid` drops and
-counts bad ones), held out (`--validation_data` or a seeded `--validation_fraction`), rendered with a prompt
-template and turned into ``input_ids`` / ``labels`` with -100 exactly over the prompt (`sft_labels.py`). The
-held-out set is always scored on its responses only, whatever `--no_response_only_loss` trains on.
+Data (`hf_llmsys.data`): Alpaca records or conversations (``messages`` / ShareGPT ``conversations``; one kind per
+run), one source or a seeded mixture, checked (`--skip_invalid` drops and counts bad ones), held out
+(`--validation_data` or a seeded `--validation_fraction`). Alpaca records are rendered with a prompt template and
+tokenized as one text, -100 over the tokens before the seam (`sft_labels.py`); conversations are rendered through
+the chat template, loss on the assistant turns (`--assistant_turns`, `conversation_labels.py`). The held-out set
+is always scored on its responses only, whatever `--no_response_only_loss` trains on. `--neftune_noise_alpha`
+(the Trainer's) adds NEFTune noise to the input embeddings in training steps only.
 
 Model: the base folder through the Auto classes (causal LM or encoder-decoder, from its config), optionally
 wrapped in a LoRA adapter (`lora.py`), built after `set_seed(--seed)`. Collator: padded batches
@@ -44,7 +47,9 @@ from transformers import (
     Trainer,
 )
 
-from ..data.alpaca_records import load_records, mix_records
+from ..data.alpaca_records import mix_records
+from ..data.conversation_labels import ConversationEncoder, ConversationTemplate, last_exchange
+from ..data.conversation_records import load_sft_records
 from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
@@ -85,18 +90,37 @@ def load_base_config(model_args: SFTModelArguments):
     return AutoConfig.from_pretrained(path)
 
 
+def _load_one_kind(source: str, data_args: SFTDataArguments, kinds: dict) -> tuple[list[dict], dict]:
+    """One source's checked records; every source of a run must hold the same kind (instruction / conversation)."""
+    records, dropped, kind = load_sft_records(source, data_args.data_split, data_args.skip_invalid)
+    kinds[source] = kind
+    if len(set(kinds.values())) > 1:
+        spelled = ", ".join(f"{s}: {k}" for s, k in kinds.items())
+        raise ValueError(
+            f"--data / --validation_data mix instruction records and conversations ({spelled}); use one kind per run"
+        )
+    return records, dropped
+
+
 def read_records(data_args: SFTDataArguments, seed: int) -> tuple[list[dict], list[dict], dict]:
-    """(training records, held-out records, counts): sources read, checked, mixed and split by seed."""
-    sources, invalid = [], {}
+    """(training records, held-out records, counts): sources read, checked, mixed and split by seed.
+
+    ``counts["records_format"]``: ``"instruction"`` (Alpaca records) or ``"conversation"`` (messages / ShareGPT).
+    """
+    sources, invalid, kinds = [], {}, {}
     for source in data_args.data:
-        records, dropped = load_records(source, data_args.data_split, data_args.skip_invalid)
+        records, dropped = _load_one_kind(source, data_args, kinds)
         sources.append(records)
         for reason, n in dropped.items():
             invalid[reason] = invalid.get(reason, 0) + n
     records = mix_records(sources, data_args.mixture_ratios, seed)
-    counts = {"records_read": sum(len(s) for s in sources) + sum(invalid.values()), "invalid_records": invalid}
+    counts = {
+        "records_format": next(iter(kinds.values())),
+        "records_read": sum(len(s) for s in sources) + sum(invalid.values()),
+        "invalid_records": invalid,
+    }
     if data_args.validation_data:
-        held_out, dropped = load_records(data_args.validation_data, data_args.data_split, data_args.skip_invalid)
+        held_out, dropped = _load_one_kind(data_args.validation_data, data_args, kinds)
         counts["invalid_validation_records"] = dict(dropped)
         return records, held_out, counts
     if len(records) < 2:
@@ -114,15 +138,20 @@ def whole_sequence_labels(dataset):
 
 def build_datasets(records, held_out, tokenizer, template, config, data_args) -> tuple:
     """(train dataset, eval dataset, train stats, eval stats, encoder)."""
-    encoder = SFTExampleEncoder(
-        tokenizer,
-        template,
-        data_args.max_length,
-        is_encoder_decoder=config.is_encoder_decoder,
-        prompt_truncation=data_args.prompt_truncation,
-        response_overflow=data_args.response_overflow,
-        max_target_length=data_args.max_target_length,
-    )
+    if isinstance(template, ConversationTemplate):
+        encoder = ConversationEncoder(
+            tokenizer, template, data_args.max_length, data_args.assistant_turns, data_args.response_overflow
+        )
+    else:
+        encoder = SFTExampleEncoder(
+            tokenizer,
+            template,
+            data_args.max_length,
+            is_encoder_decoder=config.is_encoder_decoder,
+            prompt_truncation=data_args.prompt_truncation,
+            response_overflow=data_args.response_overflow,
+            max_target_length=data_args.max_target_length,
+        )
     train_ds, train_stats = build_sft_dataset(records, encoder)
     eval_ds, eval_stats = build_sft_dataset(held_out, encoder)
     for name, ds, stats in (("training", train_ds, train_stats), ("held-out", eval_ds, eval_stats)):
@@ -139,8 +168,21 @@ def build_datasets(records, held_out, tokenizer, template, config, data_args) ->
     return train_ds, eval_ds, train_stats, eval_stats, encoder
 
 
-def check_job(model_args, data_args, config) -> None:
-    """Combinations of flags and base model that cannot run."""
+def load_job_template(data_args: SFTDataArguments, tokenizer, records_format: str):
+    """The template for this run's records: a prompt template (default alpaca) for instruction records, the chat
+    template (``chat``, the default, or a .jinja file) for conversations."""
+    if records_format == "conversation":
+        return ConversationTemplate(tokenizer, data_args.template or "chat")
+    return load_template(data_args.template or "alpaca", tokenizer)
+
+
+def check_job(model_args, data_args, config, records_format: str = "instruction") -> None:
+    """Combinations of flags, records and base model that cannot run."""
+    if records_format == "conversation" and config.is_encoder_decoder:
+        raise ValueError(
+            f"--data: the records are conversations and {config.model_type} is an encoder-decoder; chat templates "
+            "render one decoder sequence (give a decoder-only base, or Alpaca records)"
+        )
     if data_args.packing and config.is_encoder_decoder:
         raise ValueError(
             f"--packing: {config.model_type} is an encoder-decoder; packing applies to decoder-only models "
@@ -202,15 +244,20 @@ def reload_checkpoint(trainer):
     return reload
 
 
-def held_out_generations(model, tokenizer, template, held_out, data_args) -> list[dict]:
-    """Greedy answers (at most --generation_max_new_tokens) for the first --num_generation_examples records."""
+def held_out_generations(model, tokenizer, template, held_out, data_args, encoder=None) -> list[dict]:
+    """Greedy answers (at most --generation_max_new_tokens) for the first --num_generation_examples records.
+
+    Each starts from the record's training prefix (`encoder`); a conversation is answered at its last assistant
+    turn (shown as that turn's user ``prompt`` and expected ``output``)."""
     records = held_out[: data_args.num_generation_examples]
     if not records:
         return []
     answers = generate_responses(
-        model, tokenizer, template, records, data_args.generation_max_new_tokens, data_args.max_length
-    )
-    return [{**r, "generated": a} for r, a in zip(records, answers, strict=True)]
+        model, tokenizer, template, records, data_args.generation_max_new_tokens, data_args.max_length,
+        encoder=encoder,
+    )  # fmt: skip
+    shown = [last_exchange(r) if "messages" in r else r for r in records]
+    return [{**r, "generated": a} for r, a in zip(shown, answers, strict=True)]
 
 
 def summarize(
@@ -225,6 +272,9 @@ def summarize(
         "mixture_ratios": data_args.mixture_ratios,
         "validation_data": data_args.validation_data,
         "template": template.name,
+        "records_format": counts.get("records_format", "instruction"),
+        "assistant_turns": data_args.assistant_turns if isinstance(template, ConversationTemplate) else None,
+        "neftune_noise_alpha": training_args.neftune_noise_alpha,
         "max_length": data_args.max_length,
         "prompt_truncation": data_args.prompt_truncation,
         "loss_on": "response" if data_args.response_only_loss else "sequence",
@@ -233,7 +283,7 @@ def summarize(
         **{k: train_stats[k] for k in ("packed_rows", "packed_fill") if k in train_stats},
         "train_tokens": train_stats["tokens"],
         "logits_on_labels_only": bool(trainer.compute_loss_func),
-        **counts,
+        **{k: v for k, v in counts.items() if k != "records_format"},
         "train_examples": train_stats["examples"],
         "validation_examples": eval_stats["examples"],
         "dropped_examples": train_stats["dropped"],
@@ -269,9 +319,8 @@ def print_sft_results(results: dict, output_dir: str) -> None:
         f"{results['validation_examples']}"
     )
     for g in results["generations"]:
-        print(
-            f"  prompt: {g['instruction']!r} {g['input']!r}\n    expected: {g['output']!r}\n    model:    {g['generated']!r}"
-        )
+        prompt = repr(g["prompt"]) if "prompt" in g else f"{g['instruction']!r} {g['input']!r}"
+        print(f"  prompt: {prompt}\n    expected: {g['output']!r}\n    model:    {g['generated']!r}")
     print(
         f"steps {results['global_step']}; tokens {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}"
     )
@@ -294,9 +343,10 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     check_job(model_args, data_args, config)
     tokenizer = load_tokenizer(model_args)
     check_tokenizer(tokenizer, needs_pad=True)
-    template = load_template(data_args.template, tokenizer)
     records, held_out, counts = read_records(data_args, training_args.seed)
-    train_ds, eval_ds, train_stats, eval_stats, _ = build_datasets(
+    check_job(model_args, data_args, config, counts["records_format"])
+    template = load_job_template(data_args, tokenizer, counts["records_format"])
+    train_ds, eval_ds, train_stats, eval_stats, encoder = build_datasets(
         records, held_out, tokenizer, template, config, data_args
     )
     prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
@@ -326,7 +376,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     after = _evaluate(trainer, eval_collator)
     start_id = {"decoder_start_token_id": config.decoder_start_token_id} if config.is_encoder_decoder else {}
     gen_config = generation_config(tokenizer, training_args.max_new_tokens, **start_id)
-    generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args)
+    generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args, encoder)
     results = summarize(
         model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
         template, generations,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..data.conversation_labels import ASSISTANT_TURNS
 from ..data.sft_labels import PROMPT_TRUNCATIONS, RESPONSE_OVERFLOWS
 from .job import JobTrainingArguments
 
@@ -61,9 +62,20 @@ class SFTDataArguments:
     skip_invalid: bool = field(
         default=False, metadata={"help": "Drop bad records (counted in the summary) instead of stopping with an error."}
     )
-    template: str = field(
-        default="alpaca",
-        metadata={"help": "Prompt template: alpaca (Stanford's), short, chat (the tokenizer's), or a template file."},
+    template: str | None = field(
+        default=None,
+        metadata={
+            "help": "Instruction records: alpaca (Stanford's, the default), short, chat (the tokenizer's chat "
+            "template), or a template file. Conversation records (messages / ShareGPT): chat (the tokenizer's chat "
+            "template, the default) or a Jinja chat template file (.jinja)."
+        },
+    )
+    assistant_turns: str = field(
+        default="all",
+        metadata={
+            "help": f"Conversations: the assistant turns the loss is on, one of {ASSISTANT_TURNS} (last: only the "
+            "final reply; earlier turns are context)."
+        },
     )
     max_length: int = field(default=512, metadata={"help": "Tokens per example (prompt + response + EOS)."})
     max_target_length: int | None = field(
@@ -146,6 +158,8 @@ def validate_sft_args(model_args: SFTModelArguments, data_args: SFTDataArguments
         raise ValueError("--save_merged needs a LoRA adapter: give --lora_r > 0")
     if not 0.0 <= model_args.lora_dropout < 1.0:
         raise ValueError(f"--lora_dropout {model_args.lora_dropout}: must be in [0, 1)")
+    if data_args.assistant_turns not in ASSISTANT_TURNS:
+        raise ValueError(f"--assistant_turns {data_args.assistant_turns!r}: must be one of {ASSISTANT_TURNS}")
     if data_args.packing_strategy not in PACKING_STRATEGIES:
         raise ValueError(f"--packing_strategy {data_args.packing_strategy!r}: must be one of {PACKING_STRATEGIES}")
     if data_args.max_length < 2:

@@ -1,8 +1,10 @@
 """Greedy answers of an instruction-tuned model for records, with the training template and prompt ids.
 
-`generate_responses` builds the prompt ids with the same `SFTExampleEncoder` as training (so generation sees the
-training prompt to the token), generates greedily in left-padded batches (decoder-only) or right-padded encoder
-batches (encoder-decoder), stops at EOS, and decodes only the new tokens. `exact_match` compares answers with the
+`generate_responses` starts from each record's training prefix (`SFTExampleEncoder.generation_prefix`, or the
+conversation encoder's: the ids before the first supervised token of the record's own training example, so
+generation sees the training prompt to the token), generates greedily in left-padded batches (decoder-only) or right-padded encoder
+batches (encoder-decoder), stops at EOS, and decodes only the new tokens (less the prompt characters that a first
+token straddling the seam covers, the prefix's ``overhang``). `exact_match` compares answers with the
 records' outputs after stripping surrounding whitespace.
 """
 
@@ -39,11 +41,16 @@ def new_token_budget(model, prompt_length: int, max_new_tokens: int, is_encoder_
 @torch.no_grad()
 def generate_responses(
     model, tokenizer, template, records: Sequence[dict], max_new_tokens: int = 64, max_length: int = 512,
-    batch_size: int = 16,
+    batch_size: int = 16, encoder=None,
 ) -> list[str]:  # fmt: skip
-    """Greedy answers (text of the new tokens, special tokens skipped) for `records` under `template`."""
+    """Greedy answers (text of the new tokens, special tokens skipped) for `records` under `template`.
+
+    `encoder`: the training job's example encoder (its `generation_prefix` gives the prompt ids); None builds an
+    `SFTExampleEncoder` for `template`.
+    """
     is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    encoder = SFTExampleEncoder(tokenizer, template, max_length, is_encoder_decoder=is_encoder_decoder)
+    if encoder is None:
+        encoder = SFTExampleEncoder(tokenizer, template, max_length, is_encoder_decoder=is_encoder_decoder)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     was_training = model.training
@@ -51,7 +58,8 @@ def generate_responses(
     answers = []
     start = {"decoder_start_token_id": model.config.decoder_start_token_id} if is_encoder_decoder else {}
     for first in range(0, len(records), batch_size):
-        prompts = [encoder.encode_prompt(r) for r in records[first : first + batch_size]]
+        prefixes = [encoder.generation_prefix(r) for r in records[first : first + batch_size]]
+        prompts = [ids for ids, _ in prefixes]
         ids, mask = _pad(prompts, pad_id, left=not is_encoder_decoder)
         out = model.generate(
             **start,
@@ -64,7 +72,8 @@ def generate_responses(
             pad_token_id=pad_id,
         )
         new = out if is_encoder_decoder else out[:, ids.shape[1] :]
-        answers += tokenizer.batch_decode(new, skip_special_tokens=True)
+        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+        answers += [t[len(o) :] if o and t.startswith(o) else t for t, (_, o) in zip(texts, prefixes, strict=True)]
     model.train(was_training)
     return answers
 

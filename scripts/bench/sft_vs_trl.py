@@ -11,13 +11,16 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    ``--template chat`` gives TRL conversational prompt / completion messages. Every record whose ids or mask
    differ is classified by what explains it, each explanation checked, not assumed:
 
-   - ``seam_merge``: TRL tokenizes prompt + completion as one text, so BPE can merge the prompt's last characters
-     with the response's first (``':"'``, ``'."'``); TRL then supervises that straddling token (its mask starts
-     at the common prefix of both tokenizations). Checked: both sides decode to the same text and the first
-     differing token is at the seam. We tokenize the two parts separately: no token straddles the seam.
+   - ``seam_merge``: the two tokenizations of the same text differ, first at the prompt/response seam. Both
+     sides tokenize prompt + response as one text (TRL: prompt + completion; ours: `SFTExampleEncoder`, the
+     boundary at the seam's character offset, a straddling token supervised, as TRL's common-prefix rule does),
+     so this is expected to be 0; checked: same decoded text, first differing token at the seam.
    - ``mask_shift``: same ids, the masks differ only in tokens right at the boundary that decode to whitespace
      (our templates move the prompt's trailing whitespace into the response, e.g. the newline that ends the chat
      template's ``<|im_start|>assistant\\n``).
+   - ``trl_double_eos``: TRL appends the EOS as text to the completion AND tokenizes with the tokenizer's special
+     tokens, so a tokenizer whose post-processor appends ``</s>`` (T5's) gets two EOS; checked: TRL's row is ours
+     with one more supervised EOS at the end.
    - ``truncation``: the full example exceeds ``max_length``. TRL keeps the first ``max_length`` tokens (response
      tail and EOS cut, or the example dropped when no response token is left); we cut the prompt first and keep
      the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
@@ -28,6 +31,8 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    (the metric and what is held equal: `speed_part`).
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
+    python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
+                                                                          # t5_unigram (see load_tokenizer)
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
     python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
     python scripts/bench/sft_vs_trl.py --json results.json
@@ -56,7 +61,7 @@ from hf_llmsys.data import IGNORE_INDEX, SFTExampleEncoder, load_records, load_t
 SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
 GOALS = {"padded": 1.0, "packed": 1.2}  # issue 11: >= 1.0x TRL without packing, >= 1.2x with
-CATEGORIES = ("identical", "seam_merge", "mask_shift", "truncation", "unexplained")
+CATEGORIES = ("identical", "seam_merge", "mask_shift", "trl_double_eos", "truncation", "unexplained")
 
 
 def log(message: str = "") -> None:
@@ -66,20 +71,64 @@ def log(message: str = "") -> None:
 # ---------------------------------------------------------------- inputs
 
 
-def load_tokenizer(spec: str, workdir: Path):
-    """``gpt2`` (the shared GPT-2 BPE files), ``smollm2`` (the converted checkpoint) or a tokenizer folder."""
+TOKENIZER_FAMILIES = ("gpt2", "gpt2_prefix_space", "mistral", "t5_unigram")
+SPM_TOKENIZER_DIR = Path(
+    os.environ.get("LLMSYS_SPM_TOKENIZER_DIR", Path.home() / ".cache" / "hf_llmsys" / "mistral-7b-v0.1-tokenizer")
+)
+
+
+def _gpt2_folder(workdir: Path) -> Path:
+    src = SHARED_DATA / "tokenizers" / "gpt2"
+    if not (src / "vocab.json").is_file():
+        raise ValueError(f"--tokenizer gpt2: {src} has no vocab.json (set LLMSYS_DATA_DIR)")
+    folder = workdir / "gpt2-tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("vocab.json", "merges.txt"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+    return folder
+
+
+def t5_unigram_tokenizer(texts: list[str], vocab_size: int = 4000):
+    """transformers' T5Tokenizer (T5's rules: whitespace split, "▁" before every word, ``</s>`` appended, no BOS)
+    over a Unigram vocabulary trained on `texts`: no PyPI package ships T5's own ``spiece.model``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import T5Tokenizer
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    vocab = json.loads(tok.to_str())["model"]["vocab"]
+    return T5Tokenizer(vocab=[tuple(v) for v in vocab], extra_ids=0)
+
+
+def load_tokenizer(spec: str, workdir: Path, records: list[dict] | None = None):
+    """One of `TOKENIZER_FAMILIES`, ``smollm2`` (the converted checkpoint) or a tokenizer folder.
+
+    ``gpt2``: the shared GPT-2 byte-level BPE; ``gpt2_prefix_space``: the same with ``add_prefix_space=True``;
+    ``mistral``: the real Mistral-7B v0.1 SentencePiece (dummy prefix "▁", fetched by
+    ``scripts/fetch_sentencepiece_tokenizer.py``); ``t5_unigram``: T5's rules over a vocabulary trained on `records`.
+    """
     from transformers import AutoTokenizer
 
-    if spec == "gpt2":
-        src = SHARED_DATA / "tokenizers" / "gpt2"
-        if not (src / "vocab.json").is_file():
-            raise ValueError(f"--tokenizer gpt2: {src} has no vocab.json (set LLMSYS_DATA_DIR)")
-        folder = workdir / "gpt2-tokenizer"
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("vocab.json", "merges.txt"):
-            (folder / name).write_bytes((src / name).read_bytes())
-        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
-        spec = str(folder)
+    options = {}
+    if spec in ("gpt2", "gpt2_prefix_space"):
+        options = {"add_prefix_space": True} if spec == "gpt2_prefix_space" else {}
+        spec = str(_gpt2_folder(workdir))
+    elif spec == "mistral":
+        if not (SPM_TOKENIZER_DIR / "tokenizer.json").is_file():
+            raise ValueError(
+                f"--tokenizer mistral: {SPM_TOKENIZER_DIR} has no tokenizer.json; run "
+                "python scripts/fetch_sentencepiece_tokenizer.py (or set LLMSYS_SPM_TOKENIZER_DIR)"
+            )
+        spec = str(SPM_TOKENIZER_DIR)
+    elif spec == "t5_unigram":
+        if not records:
+            raise ValueError("--tokenizer t5_unigram: needs the records to train its vocabulary on")
+        return t5_unigram_tokenizer([" ".join(r.values()) for r in records])
     elif spec == "smollm2":
         from hf_llmsys.checkpoints import find_smollm2
 
@@ -87,7 +136,7 @@ def load_tokenizer(spec: str, workdir: Path):
         if folder is None:
             raise ValueError("--tokenizer smollm2: checkpoint not converted; run python scripts/fetch_smollm2.py")
         spec = str(folder)
-    tokenizer = AutoTokenizer.from_pretrained(spec)
+    tokenizer = AutoTokenizer.from_pretrained(spec, **options)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -188,6 +237,12 @@ def _mask_shift(ours: dict, trl: dict, tokenizer) -> bool:
     return inside and tokenizer.decode(ours["input_ids"][lo:hi]).strip() == ""
 
 
+def _double_eos(ours: dict, trl: dict, tokenizer) -> bool:
+    """TRL's row is ours plus one more supervised EOS (EOS text appended and the post-processor's EOS)."""
+    eos = tokenizer.eos_token_id
+    return trl["input_ids"] == ours["input_ids"] + [eos] and trl["labels"] == ours["labels"] + [eos]
+
+
 def _keep_start(full: dict | None, max_length: int) -> dict | None:
     """TRL's truncation of an untruncated row: the first max_length tokens, dropped when no label is left."""
     if full is None:
@@ -206,6 +261,8 @@ def classify(ours, trl, ours_full, trl_full, tokenizer, max_length: int) -> set[
             reasons.add("seam_merge")
         elif _mask_shift(ours_full, trl_full, tokenizer):
             reasons.add("mask_shift")
+        elif _double_eos(ours_full, trl_full, tokenizer):
+            reasons.add("trl_double_eos")
         else:
             return {"unexplained"}
     if len(ours_full["input_ids"]) > max_length or len(trl_full["input_ids"]) > max_length:
@@ -251,10 +308,11 @@ def compare_masks(records: list[dict], tokenizer, template, max_length: int, exa
 
 def masks_part(args, workdir: Path) -> dict:
     """Part 1 (see module doc)."""
-    tokenizer = load_tokenizer(args.tokenizer, workdir)
-    template = load_template(args.template, tokenizer)
     records, invalid = load_records(args.records, skip_invalid=True)  # alpaca_5000 has one empty output
-    result = compare_masks(records[: args.n], tokenizer, template, args.max_length)
+    records = records[: args.n] if args.n > 0 else records
+    tokenizer = load_tokenizer(args.tokenizer, workdir, records)
+    template = load_template(args.template, tokenizer)
+    result = compare_masks(records, tokenizer, template, args.max_length)
     result["invalid_records_skipped"] = dict(invalid)
     log(f"label masks, ours vs TRL SFTTrainer: {result['records']} records, template {result['template']}, "
         f"max_length {result['max_length']}, {result['tokenizer']}")  # fmt: skip
@@ -471,8 +529,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("masks", "speed", "all"), default="all")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="Alpaca records (JSON / JSONL / folder)")
-    parser.add_argument("--n", type=int, default=500, help="records compared in the mask part")
-    parser.add_argument("--tokenizer", default="gpt2", help="gpt2 (shared files), smollm2, or a tokenizer folder")
+    parser.add_argument("--n", type=int, default=500, help="records compared in the mask part (0: all)")
+    parser.add_argument(
+        "--tokenizer", default="gpt2", help=f"one of {', '.join(TOKENIZER_FAMILIES)}, smollm2, or a tokenizer folder"
+    )
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
@@ -497,8 +557,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         except json.JSONDecodeError:
             options[key] = value
     args.ours_option = options
-    if args.n < 1 or args.max_length < 1 or args.threads < 1 or args.repeats < 1:
-        parser.error("--n, --max_length, --threads and --repeats must be >= 1")
+    if args.n < 0 or args.max_length < 1 or args.threads < 1 or args.repeats < 1:
+        parser.error("--n must be >= 0 (0: all records); --max_length, --threads and --repeats >= 1")
     return args
 
 
