@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import CorpusStep, DocumentStep
-from .pipeline import DROP, INDEX, LANG, MISSING, RunDocumentSteps, segments
+from .columns import DROP, INDEX, LANG, MISSING, replace_columns
+from .document_steps import RunDocumentSteps, segments
 from .ray_corpus import RAY_CORPUS_OPS, ray_corpus_op
 from .recipes import load_recipe
 from .report import EXAMPLE_CHARS, CleaningReport
-
-HIDDEN = (INDEX, LANG, DROP)
 
 
 @dataclass
@@ -118,18 +117,6 @@ class RunDocumentStepsArrow:
                 DROP: out[DROP],
             },
         )
-
-
-def replace_columns(table, columns: dict[str, Any]):
-    """The table with these columns replaced (same names, same positions)."""
-    import pyarrow as pa
-
-    for name, values in columns.items():
-        position = table.schema.get_field_index(name)
-        field = table.schema.field(position)
-        array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, field.type)
-        table = table.set_column(position, field, array)
-    return table
 
 
 # ------------------------------------------------------------------------------------------------ report
