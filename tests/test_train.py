@@ -99,8 +99,8 @@ def test_resume_from_checkpoint(trained, text_file, capsys):
     assert again["global_step"] == 4
     assert again["val_loss"] == pytest.approx(first["val_loss"], rel=1e-6)
     assert run(text_file, trained, "--max_steps", "6", "--save_steps", "2") == 0
-    printed = capsys.readouterr().out
-    assert f"resuming from {trained / 'checkpoint-4'}" in printed
+    logged = capsys.readouterr().err  # the library's log records, shown by the command on stderr
+    assert f"resuming from {trained / 'checkpoint-4'}" in logged
     results = json.loads((trained / "train_results.json").read_text())
     assert results["global_step"] == 6
     assert (trained / "checkpoint-6").is_dir()
@@ -111,7 +111,7 @@ def test_no_resume_starts_fresh(text_file, tmp_path, capsys):
     assert run(text_file, out, "--max_steps", "2", "--save_steps", "2") == 0
     capsys.readouterr()
     assert run(text_file, out, "--max_steps", "2", "--save_steps", "2", "--no_resume") == 0
-    assert "resuming" not in capsys.readouterr().out
+    assert "resuming" not in capsys.readouterr().err
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 2
 
 
@@ -220,7 +220,7 @@ def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
     shutil.copytree(trained / "checkpoint-2", resumed / "checkpoint-2")
     capsys.readouterr()
     assert run(text_file, resumed, "--max_steps", "4", "--save_steps", "2") == 0
-    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().out
+    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().err
     state = json.loads((resumed / "checkpoint-4" / "trainer_state.json").read_text())
     ref_losses = [e["loss"] for e in reference["log_history"] if "loss" in e]
     new_losses = [e["loss"] for e in state["log_history"] if "loss" in e]
@@ -285,10 +285,10 @@ def test_resume_skips_a_checkpoint_cut_short(text_file, tmp_path, capsys):
     (leftover / "model.safetensors").write_bytes(b"half")
     capsys.readouterr()
     assert run(text_file, out, "--max_steps", "4", "--save_steps", "2") == 0
-    printed = capsys.readouterr().out
-    assert f"skipping {cut}: incomplete (no trainer_state.json" in printed
-    assert f"resuming from {out / 'checkpoint-2'}" in printed
-    assert f"removing {leftover}" in printed and not leftover.exists()
+    logged = capsys.readouterr().err
+    assert f"warning: skipping {cut}: incomplete (no trainer_state.json" in logged
+    assert f"resuming from {out / 'checkpoint-2'}" in logged
+    assert f"warning: removing {leftover}" in logged and not leftover.exists()
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 4
 
 

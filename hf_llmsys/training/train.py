@@ -16,11 +16,21 @@ import os
 import time
 
 from transformers import AutoTokenizer, Trainer, default_data_collator
+from transformers.utils import logging
 
 from ..data.tokenizer import train_bpe_tokenizer
 from . import seq2seq_train
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import examples_per_step, finish_job, generation_config, loss_metrics, parse_job_args, print_results, seeded
+from .job import (
+    examples_per_step,
+    finish_job,
+    generation_config,
+    is_world_process_zero,
+    loss_metrics,
+    parse_job_args,
+    print_results,
+    seeded,
+)
 from .output_dir import atomic_save, prepare_output_dir  # noqa: F401  (atomic_save: part of this job's API)
 from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import the job's arguments from here)
     DEFAULT_OUTPUT_DIR,
@@ -36,6 +46,8 @@ from .text_data import (  # noqa: F401  (re-exported for scripts reusing the job
     split_chunks,
     tokenize_and_pack,
 )
+
+logger = logging.get_logger(__name__)
 
 
 def parse_args(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, LlmsysTrainingArguments]:
@@ -127,7 +139,7 @@ def run_causal_lm_training(
     train_ds = tokenize_and_pack(train_chunks, tokenizer, model_args.block_size, "training")
     val_ds = tokenize_and_pack(val_chunks, tokenizer, model_args.block_size, "validation")
     model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer))
-    print(
+    logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; "
         f"train {len(train_ds)} blocks, validation {len(val_ds)} blocks of {model_args.block_size} tokens"
     )
@@ -143,7 +155,7 @@ def run_causal_lm_training(
     results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
     results.update(describe_data(data_args))
     gen_config = generation_config(tokenizer, training_args.max_new_tokens)
-    return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
+    return finish_job(trainer, tokenizer, gen_config, results, start)
 
 
 def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, training_args) -> dict:
@@ -175,5 +187,9 @@ def run_training(model_args: ModelArguments, data_args: DataArguments, training_
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys train`; returns the results dict."""
-    return run_training(*parse_args(argv))
+    """Entry point of `llmsys train`: run the job, print its summary (main process); returns the results dict."""
+    model_args, data_args, training_args = parse_args(argv)
+    results = run_training(model_args, data_args, training_args)
+    if is_world_process_zero(training_args):
+        print_results(results, training_args.output_dir)
+    return results
