@@ -10,7 +10,12 @@ and sorts, deciding in input order by comparing input positions. The survivors a
 
 Same answer: for any input and recipe, the documents kept, their text and the per-rule counts equal the
 ``datasets`` engine's, whatever the number of workers or blocks. Fault tolerance is Ray's: a task whose worker
-dies is retried (tasks are pure functions of their blocks), so a killed worker does not change the output.
+(or whole node) dies is retried elsewhere, and a block lost with a node's object store is rebuilt from its lineage
+(the tasks that made it run again), so a killed worker or node does not change the output. That needs every task
+to be retryable and a pure function of its blocks: Ray Data's own tasks retry system failures without limit
+(``max_retries=-1``); the numbering tasks started here do the same (`TASK_RETRIES`), and the input a driver hands
+over (``ray.data.from_arrow``) lives in the driver's node, which the run cannot outlive anyway. Exceptions raised by
+a step are not retried: they are bugs or bad input, and stop the run.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from .document_steps import RunDocumentSteps, segments
 from .ray_corpus import RAY_CORPUS_OPS, ray_corpus_op
 from .recipes import load_recipe
 from .report import EXAMPLE_CHARS, CleaningReport
+
+# Retries of the engine's own tasks after a system failure (worker or node died; not an exception of a step),
+# as Ray Data's tasks: without limit, so a block's lineage can always be replayed (Ray's default is 3).
+TASK_RETRIES = -1
 
 
 @dataclass
@@ -77,7 +86,7 @@ def number_rows(ds, text_field: str, remote_args: dict | None = None):
     import ray
     import ray.data
 
-    options = {k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}
+    options = {"max_retries": TASK_RETRIES, **{k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}}
     refs = ds.to_arrow_refs()
     stats = ray.get([ray.remote(_block_stats).options(**options).remote(ref, text_field) for ref in refs])
     offsets, total = [], 0
