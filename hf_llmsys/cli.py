@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from .command_logging import command_logging
 from .user_errors import debug_enabled, describe
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmsys: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     try:
-        resolve(name)(rest)
+        with command_logging():  # the library's log records on stderr for this command
+            resolve(name)(rest)
     except KeyboardInterrupt:
         print(f"llmsys {name}: interrupted", file=sys.stderr)
         return 130

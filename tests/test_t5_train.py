@@ -98,7 +98,7 @@ def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
     capsys.readouterr()
     assert run(text_file, resumed, "--max_steps", "4", "--save_steps", "2") == 0
-    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().out
+    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().err
     a = LlmsysT5ForConditionalGeneration.from_pretrained(full / "checkpoint-4").state_dict()
     b = LlmsysT5ForConditionalGeneration.from_pretrained(resumed).state_dict()
     for name, tensor in a.items():

@@ -99,8 +99,8 @@ def test_resume_from_checkpoint(trained, text_file, capsys):
     assert again["global_step"] == 4
     assert again["val_loss"] == pytest.approx(first["val_loss"], rel=1e-6)
     assert run(text_file, trained, "--max_steps", "6", "--save_steps", "2") == 0
-    printed = capsys.readouterr().out
-    assert f"resuming from {trained / 'checkpoint-4'}" in printed
+    logged = capsys.readouterr().err  # the library's log records, shown by the command on stderr
+    assert f"resuming from {trained / 'checkpoint-4'}" in logged
     results = json.loads((trained / "train_results.json").read_text())
     assert results["global_step"] == 6
     assert (trained / "checkpoint-6").is_dir()
@@ -111,7 +111,7 @@ def test_no_resume_starts_fresh(text_file, tmp_path, capsys):
     assert run(text_file, out, "--max_steps", "2", "--save_steps", "2") == 0
     capsys.readouterr()
     assert run(text_file, out, "--max_steps", "2", "--save_steps", "2", "--no_resume") == 0
-    assert "resuming" not in capsys.readouterr().out
+    assert "resuming" not in capsys.readouterr().err
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 2
 
 
@@ -220,7 +220,7 @@ def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
     shutil.copytree(trained / "checkpoint-2", resumed / "checkpoint-2")
     capsys.readouterr()
     assert run(text_file, resumed, "--max_steps", "4", "--save_steps", "2") == 0
-    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().out
+    assert f"resuming from {resumed / 'checkpoint-2'}" in capsys.readouterr().err
     state = json.loads((resumed / "checkpoint-4" / "trainer_state.json").read_text())
     ref_losses = [e["loss"] for e in reference["log_history"] if "loss" in e]
     new_losses = [e["loss"] for e in state["log_history"] if "loss" in e]
@@ -234,11 +234,11 @@ def test_resume_matches_uninterrupted_run(text_file, tmp_path, capsys):
 def test_gpt3_model_type_trains_a_sparse_model_that_loads(text_file, tmp_path):
     out = tmp_path / "gpt3"
     extra = ["--model_type", "llmsys_gpt3", "--num_hidden_layers", "2", "--attention_layout", "dense", "strided"]
-    assert run(text_file, out, *extra, "--sparse_stride", "4", "--max_steps", "6") == 0
+    assert run(text_file, out, *extra, "--sparse_stride", "4", "--max_steps", "6", "--num_key_value_heads", "1") == 0
     model = AutoModelForCausalLM.from_pretrained(out)
     assert type(model).__name__ == "LlmsysGPT3ForCausalLM"
     assert model.config.layer_layouts() == ["dense", "strided"] and model.config.sparse_stride == 4
-    assert model.config.intermediate_size == 4 * 32  # GPT-3's 4d MLP, not LLaMA's --intermediate_size
+    assert model.config.intermediate_size == 64 and model.config.num_key_value_heads == 1  # given: honoured
     results = json.loads((out / "train_results.json").read_text())
     assert results["global_step"] == 6 and math.isfinite(results["val_loss"])
     assert results["val_loss"] < math.log(300)  # below a uniform guess over the vocabulary
@@ -285,10 +285,10 @@ def test_resume_skips_a_checkpoint_cut_short(text_file, tmp_path, capsys):
     (leftover / "model.safetensors").write_bytes(b"half")
     capsys.readouterr()
     assert run(text_file, out, "--max_steps", "4", "--save_steps", "2") == 0
-    printed = capsys.readouterr().out
-    assert f"skipping {cut}: incomplete (no trainer_state.json" in printed
-    assert f"resuming from {out / 'checkpoint-2'}" in printed
-    assert f"removing {leftover}" in printed and not leftover.exists()
+    logged = capsys.readouterr().err
+    assert f"warning: skipping {cut}: incomplete (no trainer_state.json" in logged
+    assert f"resuming from {out / 'checkpoint-2'}" in logged
+    assert f"warning: removing {leftover}" in logged and not leftover.exists()
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 4
 
 
@@ -297,3 +297,91 @@ def test_unwritable_output_dir_is_named_before_training(text_file, tmp_path, cap
     blocker.write_text("x")
     assert run(text_file, blocker / "out", "--max_steps", "1") == 2
     assert f"--output_dir {blocker / 'out'}: not writable" in capsys.readouterr().err
+
+
+# --- flags that do not apply to the chosen --model_type: refused by name, never dropped ----------------------------
+
+
+def tiny_tokenizer():
+    from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+
+    return train_bpe_tokenizer(["a small text to train a byte-level tokenizer on. " * 20], 300)
+
+
+def built_config(*flags):
+    """The config `llmsys train FLAGS` would train (flags parsed, checked, per-type defaults filled), nothing run."""
+    from hf_llmsys.training import seq2seq_train
+
+    argv = ["--hidden_size", "32", "--num_attention_heads", "2", "--num_hidden_layers", "2", *flags]
+    model_args, data_args, training_args = train.parse_args(argv)
+    train.validate_pretrain_args(model_args, training_args, data_args, train.given_flags(argv))
+    if model_args.model_type == "llmsys_t5":
+        return seq2seq_train.build_t5_config(model_args, tiny_tokenizer())
+    return train.build_config(model_args, tiny_tokenizer())
+
+
+@pytest.mark.parametrize(
+    "model_type,flags",
+    [("llmsys_t5", ["--attention_layout", "dense", "local"]), ("llmsys_t5", ["--local_window", "8"]),
+     ("llmsys_t5", ["--num_key_value_heads", "1"]), ("llmsys_t5", ["--sparse_stride", "4"]),
+     ("llmsys_llama", ["--noise_density", "0.3"]), ("llmsys_gpt3", ["--feed_forward_proj", "gated-gelu"]),
+     ("llmsys_llama", ["--head_dim", "8"]), ("llmsys_gpt3", ["--dropout_rate=0.1"]),
+     ("llmsys_llama", ["--num_decoder_layers", "3"]), ("llmsys_gpt3", ["--mean_noise_span_length", "3.0"])],
+)  # fmt: skip
+def test_flag_that_does_not_apply_to_the_model_type_is_refused(text_file, tmp_path, capsys, model_type, flags):
+    """Even a value equal to the default is refused when given: the user asked for something this type cannot do."""
+    out = tmp_path / "m"
+    assert run(text_file, out, "--model_type", model_type, "--num_hidden_layers", "2", *flags, "--max_steps", "1") == 2
+    err = capsys.readouterr().err.strip()
+    flag = flags[0].split("=")[0]
+    assert err.startswith("llmsys train: error:") and len(err.splitlines()) == 1
+    assert f"{flag} does not apply to --model_type {model_type}" in err
+    assert not out.exists()
+
+
+def test_llama_honours_the_attention_layout_and_local_window(text_file, tmp_path):
+    out = tmp_path / "llama"
+    extra = ["--num_hidden_layers", "2", "--attention_layout", "dense", "local", "--local_window", "8"]
+    assert run(text_file, out, *extra, "--max_steps", "2") == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert type(model).__name__ == "LlmsysLlamaForCausalLM"
+    assert model.config.layer_layouts() == ["dense", "local"] and model.config.local_window == 8
+    assert built_config().layer_layouts() == ["dense", "dense"]  # no --attention_layout: LLaMA stays dense
+
+
+def test_gpt3_default_mlp_is_4d_and_given_widths_are_honoured():
+    gpt3 = ["--model_type", "llmsys_gpt3"]
+    assert built_config(*gpt3).intermediate_size == 4 * 32  # not the LLaMA job's default 384
+    assert built_config(*gpt3, "--intermediate_size", "384").intermediate_size == 384  # given == llama default
+    assert built_config(*gpt3, "--num_key_value_heads", "1").num_key_value_heads == 1
+    assert built_config().intermediate_size == 384
+
+
+# A non-default value for every flag that declares the config field it sets.
+HONOURED = {"num_key_value_heads": "1", "intermediate_size": "72", "attention_layout": ["dense", "local"],
+            "local_window": "5", "sparse_stride": "4", "sparse_summary": "2", "num_decoder_layers": "3",
+            "head_dim": "8", "dropout_rate": "0.25"}  # fmt: skip
+
+
+def test_every_flag_is_honoured_by_each_model_type_it_applies_to():
+    from hf_llmsys.training.model_type_flags import declared_config_fields_exist
+    from hf_llmsys.training.pretrain_arguments import FLAG_SCOPES
+
+    assert declared_config_fields_exist(FLAG_SCOPES, train.TRAINING_JOBS) == []
+    declared = {name: scope for name, scope in FLAG_SCOPES.items() if scope.config_field}
+    assert set(declared) == set(HONOURED)
+    for name, scope in declared.items():
+        value = HONOURED[name]
+        for model_type in scope.model_types or tuple(train.TRAINING_JOBS):
+            flag = [f"--{name}", *([value] if isinstance(value, str) else value)]
+            got = getattr(built_config("--model_type", model_type, *flag), scope.config_field)
+            assert got == (value if isinstance(value, list) else type(got)(value)), (name, model_type, got)
+
+
+def test_every_flag_with_a_scope_is_a_flag():
+    import dataclasses
+
+    from hf_llmsys.training.pretrain_arguments import FLAG_SCOPES
+
+    names = {f.name for cls in (train.ModelArguments, train.DataArguments) for f in dataclasses.fields(cls)}
+    assert set(FLAG_SCOPES) <= names

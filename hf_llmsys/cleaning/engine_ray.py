@@ -10,7 +10,12 @@ and sorts, deciding in input order by comparing input positions. The survivors a
 
 Same answer: for any input and recipe, the documents kept, their text and the per-rule counts equal the
 ``datasets`` engine's, whatever the number of workers or blocks. Fault tolerance is Ray's: a task whose worker
-dies is retried (tasks are pure functions of their blocks), so a killed worker does not change the output.
+(or whole node) dies is retried elsewhere, and a block lost with a node's object store is rebuilt from its lineage
+(the tasks that made it run again), so a killed worker or node does not change the output. That needs every task
+to be retryable and a pure function of its blocks: Ray Data's own tasks retry system failures without limit
+(``max_retries=-1``); the numbering tasks started here do the same (`TASK_RETRIES`), and the input a driver hands
+over (``ray.data.from_arrow``) lives in the driver's node, which the run cannot outlive anyway. Exceptions raised by
+a step are not retried: they are bugs or bad input, and stop the run.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import CorpusStep, DocumentStep
-from .pipeline import DROP, INDEX, LANG, MISSING, RunDocumentSteps, segments
+from .columns import DROP, INDEX, LANG, MISSING, replace_columns
+from .document_steps import RunDocumentSteps, segments
 from .ray_corpus import RAY_CORPUS_OPS, ray_corpus_op
 from .recipes import load_recipe
 from .report import EXAMPLE_CHARS, CleaningReport
 
-HIDDEN = (INDEX, LANG, DROP)
+# Retries of the engine's own tasks after a system failure (worker or node died; not an exception of a step),
+# as Ray Data's tasks: without limit, so a block's lineage can always be replayed (Ray's default is 3).
+TASK_RETRIES = -1
 
 
 @dataclass
@@ -78,7 +86,7 @@ def number_rows(ds, text_field: str, remote_args: dict | None = None):
     import ray
     import ray.data
 
-    options = {k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}
+    options = {"max_retries": TASK_RETRIES, **{k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}}
     refs = ds.to_arrow_refs()
     stats = ray.get([ray.remote(_block_stats).options(**options).remote(ref, text_field) for ref in refs])
     offsets, total = [], 0
@@ -118,18 +126,6 @@ class RunDocumentStepsArrow:
                 DROP: out[DROP],
             },
         )
-
-
-def replace_columns(table, columns: dict[str, Any]):
-    """The table with these columns replaced (same names, same positions)."""
-    import pyarrow as pa
-
-    for name, values in columns.items():
-        position = table.schema.get_field_index(name)
-        field = table.schema.field(position)
-        array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, field.type)
-        table = table.set_column(position, field, array)
-    return table
 
 
 # ------------------------------------------------------------------------------------------------ report

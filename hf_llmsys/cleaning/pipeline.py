@@ -18,14 +18,13 @@ from dataclasses import dataclass
 import datasets
 from datasets import Dataset, IterableDataset
 
-from .base import CorpusStep, Document, DocumentStep, Step
+from .base import CorpusStep, Step
 from .c4 import RemoveLines, remove_lines
+from .columns import DROP, HIDDEN, INDEX, LANG, MISSING
+from .document_steps import RunDocumentSteps, segments
 from .recipes import load_recipe
 from .report import CleaningReport
 
-INDEX, LANG, DROP = "__llmsys_index", "__llmsys_lang", "__llmsys_drop"
-MISSING = "input.missing"
-HIDDEN = (INDEX, LANG, DROP)
 ENGINES = ("datasets", "ray")
 
 
@@ -49,17 +48,6 @@ def caching_disabled():
             datasets.enable_caching()
 
 
-def segments(steps: list[Step]) -> list[list[Step]]:
-    """Steps grouped into runs of consecutive document steps, each corpus step on its own."""
-    groups: list[list[Step]] = []
-    for step in steps:
-        if isinstance(step, DocumentStep) and groups and isinstance(groups[-1][0], DocumentStep):
-            groups[-1].append(step)
-        else:
-            groups.append([step])
-    return groups
-
-
 class InitColumns:
     """Batched map adding the hidden columns; a missing (None) text is dropped as 'input.missing'."""
 
@@ -73,27 +61,6 @@ class InitColumns:
             LANG: [""] * len(texts),
             DROP: ["" if isinstance(t, str) else MISSING for t in texts],
         }
-
-
-class RunDocumentSteps:
-    """Batched map running document steps in order on each live document; the first drop wins."""
-
-    def __init__(self, steps: list[DocumentStep], text_field: str):
-        self.steps, self.text_field = steps, text_field
-
-    def __call__(self, batch):
-        texts, langs, drops = list(batch[self.text_field]), list(batch[LANG]), list(batch[DROP])
-        for i, index in enumerate(batch[INDEX]):
-            if drops[i]:
-                continue
-            doc = Document(texts[i], index, langs[i] or None)
-            for step in self.steps:
-                rule = step.apply(doc)
-                if rule is not None:
-                    drops[i] = rule
-                    break
-            texts[i], langs[i] = doc.text, doc.language or ""
-        return {self.text_field: texts, LANG: langs, DROP: drops}
 
 
 def _map_kwargs(num_proc: int | None, batch_size: int, desc: str) -> dict:

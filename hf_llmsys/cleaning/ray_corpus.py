@@ -29,10 +29,10 @@ from collections.abc import Callable
 from .base import CorpusStep
 from .c4 import C4SpanDedup, RemoveLines, remove_lines
 from .c4_line_dedup import C4LineDedup
+from .columns import DROP, INDEX, replace_columns
 from .dedup_exact import ExactDedup
 from .minhash import MinHashDedup
 from .perplexity_filter import PerplexityFilter
-from .pipeline import DROP, INDEX
 from .report import EXAMPLE_CHARS
 
 FEATURE, KEY, BAND, LINE, MARK = "__llmsys_feature", "__llmsys_key", "__llmsys_band", "__llmsys_line", "__llmsys_mark"
@@ -68,8 +68,6 @@ class FeatureMap:
 
 def _drop_rows(table, rows: list[int], rule: str, text_field: str, edits: dict[int, list[int]] | None = None):
     """The table with these rows marked dropped under `rule` (texts cut to the example length), edits applied."""
-    from .engine_ray import replace_columns
-
     drops, texts = table[DROP].to_pylist(), table[text_field].to_pylist()
     for i in rows:
         drops[i], texts[i] = rule, texts[i][:EXAMPLE_CHARS]

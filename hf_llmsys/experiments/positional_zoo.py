@@ -44,13 +44,17 @@ from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers.utils import logging
 
+from ..command_logging import command_logging
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from ..models.positions import POSITIONAL_ENCODINGS
 from ..training.pretrain_arguments import DataArguments
 from ..training.text_data import load_chunks, split_chunks, tokenize_and_pack
+
+logger = logging.get_logger(__name__)
 
 FORMAT_VERSION = 1
 DEFAULT_FACTORS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -281,12 +285,12 @@ def _run_zoo(settings: ZooSettings, progress: ProgressFn) -> dict:
         results = evaluate_lengths(model, tokenizer, eval_text, settings.eval_lengths)
         runs.append({"name": encoding, "position_embedding_type": encoding, "checkpoint": f"checkpoints/{encoding}",
                      "rope_scaling": None, **summary, "results": results})  # fmt: skip
-        print(format_run(runs[-1]), flush=True)
+        logger.info(format_run(runs[-1]))
     if "rope" in settings.encodings:
         progress({"stage": "evaluate", "run": "rope scalings"})
         for run in evaluate_rope_scalings(settings, tokenizer, eval_text):
             runs.append(run)
-            print(format_run(run), flush=True)
+            logger.info(format_run(run))
     report = {"format_version": FORMAT_VERSION, "settings": settings_dict(settings, tokenizer, train_ds, eval_text),
               "runs": runs}  # fmt: skip
     shutil.rmtree(settings.out / "trainer", ignore_errors=True)  # Trainer scratch (no checkpoints are saved)
@@ -347,5 +351,7 @@ def parse_args(argv: list[str] | None) -> ZooSettings:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Entry point of scripts/pe_zoo.py."""
-    return run_zoo(parse_args(argv))
+    """Entry point of scripts/pe_zoo.py (each run's line is a log record, shown on stderr)."""
+    settings = parse_args(argv)
+    with command_logging():
+        return run_zoo(settings)

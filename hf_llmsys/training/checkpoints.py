@@ -15,8 +15,11 @@ from pathlib import Path
 
 from transformers import Trainer
 from transformers.trainer_utils import TrainOutput
+from transformers.utils import logging
 
 from .disk_errors import disk_errors
+
+logger = logging.get_logger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
@@ -69,7 +72,7 @@ def find_checkpoint(args) -> str | None:
         return None
     checkpoint, skipped = newest_complete_checkpoint(args.output_dir)
     for line in skipped:
-        print(line)
+        logger.warning(line)
     return checkpoint
 
 
@@ -94,11 +97,11 @@ def train_or_skip(trainer: Trainer, checkpoint: str | None, max_steps: int, relo
     """
     done = checkpoint_step(checkpoint)
     if checkpoint and 0 < max_steps <= done:
-        print(f"{checkpoint} already reached max_steps={max_steps}; evaluating only")
+        logger.info(f"{checkpoint} already reached max_steps={max_steps}; evaluating only")
         model = reload(checkpoint) if reload else type(trainer.model).from_pretrained(checkpoint)
         trainer.model = trainer.model_wrapped = model
         return TrainOutput(global_step=done, training_loss=None, metrics={})
     if checkpoint:
-        print(f"resuming from {checkpoint}")
+        logger.info(f"resuming from {checkpoint}")
     with disk_errors(trainer.args.output_dir, "writing a checkpoint"):
         return trainer.train(resume_from_checkpoint=checkpoint)

@@ -8,7 +8,9 @@ supplies its data, model and collator and calls these. Order of a job (every che
 3. `seeded(seed, build)`: the model is built AFTER `set_seed(--seed)`, so two runs with one seed start from the
    same weights (the Trainer seeds only in its own __init__, after the model exists);
 4. `run_trainer`: Trainer.train or resume, evaluation;
-5. `finish_job`: runtime, cache back on, atomic save, printed summary.
+5. `finish_job`: runtime, cache back on, atomic save; the command's `main` prints the summary (process 0).
+
+Progress notes are log records (`hf_llmsys.command_logging`), never prints.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from transformers import GenerationConfig, HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
+from ..command_logging import follow_trainer_log_level
 from .output_dir import atomic_save
 
 
@@ -41,9 +44,15 @@ class JobTrainingArguments(TrainingArguments):
 
 
 def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str) -> tuple:
-    """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors."""
+    """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors.
+
+    The last dataclass is the job's TrainingArguments: its --log_level / --log_level_replica set this process's
+    level of the library's log records.
+    """
     parser = HfArgumentParser(dataclass_types, prog=prog)
-    return parser.parse_args_into_dataclasses(args=argv)
+    parsed = parser.parse_args_into_dataclasses(args=argv)
+    follow_trainer_log_level(parsed[-1])
+    return parsed
 
 
 def seeded(seed: int, build: Callable[[], object]):
@@ -79,11 +88,11 @@ def generation_config(tokenizer, max_new_tokens: int, **extra) -> GenerationConf
 
 
 def finish_job(
-    trainer, tokenizer, gen_config: GenerationConfig, results: dict, start: float, print_results, model=None, extra=None
+    trainer, tokenizer, gen_config: GenerationConfig, results: dict, start: float, model=None, extra=None
 ) -> dict:
-    """Record the runtime, re-enable the cache for generation, save atomically, print and return the results.
+    """Record the runtime, re-enable the cache for generation, save atomically and return the results.
 
-    Only the main process saves and prints (the others of a torchrun job return the same results).
+    Only the main process saves (the others of a torchrun job return the same results).
     """
     output_dir = trainer.args.output_dir
     results["runtime_s"] = round(time.time() - start, 1)
@@ -91,7 +100,6 @@ def finish_job(
     model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
     if trainer.is_world_process_zero():
         atomic_save(output_dir, model, tokenizer, gen_config, results, extra=extra)
-        print_results(results, output_dir)
     return results
 
 
@@ -109,8 +117,13 @@ def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> 
     }
 
 
+def is_world_process_zero(training_args) -> bool:
+    """Whether this is the process that saves and reports (process 0 of all nodes, as Trainer.is_world_process_zero)."""
+    return training_args.process_index == 0
+
+
 def print_results(results: dict, output_dir: str) -> None:
-    """Print the final metrics of a pre-training job (validation loss against the unigram baseline)."""
+    """Print the final metrics of a pre-training job (validation loss against the unigram baseline): CLI output."""
     print(
         f"validation loss {results['val_loss']:.4f} | perplexity {results['val_perplexity']:.2f} | "
         f"unigram baseline perplexity {results['unigram_perplexity']:.2f} | "

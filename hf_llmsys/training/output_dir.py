@@ -22,11 +22,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from transformers.utils import logging
+
 from ..hub.architecture import UnknownArchitectureError
 from ..hub.cards import current_hardware, write_model_card
 from ..models.modeling_base import WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
 from .disk_errors import disk_errors
+
+logger = logging.get_logger(__name__)
 
 STAGING_PREFIX = ".final-tmp-"
 MARKER_FILES = ("config.json", "adapter_config.json")  # what makes a folder loadable: moved in last
@@ -69,7 +73,7 @@ def remove_leftover_staging(output_dir: str | os.PathLike) -> list[Path]:
         return []
     leftovers = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(STAGING_PREFIX)]
     for path in leftovers:
-        print(f"removing {path}: left by an earlier final save that did not finish")
+        logger.warning(f"removing {path}: left by an earlier final save that did not finish")
         shutil.rmtree(path)
     return leftovers
 
@@ -157,7 +161,7 @@ def _stage_and_move(output_dir, model, tokenizer, gen_config, results: dict, ext
         try:  # README.md, staged: moves in with the model
             write_model_card(tmp, repo_id=Path(output_dir).resolve().name)
         except UnknownArchitectureError as err:  # a transformers base (e.g. LlamaForCausalLM) fine-tuned by sft
-            print(f"no model card written: {err}")
+            logger.warning(f"no model card written: {err}")
         move_into_place(tmp, Path(output_dir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

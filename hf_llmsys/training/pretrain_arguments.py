@@ -1,7 +1,9 @@
 """Arguments of the two pre-training jobs of `llmsys train` (causal LM and T5 span corruption).
 
 One flag set, read by both jobs: the model-shape flags name the causal-LM field (hidden_size, num_hidden_layers,
-...) and the T5 job maps them onto T5's config; flags marked "GPT-3 only" / "T5 only" are ignored by the others.
+...) and the T5 job maps them onto T5's config. A flag that applies to some model types only has a row in
+`FLAG_SCOPES` (the types, the config field it sets, per-type defaults); given with another model type it is refused
+with a message naming it (`model_type_flags.py`), never ignored.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .job import JobTrainingArguments
+from .model_type_flags import FlagScope, apply_model_type_flags
 
 DEFAULT_OUTPUT_DIR = "runs/llmsys-llama-tiny"
 DEFAULT_T5_OUTPUT_DIR = "runs/llmsys-t5-tiny"
@@ -29,7 +32,11 @@ class ModelArguments:
         default=None, metadata={"help": "Key/value heads (GQA); None = num_attention_heads."}
     )
     intermediate_size: int | None = field(
-        default=384, metadata={"help": "SwiGLU hidden size; None = LLaMA's 2/3*4d rule rounded to multiple_of."}
+        default=384,
+        metadata={
+            "help": "MLP hidden size (LLaMA's SwiGLU, GPT-3's MLP, T5's d_ff); None = the model's own rule (LLaMA: "
+            "2/3*4d rounded to multiple_of, GPT-3: 4d). Default 384, except llmsys_gpt3: None."
+        },
     )
     block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
     tie_word_embeddings: bool = field(default=True, metadata={"help": "Share input embedding and LM head."})
@@ -43,14 +50,15 @@ class ModelArguments:
     attention_layout: list[str] | None = field(
         default=None,
         metadata={
-            "help": "GPT-3 only: layout kinds per layer (dense local strided fixed), repeated; None = dense local."
+            "help": "Decoders: layout kinds per layer (dense local strided fixed), repeated; None = dense "
+            "(llmsys_llama), dense local (llmsys_gpt3)."
         },
     )
     local_window: int | None = field(
-        default=None, metadata={"help": "GPT-3 only: band of the local layers; None = block_size // 4."}
+        default=None, metadata={"help": "Decoders: band of the local layers; None = block_size // 4."}
     )
-    sparse_stride: int | None = field(default=None, metadata={"help": "GPT-3 only: l of strided / fixed layers."})
-    sparse_summary: int | None = field(default=None, metadata={"help": "GPT-3 only: c of fixed layers."})
+    sparse_stride: int | None = field(default=None, metadata={"help": "Decoders: l of strided / fixed layers."})
+    sparse_summary: int | None = field(default=None, metadata={"help": "Decoders: c of fixed layers."})
     num_decoder_layers: int | None = field(
         default=None, metadata={"help": "T5 only: decoder layers; None = num_hidden_layers (encoder layers)."}
     )
@@ -86,6 +94,27 @@ class DataArguments:
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "T5 only: mean length of a masked span."})
 
 
+CAUSAL_LM_TYPES = ("llmsys_llama", "llmsys_gpt3")  # the decoders (DecoderConfig): layouts, GQA
+T5_TYPES = ("llmsys_t5",)
+
+# flag -> the model types it applies to, the config field it sets, per-type defaults when not given.
+# A flag without a row applies to every model type. Checked once, in `validate_pretrain_args`.
+FLAG_SCOPES: dict[str, FlagScope] = {
+    "num_key_value_heads": FlagScope(CAUSAL_LM_TYPES, "num_key_value_heads"),
+    "intermediate_size": FlagScope(None, "intermediate_size", default_for={"llmsys_gpt3": None}),
+    "attention_layout": FlagScope(CAUSAL_LM_TYPES, "attention_layout"),
+    "local_window": FlagScope(CAUSAL_LM_TYPES, "local_window"),
+    "sparse_stride": FlagScope(CAUSAL_LM_TYPES, "sparse_stride"),
+    "sparse_summary": FlagScope(CAUSAL_LM_TYPES, "sparse_summary"),
+    "num_decoder_layers": FlagScope(T5_TYPES, "num_decoder_layers"),
+    "head_dim": FlagScope(T5_TYPES, "d_kv"),
+    "feed_forward_proj": FlagScope(T5_TYPES),  # parsed into hidden_act / mlp_gated
+    "dropout_rate": FlagScope(T5_TYPES, "dropout_rate"),
+    "noise_density": FlagScope(T5_TYPES),  # span corruption
+    "mean_noise_span_length": FlagScope(T5_TYPES),
+}
+
+
 @dataclass
 class LlmsysTrainingArguments(JobTrainingArguments):
     """`TrainingArguments` with defaults tuned for the five-minute CPU default job."""
@@ -104,9 +133,21 @@ class LlmsysTrainingArguments(JobTrainingArguments):
     save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept."})
 
 
-def validate_pretrain_args(model_args: ModelArguments, training_args: LlmsysTrainingArguments) -> None:
-    """Flag values no job can run with: each a ValueError naming the flag."""
+def validate_pretrain_args(
+    model_args: ModelArguments,
+    training_args: LlmsysTrainingArguments,
+    data_args: DataArguments | None = None,
+    given: frozenset[str] | None = None,
+) -> None:
+    """Flag values no job can run with, and flags the model type does not take: each a ValueError naming the flag.
+
+    `given`: the flags set on the command line (`model_type_flags.flags_given`); None (a call from Python): the
+    fields whose value is not their default. The model type's own defaults (`FLAG_SCOPES`) are filled in here.
+    """
     from pathlib import Path
+
+    arguments = (model_args,) if data_args is None else (model_args, data_args)
+    apply_model_type_flags(model_args.model_type, arguments, FLAG_SCOPES, given)
 
     if model_args.block_size < 2:
         raise ValueError(f"--block_size {model_args.block_size}: needs >= 2 tokens (one input, one target)")

@@ -22,15 +22,18 @@ import time
 import numpy as np
 from datasets import Dataset
 from transformers import AutoTokenizer, GenerationConfig, Trainer, TrainerCallback
+from transformers.utils import logging
 
 from ..data.packing import group_texts, unigram_perplexity
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import examples_per_step, finish_job, loss_metrics, print_results, seeded
+from .job import examples_per_step, finish_job, loss_metrics, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
 from .text_data import describe_data, load_chunks, split_chunks
+
+logger = logging.get_logger(__name__)
 
 VALIDATION_SEED_OFFSET = 1  # the fixed validation corruption uses seed + 1 (training uses seed)
 
@@ -165,7 +168,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     )
     model = seeded(training_args.seed, lambda: LlmsysT5ForConditionalGeneration(config))
     training_args.remove_unused_columns = False  # the collator needs example_index (it returns model inputs only)
-    print(
+    logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train {len(train_ds)} examples of {raw} "
         f"raw tokens -> {model_args.block_size} input / {collator.target_length} target tokens; validation "
         f"{len(val_ds)} examples"
@@ -184,7 +187,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     results.update(describe_data(data_args))
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
     gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
-    return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
+    return finish_job(trainer, tokenizer, gen_config, results, start)
 
 
 def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:

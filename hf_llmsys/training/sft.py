@@ -46,6 +46,7 @@ from transformers import (
     HfArgumentParser,
     Trainer,
 )
+from transformers.utils import logging
 
 from ..data.alpaca_records import mix_records
 from ..data.conversation_labels import ConversationEncoder, ConversationTemplate, last_exchange
@@ -55,12 +56,14 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import count_parameters, finish_job, generation_config, parse_job_args, seeded
+from .job import count_parameters, finish_job, generation_config, is_world_process_zero, parse_job_args, seeded
 from .lora import add_lora, lora_summary
 from .output_dir import atomic_save, prepare_output_dir
 from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
 from .sft_generation import generate_responses
 from .supervised_logits import KeepSupervisedLogits, SupervisedLogitsLoss, supports_supervised_logits
+
+logger = logging.get_logger(__name__)
 
 ARGUMENT_CLASSES = (SFTModelArguments, SFTDataArguments, SFTTrainingArguments)
 
@@ -230,7 +233,7 @@ def loss_on_supervised_logits(model, data_args, training_args) -> bool:
         return False
     usable, why_not = supports_supervised_logits(model, training_args)
     if not usable and not model.config.is_encoder_decoder:  # (an encoder-decoder's labels are all response)
-        print(f"--logits_on_labels_only: all logits computed ({why_not})")
+        logger.info(f"--logits_on_labels_only: all logits computed ({why_not})")
     return usable
 
 
@@ -355,7 +358,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     supervised_logits = loss_on_supervised_logits(model, data_args, training_args)
     train_collator, eval_collator = make_collators(tokenizer, model, data_args, supervised_logits)
     total, trainable = count_parameters(model)
-    print(
+    logger.info(
         f"model: {total:,} parameters ({trainable:,} trained); {len(train_ds)} training / {len(eval_ds)} held-out "
         f"examples; template {template.name!r}; loss on the {'response' if data_args.response_only_loss else 'whole sequence'}"
     )
@@ -381,9 +384,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
         template, generations,
     )  # fmt: skip
-    results = finish_job(
-        trainer, tokenizer, gen_config, results, start, print_sft_results, extra=lambda d: save_template(template, d)
-    )
+    results = finish_job(trainer, tokenizer, gen_config, results, start, extra=lambda d: save_template(template, d))
     if model_args.save_merged and trainer.is_world_process_zero():
         save_merged(trainer, tokenizer, gen_config, results, template, training_args.output_dir)
     return results
@@ -429,5 +430,9 @@ def sft(model_name_or_path: str, data: str | list[str], output_dir: str = "runs/
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys sft`; returns the summary."""
-    return run_sft(*parse_args(argv))
+    """Entry point of `llmsys sft`: run the job, print its summary (main process); returns the summary."""
+    model_args, data_args, training_args = parse_args(argv)
+    results = run_sft(model_args, data_args, training_args)
+    if is_world_process_zero(training_args):
+        print_sft_results(results, training_args.output_dir)
+    return results

@@ -15,12 +15,23 @@ from __future__ import annotations
 import os
 import time
 
-from transformers import AutoTokenizer, Trainer, default_data_collator
+from transformers import AutoTokenizer, HfArgumentParser, Trainer, default_data_collator
+from transformers.utils import logging
 
 from ..data.tokenizer import train_bpe_tokenizer
 from . import seq2seq_train
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import examples_per_step, finish_job, generation_config, loss_metrics, parse_job_args, print_results, seeded
+from .job import (
+    examples_per_step,
+    finish_job,
+    generation_config,
+    is_world_process_zero,
+    loss_metrics,
+    parse_job_args,
+    print_results,
+    seeded,
+)
+from .model_type_flags import flags_given
 from .output_dir import atomic_save, prepare_output_dir  # noqa: F401  (atomic_save: part of this job's API)
 from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import the job's arguments from here)
     DEFAULT_OUTPUT_DIR,
@@ -37,10 +48,20 @@ from .text_data import (  # noqa: F401  (re-exported for scripts reusing the job
     tokenize_and_pack,
 )
 
+logger = logging.get_logger(__name__)
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, LlmsysTrainingArguments)
+
 
 def parse_args(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, LlmsysTrainingArguments]:
     """Parse command-line arguments into the three argument dataclasses."""
-    return parse_job_args((ModelArguments, DataArguments, LlmsysTrainingArguments), argv, "llmsys train")
+    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys train")
+
+
+def given_flags(argv: list[str] | None) -> frozenset[str]:
+    """The flags `argv` sets explicitly (what a model type that does not take them refuses)."""
+    return flags_given(HfArgumentParser(ARGUMENT_CLASSES), argv)
 
 
 def get_tokenizer(args: ModelArguments, train_chunks: list[dict], checkpoint: str | None):
@@ -51,6 +72,20 @@ def get_tokenizer(args: ModelArguments, train_chunks: list[dict], checkpoint: st
     if source:
         return AutoTokenizer.from_pretrained(source)
     return train_bpe_tokenizer((c["text"] for c in train_chunks), args.vocab_size)
+
+
+def _layout_fields(args: ModelArguments, default_window: int | None) -> dict:
+    """The decoders' per-layer attention layout and its parameters (None layout: the config class's default)."""
+    return {
+        "attention_layout": args.attention_layout,
+        "sliding_window": args.local_window or default_window,  # the band of "local" layers
+        "sparse_stride": args.sparse_stride,
+        "sparse_summary": args.sparse_summary,
+    }
+
+
+def _default_window(args: ModelArguments) -> int:
+    return max(1, args.block_size // 4)
 
 
 def _llama_config(args: ModelArguments, tokenizer):
@@ -65,6 +100,7 @@ def _llama_config(args: ModelArguments, tokenizer):
         num_key_value_heads=args.num_key_value_heads,
         max_position_embeddings=args.block_size,
         norm_eps=1e-5,
+        **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -79,14 +115,12 @@ def _gpt3_config(args: ModelArguments, tokenizer):
     return LlmsysGPT3Config(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden_size,
-        intermediate_size=None,  # GPT-3: 4d
+        intermediate_size=args.intermediate_size,  # None (this type's default): GPT-3's 4d
         num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads,
+        num_key_value_heads=args.num_key_value_heads,
         max_position_embeddings=args.block_size,
-        attention_layout=args.attention_layout,  # None: GPT-3's dense / local alternation
-        sliding_window=args.local_window or max(1, args.block_size // 4),  # the band of "local" layers
-        sparse_stride=args.sparse_stride,
-        sparse_summary=args.sparse_summary,
+        **_layout_fields(args, _default_window(args)),  # None layout: GPT-3's dense / local alternation
         tie_word_embeddings=args.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -127,7 +161,7 @@ def run_causal_lm_training(
     train_ds = tokenize_and_pack(train_chunks, tokenizer, model_args.block_size, "training")
     val_ds = tokenize_and_pack(val_chunks, tokenizer, model_args.block_size, "validation")
     model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer))
-    print(
+    logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; "
         f"train {len(train_ds)} blocks, validation {len(val_ds)} blocks of {model_args.block_size} tokens"
     )
@@ -143,7 +177,7 @@ def run_causal_lm_training(
     results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
     results.update(describe_data(data_args))
     gen_config = generation_config(tokenizer, training_args.max_new_tokens)
-    return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
+    return finish_job(trainer, tokenizer, gen_config, results, start)
 
 
 def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, training_args) -> dict:
@@ -166,14 +200,24 @@ TRAINING_JOBS = {
 }
 
 
-def run_training(model_args: ModelArguments, data_args: DataArguments, training_args: LlmsysTrainingArguments) -> dict:
-    """Check the flags, then dispatch on --model_type."""
+def run_training(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: LlmsysTrainingArguments,
+    given: frozenset[str] | None = None,
+) -> dict:
+    """Check the flags (`given`: those set on the command line, see `validate_pretrain_args`), then dispatch on
+    --model_type."""
     if model_args.model_type not in TRAINING_JOBS:
         raise ValueError(f"--model_type {model_args.model_type!r} is unknown; choose one of {sorted(TRAINING_JOBS)}")
-    validate_pretrain_args(model_args, training_args)
+    validate_pretrain_args(model_args, training_args, data_args, given)
     return TRAINING_JOBS[model_args.model_type](model_args, data_args, training_args)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys train`; returns the results dict."""
-    return run_training(*parse_args(argv))
+    """Entry point of `llmsys train`: run the job, print its summary (main process); returns the results dict."""
+    model_args, data_args, training_args = parse_args(argv)
+    results = run_training(model_args, data_args, training_args, given_flags(argv))
+    if is_world_process_zero(training_args):
+        print_results(results, training_args.output_dir)
+    return results

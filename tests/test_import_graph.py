@@ -1,0 +1,173 @@
+"""No import cycles in hf_llmsys/: neither at module level nor through imports inside functions.
+
+The graph is read from the source (ast), not from an interpreter's import order: an edge A -> B for every
+``import`` / ``from ... import`` of a module of the package anywhere in A (module level, in a function or a class;
+``if TYPE_CHECKING:`` blocks excepted, they never run), ``from pkg import name`` counting ``pkg/__init__`` and, when
+``name`` is a submodule, that submodule too. A cycle (a strongly connected component of more than one module, or a
+module importing itself) fails the test with the modules and the import lines that close it. Each cleaning module
+also imports alone in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "hf_llmsys"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST):
+    """Every Import / ImportFrom node, outside `if TYPE_CHECKING:` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _is_ancestor(package: str, module: str) -> bool:
+    return module.startswith(package + ".")
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {imported module of the package: line of the first such import}.
+
+    ``from . import submodule`` is an edge to the submodule only: an ancestor package is always initialised before
+    its submodules, so the edge to it matters only for names its ``__init__`` defines.
+    """
+    known = modules()
+    graph: dict[str, dict[str, int]] = {name: {} for name in known}
+    for name, path in known.items():
+        is_package = path.name == "__init__.py"
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                target = _resolve(name, is_package, node)
+                submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known]
+                # An ancestor package is imported before its submodules anyway: depending on it means reading a
+                # name its __init__ defines (`from .. import name`), not `from . import submodule`.
+                needs_package = not _is_ancestor(target, name) or len(submodules) < len(node.names)
+                targets = ([target] if needs_package else []) + submodules
+            for target in targets:
+                if target in known:
+                    graph[name].setdefault(target, node.lineno)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components with more than one module, or with a self-import (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph[node]:
+                    found.append(sorted(component))
+    return found
+
+
+def describe(component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    members = set(component)
+    edges = [
+        f"  {a} -> {b} ({modules()[a].relative_to(ROOT.parent)}:{line})"
+        for a in component
+        for b, line in graph[a].items()
+        if b in members
+    ]
+    return "\n".join([" <-> ".join(component), *edges])
+
+
+def test_the_graph_sees_relative_function_level_and_package_imports():
+    graph = import_graph()
+    assert "hf_llmsys.cleaning.engine_ray" in graph["hf_llmsys.cleaning.pipeline"]  # inside clean()
+    assert "hf_llmsys.models" in graph["hf_llmsys.training.train"]  # from ..models import ... in a function
+    assert "hf_llmsys.training.seq2seq_train" in graph["hf_llmsys.training.train"]  # from . import seq2seq_train
+    assert "hf_llmsys.training" not in graph["hf_llmsys.training.train"]
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a": 1}, "b": {}}) == [["a"]]
+
+
+def test_no_import_cycles_in_the_package():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(describe(c, graph) for c in found)
+
+
+CLEANING_MODULES = sorted(name for name in modules() if name.startswith(f"{PACKAGE}.cleaning"))
+
+
+@pytest.mark.parametrize("module", CLEANING_MODULES)
+def test_each_cleaning_module_imports_alone(module):
+    """A fresh interpreter imports the module first, then everything it imports inside functions."""
+    graph = import_graph()
+    late = sorted(graph[module])
+    code = f"import importlib; importlib.import_module({module!r}); [importlib.import_module(m) for m in {late!r}]"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
