@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 from .alpaca import load_alpaca
 from .ifd import encode_pairs, ifd_scores, select_by_ifd, write_json_atomic, write_selected
@@ -53,7 +54,8 @@ def scores_jsonl(scores: list[dict]) -> str:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """--keep in (0, 1], --max-length >= 2, --batch-size >= 1, --limit >= 1, before anything is loaded."""
+    """--keep in (0, 1], --max-length >= 2, --batch-size >= 1, --limit >= 1, --max-dropped in [0, 1], the output
+    folders exist: before anything is loaded or scored."""
     if not 0 < args.keep <= 1:
         raise ValueError(f"--keep must be in (0, 1], got {args.keep}")
     if args.max_length is not None and args.max_length < 2:
@@ -64,6 +66,10 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if not 0 <= args.max_dropped <= 1:
         raise ValueError(f"--max-dropped must be in [0, 1], got {args.max_dropped}")
+    for flag, path in (("--out", args.out), ("--scores-out", args.scores_out)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it or choose another {flag}")
 
 
 def check_prompts_fit(model, tokenizer, records: list[dict], max_length: int | None, max_dropped: float) -> int:
