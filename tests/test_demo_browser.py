@@ -115,6 +115,7 @@ def test_every_tab_in_chromium(page, tmp_path):
     page.get_by_role("radio", name="alibi").check()
     page.locator("#show-encoding").click()
     page.get_by_text("ALiBi adds").wait_for()
+    page.wait_for_function("() => document.body.innerHTML.includes('head 0')")  # the curve drew ALiBi's heads
     page.locator("#compare-orders").click()
     page.get_by_text("same tokens in another order").wait_for()
     screenshot_is_not_blank(page, shots / "positions.png")

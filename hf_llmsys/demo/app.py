@@ -243,7 +243,12 @@ def build_positions_tab(ctx: DemoContext) -> None:
     table = gr.Dataframe(label="numbers", max_height=300)
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
     show.click(show_encoding, inputs, [figure, curve, table, caption], api_name="show_encoding")
-    loaders = [(show_encoding, inputs, [figure, curve, table, caption])]
+
+    def show_encoding_on_load(*args):  # the LinePlot is left to the first click: a second update of it (load,
+        figure_, _, table_, caption_ = show_encoding(*args)  # then click) is not redrawn by gradio 6.31's page
+        return figure_, table_, caption_
+
+    loaders = [(show_encoding_on_load, inputs, [figure, table, caption])]
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "
