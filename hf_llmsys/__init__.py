@@ -2,9 +2,11 @@
 
 Importing the package registers every architecture with transformers' Auto classes (AutoConfig, AutoModel,
 AutoModelForCausalLM, AutoModelForSeq2SeqLM) and for remote code, so saved folders also load with ``trust_remote_code=True`` where
-hf_llmsys is not installed.
+hf_llmsys is not installed. It also makes their ``from_pretrained`` name a missing local folder, a folder without
+config.json and a bare vocab.json + merges.txt tokenizer folder clearly (`hf_llmsys.auto_loading`).
 """
 
+from .auto_loading import install as _install_local_source_checks
 from .models import (
     LlmsysGPT3Config,
     LlmsysGPT3ForCausalLM,
@@ -21,6 +23,7 @@ from .models import (
 from .registration import register_all
 
 register_all()
+_install_local_source_checks()  # clear errors for missing / incomplete local folders (hf_llmsys/auto_loading.py)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -2,8 +2,10 @@
 # Creates (or reuses) .venv and installs hf-llmsys with its development extras.
 # torch: pinned to LLMSYS_TORCH_SPEC (default torch==2.13.0, the CPU build these machines carry on local disk)
 # only when the environment has no torch yet; set LLMSYS_TORCH_SPEC="" to let pip choose.
-# As root on Debian, also installs Debian's chromium + chromium-driver for the demo's browser test (skipped
-# when apt is unavailable or LLMSYS_SKIP_BROWSER=1; the test then skips and says why).
+# As root on Debian, also installs Debian's chromium + chromium-driver for the demo's browser test, with a CJK
+# font (fonts-wqy-zenhei, ~10 MB: the demo's Chinese permutation example is drawn as empty boxes without one;
+# the browser test checks the glyphs) (skipped when apt is unavailable or LLMSYS_SKIP_BROWSER=1; the test then
+# skips and says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,7 +16,9 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   [ -n "$spec" ] && .venv/bin/python -m pip install -q "$spec"
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"
-if [ "${LLMSYS_SKIP_BROWSER:-0}" != 1 ] && [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } >/dev/null 2>&1 \
-    || echo "setup: could not install chromium (the browser test will skip)" >&2
+BROWSER_PACKAGES="chromium chromium-driver fonts-wqy-zenhei"
+if [ "${LLMSYS_SKIP_BROWSER:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+   && ! dpkg -s $BROWSER_PACKAGES >/dev/null 2>&1; then
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $BROWSER_PACKAGES; } >/dev/null 2>&1 \
+    || echo "setup: could not install $BROWSER_PACKAGES (the browser test will skip or fail on CJK glyphs)" >&2
 fi

@@ -79,6 +79,9 @@ API_CASES = [
     ApiCase("gpt3-kv-heads-zero", lambda: _gpt3(num_key_value_heads=0), ("num_key_value_heads",)),
     ApiCase("t5-heads-zero", lambda: _t5(num_heads=0), ("num_heads",)),
     ApiCase("t5-unknown-ffn", lambda: _t5(feed_forward_proj="gated-swoosh"), ("feed_forward_proj",)),
+    ApiCase("llama-init-range-negative", lambda: _llama(initializer_range=-0.02), ("initializer_range", ">= 0")),
+    ApiCase("gpt3-init-range-nan", lambda: _gpt3(initializer_range=float("nan")), ("initializer_range",)),
+    ApiCase("t5-init-factor-negative", lambda: _t5(initializer_factor=-1.0), ("initializer_factor", ">= 0")),
     ApiCase("t5-buckets-zero", lambda: _t5(relative_attention_num_buckets=0), ("relative_attention_num_buckets",)),
 ]
 
@@ -131,6 +134,82 @@ def test_folder_without_config_loads_when_the_config_is_given(saved_model, tiny_
     loaded = LlmsysLlamaForCausalLM.from_pretrained(saved_model, config=tiny_model.config)
     expected = tiny_model.state_dict()
     assert all(torch.equal(tensor, expected[name]) for name, tensor in loaded.state_dict().items())
+
+
+def test_auto_classes_name_a_folder_without_config(tmp_path, saved_model):
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    (saved_model.rename(folder / "checkpoint-2"))
+    for load in (AutoConfig.from_pretrained, AutoModel.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(ValueError) as info:
+            load(folder)
+        message = str(info.value)
+        assert str(folder) in message and "no config.json" in message and "model_type" not in message
+        assert "checkpoint-2" in message and "\n" not in message  # where the saved model is, one line
+    assert AutoModelForCausalLM.from_pretrained(folder / "checkpoint-2").config.num_hidden_layers == 1
+
+
+def test_auto_classes_name_a_missing_local_path_not_a_repo_id(tmp_path, monkeypatch):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hf_llmsys.user_errors import describe
+
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for source in (str(tmp_path / "nope"), "./nope", "runs/nope", "a/b/c", tmp_path / "nope"):
+        for load in (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer):
+            with pytest.raises(OSError) as info:  # the type transformers raises for it
+                load.from_pretrained(source)
+            line = describe(info.value)
+            assert "no such folder" in line and str(source) in line and "Repo id must be" not in line
+            assert "\n" not in line
+
+
+def test_auto_model_without_config_json_still_loads_with_config_given(saved_model, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    (saved_model / "config.json").unlink()
+    loaded = AutoModelForCausalLM.from_pretrained(saved_model, config=tiny_model.config)
+    assert type(loaded) is type(tiny_model)
+
+
+def test_bare_gpt2_vocab_and_merges_load_as_gpt2_bpe(shared_data, tmp_path):
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import AutoTokenizer
+
+    source = shared_data / "tokenizers" / "gpt2"
+    if not (source / "merges.txt").is_file():
+        pytest.skip(f"{source} not found")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("vocab.json", "merges.txt"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    reference = ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))  # GPT-2's BPE
+    text = "Hello world, it's 2026 — naïve café.\n"
+    ids = tokenizer(text)["input_ids"]
+    assert ids == reference.encode(text).ids and ids[:2] == [15496, 995]  # "Hello", " world" in GPT-2's vocab
+    assert tokenizer.eos_token == "<|endoftext|>" and len(tokenizer) == 50257
+
+
+def test_bare_bpe_files_of_another_tokenizer_and_empty_folders_are_named(tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "vocab.json").write_text(json.dumps({"<s>": 0, "</s>": 1, "a": 2}))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    with pytest.raises(ValueError, match="no tokenizer_config.json or tokenizer.json") as info:
+        AutoTokenizer.from_pretrained(folder)
+    assert "sentencepiece or tiktoken" not in str(info.value)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=f"{empty}: no tokenizer files") as info:
+        AutoTokenizer.from_pretrained(empty)
+    assert "sentencepiece or tiktoken" not in str(info.value)
 
 
 def test_more_layers_than_config_is_rejected(tmp_path, saved_model):
@@ -300,7 +379,7 @@ CLI_CASES = [
     CliCase("ppl-folder-not-a-model", lambda f: ppl(f, model=f.folder), ("a_folder", "config.json")),
     CliCase("ppl-empty-file", lambda f: ppl(f, data=f.empty), ("empty.txt",)),
     CliCase("ppl-not-utf8", lambda f: ppl(f, data=f.not_utf8), ("latin1.txt",)),
-    CliCase("ppl-folder-as-data", lambda f: ppl(f, data=f.folder), ("a_folder",)),
+    CliCase("ppl-folder-as-data", lambda f: ppl(f, data=f.folder), ("--data", "a_folder", "is a folder")),
     CliCase("ppl-missing-data", lambda f: ppl(f, data=f.missing), ("missing",)),
     CliCase("ppl-max-length-zero", lambda f: ppl(f, "--max-length", "0"), ("--max-length",)),
     CliCase("ppl-stride-zero", lambda f: ppl(f, "--stride", "0"), ("--stride",)),

@@ -231,3 +231,22 @@ def test_mixed_type_text_field_names_the_file_and_line(tmp_path, capsys):
     out = tmp_path / "out"
     assert _clean("--input", src, "--output", out) == 2
     assert f"{src}:4: field 'text'" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("recipe", ["c4", "gopher", "fineweb-like"])
+@pytest.mark.parametrize("extra", [[], ["--streaming"], ["--format", "parquet"]], ids=["jsonl", "streaming", "parquet"])
+def test_every_document_dropped_is_an_empty_result_not_an_error(recipe, extra, tmp_path, capsys):
+    src = _write_jsonl(tmp_path / "in.jsonl", [{"text": "Hi there."}] * 20)
+    out = tmp_path / "out"
+    assert _clean("--input", src, "--output", out, "--recipe", recipe, *extra) == 0
+    fmt = "parquet" if "parquet" in extra else "jsonl"
+    assert sorted(p.name for p in out.iterdir()) == [f"data.{fmt}", "report.json"]
+    if fmt == "parquet":
+        table = pq.read_table(out / "data.parquet")
+        assert table.num_rows == 0 and table.column_names == ["text"]
+    else:
+        assert (out / "data.jsonl").read_text() == ""
+    report = json.loads((out / "report.json").read_text())
+    assert report["documents_in"] == 20 and report["documents_out"] == 0
+    assert sum(report["dropped"].values()) == 20
+    assert "wrote 0 documents" in capsys.readouterr().out

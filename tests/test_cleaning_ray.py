@@ -280,3 +280,23 @@ def test_ray_engine_equals_datasets_engine_on_real_text(ray_session, shared_data
         reference = clean(_corpus(docs), recipe)
         assert reference.report.dropped.get(corpus_rule, 0) >= 1  # the planted copies reach a corpus step
         _same_answer(clean(_corpus(docs), recipe, engine="ray", num_proc=2), reference)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_cli_engine_ray_every_document_dropped_is_an_empty_result(ray_session, tmp_path, fmt):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "Hi there."}\n' * 20)
+    out = tmp_path / "out"
+    args = ["clean", "--input", str(src), "--output", str(out), "--engine", "ray", "--format", fmt]
+    assert llmsys([*args, "--recipe", "fineweb-like"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [f"part-000000000000.{fmt}", "report.json"]
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(out / "part-000000000000.parquet")
+        assert table.num_rows == 0 and table.column_names == ["text"]
+    else:
+        assert (out / "part-000000000000.jsonl").read_text() == ""
+    report = json.loads((out / "report.json").read_text())
+    assert report["documents_in"] == 20 and report["documents_out"] == 0 and sum(report["dropped"].values()) == 20
+    assert report["output_files"] == [f"part-000000000000.{fmt}"]

@@ -334,7 +334,7 @@ def test_cli_rejects_bad_options(tmp_path):
     assert parse_args([]).host == "127.0.0.1"
 
 
-def test_background_training_reports_progress_then_loads(tmp_path):
+def test_background_training_reports_progress_then_loads(tmp_path, capfd):
     from hf_llmsys.data.corpus import load_default_corpus
     from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
 
@@ -349,6 +349,11 @@ def test_background_training_reports_progress_then_loads(tmp_path):
     assert zoo is not None and set(zoo.models) == {"none", "rope"}, manager.status()
     assert manager.status().startswith("Zoo loaded") and (tmp_path / "cache" / "zoo" / "zoo.json").is_file()
     assert not (tmp_path / "cache" / "zoo.partial").exists()
+    console = capfd.readouterr()
+    printed = console.out + console.err
+    assert "'loss'" not in printed and "'train_runtime'" not in printed  # no Trainer log dicts
+    assert "demo zoo: 0/" in printed and "demo zoo: trained" in printed  # the progress line, one per stage
+    assert "{'loss'" not in printed and "{'train_runtime'" not in printed
     second = ZooManager(cache_dir=tmp_path / "cache" / "zoo", skip_folders=manager.skip_folders)
     second.start()  # the cache is found: no training
     assert second.zoo is not None and second._thread is None
@@ -394,3 +399,76 @@ def test_real_pretrained_model_in_the_perplexity_and_generation_tabs(tiny_zoo): 
         assert len(out["output"][0].split()) >= 3  # the instruction-tuned model answers in words
     finally:
         demo.close()
+
+
+def test_tables_show_rounded_numbers_and_keep_the_exact_ones(served):
+    client, _ = served
+    _, _, summary = client.predict(TEXT, False, api_name="/perplexity")
+    shown = summary["metadata"]["display_value"]
+    exact = frame(summary)
+    column = exact.columns.get_loc("token ppl")
+    for row, cells in enumerate(shown):
+        value = exact.iloc[row, column]
+        assert cells[column] == f"{value:.4g}" and len(cells[column].replace(".", "").lstrip("0")) <= 4
+        assert value != float(cells[column])  # the exact figure underneath (gradio_client, tests)
+
+
+def test_page_load_renders_every_tabs_default_view(served, demo_server):  # noqa: F811
+    """Each tab's main outputs are filled by a load event of the page (the browser test sees them drawn)."""
+    _, _, demo = demo_server
+    loaded = set()
+    for dependency in demo.config["dependencies"]:
+        if any(target[1] == "load" for target in dependency["targets"]):
+            loaded.update(dependency["outputs"])
+    labels = {c["id"]: c["props"].get("label") or c["props"].get("elem_id") for c in demo.config["components"]}
+    expected = {"picture", "numbers", "next-token distributions compared", "surprisal per token", "perplexity per model",
+                "zoo", "RoPE perplexity on the text", "layouts (query rows, key columns)", "keys per query",
+                "outputs side by side", "verdict", "steps"}  # fmt: skip
+    assert expected <= {labels[i] for i in loaded}, expected - {labels[i] for i in loaded}
+
+
+def test_user_models_join_the_perplexity_and_generation_tabs(tiny_zoo, tmp_path):  # noqa: F811
+    """``--model`` (repeatable): a transformers GPT-2 and one of ours, beside the zoo, scored and generating."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+    from hf_llmsys.evaluation.perplexity import corpus_perplexity
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_zoo / "tokenizer")
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=1, n_head=2))
+    ours = LlmsysLlamaForCausalLM(LlmsysLlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                                    num_hidden_layers=1, num_attention_heads=2,
+                                                    max_position_embeddings=128))  # fmt: skip
+    folders = {}
+    for name, model in (("my-gpt2", gpt2), ("my-llama", ours)):
+        folders[name] = tmp_path / name
+        model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    argv = [
+        "--zoo",
+        str(tiny_zoo),
+        "--no-train",
+        "--model",
+        str(folders["my-gpt2"]),
+        "--model",
+        str(folders["my-llama"]),
+    ]
+    demo, url, ctx = launch_demo(argv)
+    try:
+        client = gradio_client.Client(url, verbose=False)
+        coloured, _, summary = client.predict(TEXT, False, api_name="/perplexity")
+        rows = frame(summary).set_index("model")
+        assert list(rows.index) == [*TINY_ENCODINGS, "my-gpt2", "my-llama"]  # the zoo stays, ours follow
+        assert coloured.count('class="surprisal-row"') == len(TINY_ENCODINGS) + 2
+        for name, window in (("my-gpt2", 64), ("my-llama", 128)):
+            model = next(m.model for m in ctx.user_models if m.name == name)
+            expected = corpus_perplexity(model, tokenizer, TEXT, max_length=window, stride=window // 2)
+            assert rows.loc[name, "token ppl"] == pytest.approx(expected.ppl, rel=1e-5)
+        out = frame(generate(client, names=["rope", "my-gpt2", "my-llama"], max_new=4))
+        assert out["model"].tolist() == ["rope", "my-gpt2", "my-llama"] and (out["new tokens"] > 0).all()
+        client.close()
+    finally:
+        demo.close()
+    with pytest.raises(ValueError, match="--model .*no such folder"):
+        launch_demo(["--zoo", str(tiny_zoo), "--no-train", "--model", str(tmp_path / "missing")])

@@ -1,9 +1,12 @@
-"""The demo in a real browser: Debian's chromium driven by playwright loads the page, switches every tab, enters
-text, clicks, waits for each result and takes a screenshot that must not be blank."""
+"""The demo in a real browser: Debian's chromium driven by playwright loads the page, finds every tab's default
+view rendered without a click, checks the Chinese permutation example is drawn with real glyphs (not tofu) and
+the tables show rounded numbers, then switches every tab, enters text, clicks, waits for each result and takes a
+screenshot that must not be blank."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -46,16 +49,73 @@ def screenshot_is_not_blank(page, path: Path) -> None:
     assert 0.001 < dark < 0.9, f"screenshot has {dark:.1%} dark pixels"
 
 
+GLYPH_BITMAPS = """([chars, font]) => {
+    // Each character drawn alone on a canvas in the given CSS font; returns one bitmap string per character,
+    // and the bitmap of U+E000 and U+10FFFD (private use: no font has a glyph there, drawn as the missing glyph).
+    const canvas = document.createElement("canvas");
+    canvas.width = canvas.height = 48;
+    const ctx = canvas.getContext("2d", {willReadFrequently: true});
+    const draw = (ch) => {
+        ctx.clearRect(0, 0, 48, 48);
+        ctx.font = font;
+        ctx.fillStyle = "#000";
+        ctx.textBaseline = "top";
+        ctx.fillText(ch, 4, 4);
+        const data = ctx.getImageData(0, 0, 48, 48).data;
+        let bits = "";
+        for (let i = 3; i < data.length; i += 4) bits += data[i] > 127 ? "1" : "0";
+        return bits;
+    };
+    return {glyphs: chars.map(draw), missing: ["\\uE000", "\\u{10FFFD}"].map(draw)};
+}"""
+
+
+def glyphs_render(page, selector: str) -> None:
+    """The characters of the text box `selector`, in its own computed font, are real glyphs: each differs from the
+    missing-glyph box and from the others (tofu draws every character as the same box)."""
+    box = page.locator(selector)
+    text = box.input_value()
+    font = box.evaluate("el => { const s = getComputedStyle(el); return `32px ${s.fontFamily}`; }")
+    chars = sorted(set(text))
+    drawn = page.evaluate(GLYPH_BITMAPS, [chars, font])
+    glyphs, missing = drawn["glyphs"], drawn["missing"]
+    for ch, bits in zip(chars, glyphs, strict=True):
+        assert bits.count("1") > 20, f"{ch!r} draws nothing in {font}"
+        assert bits not in missing, f"{ch!r} is drawn as the missing-glyph box (tofu) in {font}: no CJK font?"
+    assert len(set(glyphs)) == len(chars), f"{chars} are not drawn as distinct glyphs in {font}"
+
+
 def test_every_tab_in_chromium(page, tmp_path):
     shots = Path(os.environ.get("LLMSYS_DEMO_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     page.get_by_text("Zoo loaded from").wait_for()
     page.get_by_text("Limits per request").wait_for()
 
+    # Every tab's default view is there on load, before any click.
+    page.get_by_text("PE(i)·PE(j) = Σ cos").wait_for()  # tab 1: the default (sinusoidal) encoding
+    page.get_by_text("same tokens in another order").wait_for()  # tab 1: the permutation example
+    glyphs_render(page, "#permutation-a textarea")
+    glyphs_render(page, "#permutation-b textarea")
+    page.locator("#permutation-a").screenshot(path=str(shots / "permutation-text.png"))
+    open_tab(page, "Perplexity")
+    page.locator("#surprisal .surprisal-row").first.wait_for()
+    assert page.locator("#surprisal .surprisal-row").count() == 3
+    summary = page.locator("#ppl-summary")
+    summary.get_by_text("bits per byte").wait_for()
+    numbers = re.findall(r"\d+\.\d+", summary.inner_text())
+    assert numbers and all(len(n.replace(".", "").lstrip("0")) <= 4 for n in numbers), numbers  # 4 significant
+    open_tab(page, "Sparse attention")
+    page.get_by_text("measured saved, recompute (MB)").wait_for()
+    open_tab(page, "Generation")
+    page.get_by_text("prompt tokens").wait_for()
+    open_tab(page, "Cleaning")
+    page.locator("#verdict").get_by_text("Dropped").wait_for()
+
     open_tab(page, "Positional encodings")
     page.get_by_role("radio", name="alibi").check()
     page.locator("#show-encoding").click()
     page.get_by_text("ALiBi adds").wait_for()
+    page.wait_for_function("() => document.body.innerHTML.includes('head 0')")  # the curve drew ALiBi's heads
     page.locator("#compare-orders").click()
     page.get_by_text("same tokens in another order").wait_for()
     screenshot_is_not_blank(page, shots / "positions.png")

@@ -122,7 +122,7 @@ class UnigramLM(nn.Module):
 
 
 def test_context_free_model_has_ifd_exactly_one(tokenizer):
-    scores = ifd_scores(UnigramLM(len(tokenizer)), tokenizer, RECORDS, max_length=64, batch_size=3)
+    scores = ifd_scores(UnigramLM(len(tokenizer)), tokenizer, RECORDS, max_length=256, batch_size=3)
     assert [s["ifd"] for s in scores] == [1.0] * len(RECORDS)
     assert all(s["loss_answer"] > 0 for s in scores)
 
@@ -133,16 +133,32 @@ def test_context_free_model_needs_max_length(tokenizer):
         ifd_scores(UnigramLM(len(tokenizer_without_limit)), tokenizer_without_limit, RECORDS[:1])
 
 
-def test_truncation_keeps_the_answer(model, tokenizer):
+def test_truncation_keeps_the_prompt_and_cuts_the_answer(model, tokenizer):
     record = RECORDS[3]
     prompt, answer = encode(tokenizer, format_prompt(record)), encode(tokenizer, record["output"])
-    max_length = len(answer) + 5  # start token + the prompt's last 4 tokens + the whole answer
+    max_length = 1 + len(prompt) + 3  # start token + the whole prompt + the answer's first 3 tokens
     (score,) = ifd_scores(model, tokenizer, [record], max_length=max_length)
-    assert score["answer_tokens"] == len(answer)
-    assert score["loss_conditioned"] == pytest.approx(answer_loss_by_hand(model, tokenizer, prompt[-4:], answer))
-    (short,) = ifd_scores(model, tokenizer, [record], max_length=4)  # answer cut to 3 tokens, no prompt left
-    assert short["answer_tokens"] == 3
-    assert short["ifd"] == pytest.approx(1.0, rel=1e-6)
+    assert score["answer_tokens"] == 3
+    assert score["loss_conditioned"] == pytest.approx(answer_loss_by_hand(model, tokenizer, prompt, answer[:3]))
+    assert score["loss_answer"] == pytest.approx(answer_loss_by_hand(model, tokenizer, [], answer[:3]))
+
+
+def test_a_prompt_that_does_not_fit_is_dropped_never_scored_one(model, tokenizer):
+    prompt = encode(tokenizer, format_prompt(RECORDS[3]))
+    for max_length in (4, 1 + len(prompt)):  # the prompt cut away / the whole prompt but no answer token
+        scores = ifd_scores(model, tokenizer, RECORDS, max_length=max_length)
+        dropped = [s for s in scores if s["ifd"] is None]
+        assert dropped and all(s["dropped"] == "prompt does not fit" for s in dropped)
+        assert 1.0 not in [s["ifd"] for s in scores]
+        assert select_by_ifd(RECORDS, scores, keep=1.0, drop_above_one=False) == [
+            {**r, "ifd": s["ifd"]} for r, s in zip(RECORDS, scores, strict=True) if s["ifd"] is not None
+        ]
+    assert ifd_scores(model, tokenizer, RECORDS[3:4], max_length=len(prompt) + 2)[0]["answer_tokens"] == 1
+
+
+def test_an_empty_record_list_is_refused_as_empty(model, tokenizer):
+    with pytest.raises(ValueError, match="the record list is empty"):
+        ifd_scores(model, tokenizer, [])
 
 
 def test_transformers_and_peft_models(tokenizer):
@@ -282,6 +298,41 @@ def test_cli_limit_and_user_errors(saved_model, tmp_path, capsys):
     bad.write_text(json.dumps([{"instruction": "x", "input": ""}]))
     assert run_cli(saved_model, bad, out) == 2
     assert "record 0: missing field 'output'" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_max_length_that_cuts_the_prompts(saved_model, tokenizer, tmp_path, capsys):
+    records = alpaca_records(10)
+    data = tmp_path / "alpaca.json"
+    data.write_text(json.dumps(records))
+    out = tmp_path / "selected.json"
+    assert run_cli(saved_model, data, out, "--max-length", "4") == 2
+    err = capsys.readouterr().err
+    assert "--max-length 4: the prompt of 10 of 10 records does not fit" in err and "--max-dropped" in err
+    assert not out.exists()
+    # Longer prompts for the first three: they do not fit, are dropped and counted, the rest is scored.
+    longest = max(len(encode(tokenizer, format_prompt(r))) for r in records)
+    for r in records[:3]:
+        r["input"] = "The apple is near the river and the stone. " * 6
+    data.write_text(json.dumps(records))
+    max_length = str(longest + 8)
+    assert run_cli(saved_model, data, out, "--max-length", max_length) == 2  # 3 of 10 > 0.1
+    assert "the prompt of 3 of 10 records does not fit" in capsys.readouterr().err
+    scores_out = tmp_path / "scores.jsonl"
+    extra = ("--max-dropped", "0.3", "--keep", "1", "--scores-out", str(scores_out))
+    assert run_cli(saved_model, data, out, "--max-length", max_length, *extra) == 0
+    printed = capsys.readouterr().out
+    assert "records scored: 7 of 10" in printed
+    assert "dropped (prompt does not fit in --max-length): 3" in printed
+    scores = [json.loads(line) for line in scores_out.read_text().splitlines()]
+    assert [s["ifd"] is None for s in scores] == [True] * 3 + [False] * 7
+    assert all(r["ifd"] is not None for r in json.loads(out.read_text()))
+
+
+def test_cli_refuses_an_empty_record_list_as_empty(saved_model, tmp_path, capsys):
+    data = tmp_path / "empty.json"
+    data.write_text("[]")
+    assert run_cli(saved_model, data, tmp_path / "out.json") == 2
+    assert "the record list is empty" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -94,9 +94,12 @@ def test_killed_run_rerun_ends_at_the_uninterrupted_weights(moment, reference, t
     else:
         pytest.fail(f"never caught the run at the moment {moment!r} in 3 tries")
     assert not (out / "config.json").exists() or moment != "writing_checkpoint"  # killed before the final save
+    hidden = [p for p in out.iterdir() if p.name.startswith(".")]  # staging folders of the killed save, if any
     rerun = subprocess.run(command(text_file, out), env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert not [p for p in out.iterdir() if p.name.startswith(".final-tmp-")]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "hidden leftovers of the killed save remain"
+    for path in hidden:
+        assert f"removing {path}: left by an earlier save that did not finish" in rerun.stdout
     weights = final_weights(out)
     assert weights.keys() == reference.keys()
     assert all(torch.equal(weights[k], reference[k]) for k in reference), moment

@@ -4,6 +4,9 @@ import json
 import math
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -274,21 +277,54 @@ def test_same_seed_same_weights(text_file, tmp_path):
         assert torch.equal(b[name], tensor), name
 
 
-def test_resume_skips_a_checkpoint_cut_short(text_file, tmp_path, capsys):
+KILLED_SAVE = """
+import os, signal, sys
+from pathlib import Path
+import transformers.modeling_utils
+from transformers import AutoTokenizer, GenerationConfig
+from hf_llmsys.models import LlmsysLlamaForCausalLM
+from hf_llmsys.training.output_dir import atomic_save
+
+out, where = Path(sys.argv[1]), sys.argv[2]
+model = LlmsysLlamaForCausalLM.from_pretrained(out / "checkpoint-2")
+transformers.modeling_utils.safe_save_file = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # mid-save
+if where == "checkpoint":
+    model.save_pretrained(out / "checkpoint-3")
+else:
+    atomic_save(out, model, AutoTokenizer.from_pretrained(out / "checkpoint-2"), GenerationConfig(), {})
+"""
+
+
+def killed_save(out, where: str) -> None:
+    """SIGKILL a process in the middle of `save_pretrained` of a checkpoint or of the final (atomic) save."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(out), where], env=env, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+
+
+def test_resume_skips_a_checkpoint_cut_short_and_removes_what_killed_saves_left(text_file, tmp_path, capsys):
     out = tmp_path / "m"
     assert run(text_file, out, "--max_steps", "2", "--save_steps", "2") == 0
-    cut = out / "checkpoint-3"  # a newer checkpoint whose save was killed: weights but no trainer_state.json
-    shutil.copytree(out / "checkpoint-2", cut)
-    (cut / "trainer_state.json").unlink()
-    leftover = out / ".final-tmp-killed"  # and a final save that was killed half way
-    leftover.mkdir()
-    (leftover / "model.safetensors").write_bytes(b"half")
+    killed_save(out, "checkpoint")  # checkpoint-3 cut short: no weights, no trainer_state.json
+    killed_save(out, "final")
+    leftovers = sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+    assert len(leftovers) == 3, leftovers  # .checkpoint-3.saving-*, .final-tmp-*, ..final-tmp-*.saving-*
+    assert [n for n in leftovers if n.startswith(".checkpoint-3.saving-")]
+    assert [n for n in leftovers if n.startswith("..final-tmp-") and ".saving-" in n]
+    users = [".final-tmp-mine", ".checkpoint-3.saving-my-notes", "checkpoint-3.saving-abcdefgh", ".x.saving-abcdefgh"]
+    for name in users:  # look like ours, are not ours: kept
+        (out / name).mkdir()
+    (out / ".final-tmp-abcdefgh.txt").write_text("a user's file")
     capsys.readouterr()
     assert run(text_file, out, "--max_steps", "4", "--save_steps", "2") == 0
-    logged = capsys.readouterr().err
-    assert f"warning: skipping {cut}: incomplete (no trainer_state.json" in logged
-    assert f"resuming from {out / 'checkpoint-2'}" in logged
-    assert f"warning: removing {leftover}" in logged and not leftover.exists()
+    printed = capsys.readouterr().err
+    cut = out / "checkpoint-3"
+    assert f"skipping {cut}: incomplete (" in printed
+    assert f"resuming from {out / 'checkpoint-2'}" in printed
+    for name in leftovers:
+        assert f"removing {out / name}: left by an earlier save that did not finish" in printed
+        assert not (out / name).exists()
+    assert all((out / name).is_dir() for name in users) and (out / ".final-tmp-abcdefgh.txt").is_file()
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 4
 
 

@@ -116,9 +116,11 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
         dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
         max_examples=args.max_examples,
     )  # fmt: skip
+    schema = dataset.schema()
     return _publish(
-        args, output, result.report, lambda staging: write_ray_output(result.indexed, staging, args.format, INDEX)
-    )
+        args, output, result.report,
+        lambda staging: write_ray_output(result.indexed, staging, args.format, INDEX, input_schema=schema),
+    )  # fmt: skip
 
 
 def _publish(args: CleanArguments, output: Path, report, write) -> dict:

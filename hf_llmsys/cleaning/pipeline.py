@@ -103,6 +103,8 @@ def _record_and_filter(ds: Dataset, report: CleaningReport, text_field: str) -> 
 
 def _run_corpus_step(ds: Dataset, step: CorpusStep, report, text_field, num_proc, batch_size) -> Dataset:
     """Features in a (parallel) map, decisions in input order, edits applied, drops recorded and removed."""
+    if len(ds) == 0:  # every document already dropped: nothing to decide (a map of no rows adds no column)
+        return ds
     feature_col = "__llmsys_feature"
     with_features = ds.map(
         lambda batch: {feature_col: step.features(batch[text_field])},

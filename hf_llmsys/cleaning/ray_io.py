@@ -127,8 +127,28 @@ def _write_block(table, folder: str, fmt: str, index_field: str):
     return pa.table({"shard": [path.name]})
 
 
-def write_ray_output(ds, folder: Path, fmt: str, index_field: str) -> list[str]:
-    """Write each block of `ds` (sorted by `index_field`, which is left out) as one shard; the shard names, sorted."""
+def write_ray_output(ds, folder: Path, fmt: str, index_field: str, input_schema=None) -> list[str]:
+    """Write each block of `ds` (sorted by `index_field`, which is left out) as one shard; the shard names, sorted.
+
+    An empty `ds` (every document dropped) is one empty shard, with the columns of `input_schema` for parquet."""
     shards = ds.map_batches(_write_block, fn_args=(str(folder), fmt, index_field), batch_format="pyarrow",
                             batch_size=None)  # fmt: skip
-    return sorted(row["shard"] for row in shards.take_all())
+    names = sorted(row["shard"] for row in shards.take_all())
+    return names or [_write_empty_shard(folder, fmt, ds.schema() or input_schema, index_field)]
+
+
+def _write_empty_shard(folder: Path, fmt: str, schema, index_field: str) -> str:
+    """Every document was dropped: one empty shard (with the columns, for parquet), so the output is readable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(folder) / f"part-{0:012d}.{fmt}"
+    if fmt == "parquet":
+        arrow_schema = getattr(schema, "base_schema", schema)
+        if not isinstance(arrow_schema, pa.Schema):
+            arrow_schema = pa.schema([])
+        fields = [f for f in arrow_schema if f.name != index_field]
+        pq.write_table(pa.schema(fields).empty_table(), path)
+    else:
+        path.write_text("", encoding="utf-8")
+    return path.name

@@ -15,8 +15,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 
 
 def looks_like_local_path(source: str) -> bool:
-    """A string the user meant as a folder: absolute, relative with ./ or ../, ~, or more than one slash."""
-    return source.startswith(("/", "./", "../", "~")) or source.count("/") > 1 or os.sep != "/" and os.sep in source
+    """A string the user meant as a folder: absolute, relative with ./ or ../, ~, more than one slash, or whose
+    first component is an existing folder (see `hf_llmsys.auto_loading.cannot_be_a_repo_id`)."""
+    from ..auto_loading import cannot_be_a_repo_id
+
+    return cannot_be_a_repo_id(source)
 
 
 def check_source(source: str | os.PathLike, flag: str, needs: tuple[str, ...] = ("config.json",)) -> None:

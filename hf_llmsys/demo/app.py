@@ -17,6 +17,7 @@ import gradio as gr
 from ..models.positions import POSITIONAL_ENCODINGS
 from . import cleaning_tab, generation_tab, permutation, perplexity_tab, positions_tab, sparse_tab
 from .limits import Limits
+from .tables import readable_outputs
 from .zoo import RealModel, ZooManager
 
 OFFLINE_ENV = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -34,6 +35,7 @@ class DemoContext:
     real_model: RealModel | None = None
     seq2seq: list[generation_tab.GenerationModel] = field(default_factory=list)
     sparse_bench: Path | None = None
+    user_models: list[RealModel] = field(default_factory=list)  # `llmsys demo --model DIR_OR_REPO`, in order
 
     def require_zoo(self):
         zoo = self.zoo.zoo
@@ -51,6 +53,7 @@ class DemoContext:
         if self.real_model is not None:
             real = self.real_model
             entries[real.name] = generation_tab.GenerationModel(real.name, real.model, real.tokenizer, chat=True)
+        entries.update({m.name: generation_tab.GenerationModel(m.name, m.model, m.tokenizer) for m in self.user_models})
         entries.update({entry.name: entry for entry in self.seq2seq})
         return entries
 
@@ -58,16 +61,18 @@ class DemoContext:
         """Every name the tab can offer (zoo runs appear as soon as the zoo is loaded)."""
         names = list(POSITIONAL_ENCODINGS)
         names += [self.real_model.name] if self.real_model else []
+        names += [m.name for m in self.user_models]
         return names + [entry.name for entry in self.seq2seq]
 
 
 def user_errors(fn):
-    """Run an event; a ValueError (limits, bad choices) becomes gr.Error carrying its message."""
+    """Run an event; a ValueError (limits, bad choices) becomes gr.Error carrying its message. Tables come back as
+    `tables.readable` Stylers: shown rounded, exact underneath."""
 
     @functools.wraps(fn)
     def wrapper(*args):
         try:
-            return fn(*args)
+            return readable_outputs(fn(*args))
         except gr.Error:
             raise
         except ValueError as error:
@@ -122,7 +127,7 @@ def perplexity_events(ctx: DemoContext):
     def score(text, include_real):
         limits.check_text(text)
         zoo = ctx.zoo.zoo
-        if zoo is None and (ctx.real_model is None or not include_real):
+        if zoo is None and not ctx.user_models and (ctx.real_model is None or not include_real):
             ctx.require_zoo()
         scores = []
         if zoo is not None:
@@ -133,6 +138,8 @@ def perplexity_events(ctx: DemoContext):
         if include_real and ctx.real_model is not None:
             real = ctx.real_model
             real_scores = [perplexity_tab.score_text(real.name, real.model, real.tokenizer, text, 512, limits)]
+        real_scores += [perplexity_tab.score_text(m.name, m.model, m.tokenizer, text, perplexity_tab.window_of(m.model),
+                                                  limits) for m in ctx.user_models]  # fmt: skip
         tokens = perplexity_tab.token_table(scores) if scores else perplexity_tab.token_table(real_scores)
         return (perplexity_tab.surprisal_html(scores + real_scores), tokens,
                 perplexity_tab.summary_table(scores + real_scores))  # fmt: skip
@@ -141,7 +148,8 @@ def perplexity_events(ctx: DemoContext):
     def curves():
         zoo = ctx.zoo.zoo  # also runs on page load: no zoo yet gives an empty zoo plot, not an error
         empty = perplexity_tab.series_frame({})
-        return perplexity_tab.zoo_curves(zoo.report) if zoo else empty, perplexity_tab.paper_curves()
+        ours = perplexity_tab.zoo_curves(zoo.report) if zoo else empty
+        return gr.LinePlot(value=ours), gr.LinePlot(value=perplexity_tab.paper_curves())  # plots, not tables
 
     @user_errors
     def rope_scaling(text, scaling, context):
@@ -154,7 +162,18 @@ def perplexity_events(ctx: DemoContext):
         context = limits.check_int(context, "context length", 2, 16 * zoo.train_length)
         return perplexity_tab.rope_scaling_table(zoo, text, scaling, context, limits)
 
-    return score, curves, rope_scaling
+    def score_on_load(text, include_real):
+        """The default text scored when the page opens; empty while no model is ready (no error on load)."""
+        if ctx.zoo.zoo is None and not ctx.user_models and (ctx.real_model is None or not include_real):
+            return "", None, None
+        return score(text, include_real)
+
+    def rope_scaling_on_load(text, scaling, context):
+        """The default RoPE-scaling table when the page opens, once a zoo with a RoPE run is loaded."""
+        zoo = ctx.zoo.zoo
+        return rope_scaling(text, scaling, context) if zoo is not None and "rope" in zoo.models else None
+
+    return score, curves, rope_scaling, score_on_load, rope_scaling_on_load
 
 
 def sparse_events(ctx: DemoContext):
@@ -193,7 +212,12 @@ def generation_events(ctx: DemoContext):
         )  # fmt: skip
         return generation_tab.generate_all([available[n] for n in names or []], prompt, options, ctx.limits)
 
-    return (generate,)
+    def generate_on_load(*args):
+        """The default prompt through the default models when the page opens, once they are loaded."""
+        names = [n for n in args[1] or [] if n in ctx.generation_models()]
+        return generate(args[0], names, *args[2:]) if names else None
+
+    return generate, generate_on_load
 
 
 def build_positions_tab(ctx: DemoContext) -> None:
@@ -219,29 +243,36 @@ def build_positions_tab(ctx: DemoContext) -> None:
     table = gr.Dataframe(label="numbers", max_height=300)
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
     show.click(show_encoding, inputs, [figure, curve, table, caption], api_name="show_encoding")
+
+    def show_encoding_on_load(*args):  # the LinePlot is left to the first click: a second update of it (load,
+        figure_, _, table_, caption_ = show_encoding(*args)  # then click) is not redrawn by gradio 6.31's page
+        return figure_, table_, caption_
+
+    loaders = [(show_encoding_on_load, inputs, [figure, table, caption])]
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "
                 "NoPE recover some order (an earlier token's state depends on what precedes it), so the full-depth "
                 "rows differ for both.")  # fmt: skip
     with gr.Row():
-        text_a = gr.Textbox(PERMUTATION_EXAMPLE[0], label="text A", max_length=200)
-        text_b = gr.Textbox(PERMUTATION_EXAMPLE[1], label="text B", max_length=200)
+        text_a = gr.Textbox(PERMUTATION_EXAMPLE[0], label="text A", max_length=200, elem_id="permutation-a")
+        text_b = gr.Textbox(PERMUTATION_EXAMPLE[1], label="text B", max_length=200, elem_id="permutation-b")
     compare = gr.Button("Compare orders", elem_id="compare-orders")
     order_note = gr.Markdown()
     order_table = gr.Dataframe(label="next-token distributions compared")
     compare.click(compare_orders, [text_a, text_b], [order_table, order_note], api_name="permutation")
+    return [*loaders, (compare_orders, [text_a, text_b], [order_table, order_note])]
 
 
 def build_perplexity_tab(ctx: DemoContext):
-    score, curves, rope_scaling = perplexity_events(ctx)
+    score, curves, rope_scaling, score_on_load, rope_scaling_on_load = perplexity_events(ctx)
     text = gr.Textbox(DEFAULT_TEXT, lines=6, label="text", max_length=ctx.limits.max_chars, elem_id="ppl-text")
     include_real = gr.Checkbox(ctx.real_model is not None, label="include the pretrained model "
                                + (f"({ctx.real_model.name})" if ctx.real_model else "(not fetched)"),
                                interactive=ctx.real_model is not None)  # fmt: skip
     run = gr.Button("Score", variant="primary", elem_id="score")
     coloured = gr.HTML(label="surprisal per token", elem_id="surprisal")
-    summary = gr.Dataframe(label="perplexity per model")
+    summary = gr.Dataframe(label="perplexity per model", elem_id="ppl-summary")
     tokens = gr.Dataframe(label="surprisal per token (bits)", max_height=300)
     run.click(score, [text, include_real], [coloured, tokens, summary], api_name="perplexity")
     gr.Markdown("### Perplexity against context length\nLeft: this zoo (zoo.json). Right: the ALiBi paper's "
@@ -260,7 +291,11 @@ def build_perplexity_tab(ctx: DemoContext):
     run_scaling = gr.Button("Evaluate RoPE", elem_id="rope-scaling")
     scaling_table = gr.Dataframe(label="RoPE perplexity on the text")
     run_scaling.click(rope_scaling, [text, scaling, context], scaling_table, api_name="rope_scaling")
-    return curves, [zoo_plot, paper_plot]  # also filled on page load
+    return [
+        (curves, None, [zoo_plot, paper_plot]),
+        (score_on_load, [text, include_real], [coloured, tokens, summary]),
+        (rope_scaling_on_load, [text, scaling, context], scaling_table),
+    ]
 
 
 def build_sparse_tab(ctx: DemoContext) -> None:
@@ -280,10 +315,11 @@ def build_sparse_tab(ctx: DemoContext) -> None:
     bench = gr.Dataframe(label="scripts/bench/sparse_attention.py measured figures", max_height=300)
     run.click(sparse, [length, stride, window, summary, heads, head_dim], [figure, keys, memory, bench],
               api_name="sparse")  # fmt: skip
+    return [(sparse, [length, stride, window, summary, heads, head_dim], [figure, keys, memory, bench])]
 
 
 def build_generation_tab(ctx: DemoContext) -> None:
-    (generate,) = generation_events(ctx)
+    generate, generate_on_load = generation_events(ctx)
     limits = ctx.limits
     prompt = gr.Textbox("A hacker is", label="prompt", max_length=limits.max_chars, elem_id="prompt")
     choices = ctx.generation_choices()
@@ -303,6 +339,7 @@ def build_generation_tab(ctx: DemoContext) -> None:
     outputs = gr.Dataframe(label="outputs side by side", wrap=True)
     inputs = [prompt, names, strategy, max_new, temperature, top_p, beams, length_penalty, penalty_type, seed]
     run.click(generate, inputs, outputs, api_name="generate")
+    return [(generate_on_load, inputs, outputs)]
 
 
 def build_cleaning_tab(ctx: DemoContext) -> None:
@@ -319,6 +356,7 @@ def build_cleaning_tab(ctx: DemoContext) -> None:
         return cleaning_tab.explain(text, name, ctx.limits)
 
     run.click(check, [document, recipe], [verdict, trace, normalised], api_name="clean")
+    return [(check, [document, recipe], [verdict, trace, normalised])]
 
 
 TABS = {
@@ -338,19 +376,17 @@ def build_app(ctx: DemoContext) -> gr.Blocks:
         gr.Markdown("# hf-llmsys: positional encodings, perplexity and sparse attention side by side")
         status = gr.Markdown(ctx.zoo.status(), elem_id="zoo-status")
         gr.Markdown(ctx.limits.markdown(), elem_id="limits")
-        on_load = []
+        on_load = []  # (fn, inputs, outputs): every tab's default view, rendered when the page opens
         for name, build in TABS.items():
             with gr.Tab(name):
-                loader = build(ctx)
-                if loader is not None:
-                    on_load.append(loader)
+                on_load += build(ctx) or []
         timer = gr.Timer(2.0)
 
         def tick():  # polls until the zoo is loaded (or training failed), then stops
             return ctx.zoo.status(), gr.Timer(active=ctx.zoo.zoo is None and ctx.zoo.training)
 
         timer.tick(tick, None, [status, timer], api_name="zoo_status", queue=False, show_progress="hidden")
-        for fn, outputs in on_load:
-            demo.load(fn, None, outputs, api_name=False)
+        for fn, inputs, outputs in on_load:
+            demo.load(fn, inputs, outputs, api_name=False)
     demo.queue(max_size=ctx.limits.max_queue_size, default_concurrency_limit=ctx.limits.concurrency_limit)
     return demo

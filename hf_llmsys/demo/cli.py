@@ -4,6 +4,7 @@ llmsys demo                          # full zoo (runs/pe_zoo) if present, else t
 llmsys demo --zoo runs/pe_zoo        # a zoo folder, or a Hub repo id (owner/name)
 llmsys demo --no-train               # no background training (tabs 1, 3 and 5 need no model)
 llmsys demo --quick                  # the quick demo zoo even when a full zoo exists
+llmsys demo --model runs/base --model runs/base-sft   # your own causal LMs beside the zoo (perplexity, generation)
 llmsys demo --host 0.0.0.0 --port 7860
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .limits import Limits
@@ -32,6 +33,7 @@ class DemoOptions:
     t5: list[Path]
     sparse_bench: Path | None
     limits: Limits
+    models: list[str] = field(default_factory=list)
 
 
 def parse_args(argv: list[str] | None) -> DemoOptions:
@@ -48,6 +50,9 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
     parser.add_argument("--no-real-model", action="store_true", help="do not load the fetched SmolLM2 checkpoint")
     parser.add_argument("--t5", type=Path, nargs="*", default=[], help="llmsys_t5 model folders for the generation "
                         "tab (GNMT length penalty), e.g. runs/llmsys-t5-tiny")  # fmt: skip
+    parser.add_argument("--model", action="append", default=[], metavar="DIR_OR_REPO",
+                        help="a saved causal LM (folder or Hub repo id; ours or transformers'), added to the "
+                        "perplexity and generation tabs beside the zoo; repeatable")  # fmt: skip
     parser.add_argument(
         "--sparse-bench",
         type=Path,
@@ -78,8 +83,24 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         raise ValueError(f"--t5: no config.json in {missing}; train one with `llmsys train --model_type llmsys_t5`.")
     limits = Limits(**{name: getattr(args, name) for name in ("max_chars", "max_tokens", "max_new_tokens",
                                                              "max_beams", "concurrency_limit", "max_queue_size")})  # fmt: skip
+    if len(set(args.model)) != len(args.model):
+        raise ValueError(f"--model: {args.model} names a model twice; give each once.")
     return DemoOptions(args.zoo, args.host, port, not args.no_train, args.quick, args.cache_dir or default_cache_dir(),
-                       not args.no_real_model, args.t5, args.sparse_bench, limits)  # fmt: skip
+                       not args.no_real_model, args.t5, args.sparse_bench, limits, args.model)  # fmt: skip
+
+
+def load_user_model(source: str):
+    """A causal LM the user named with --model (folder or Hub id, any AutoModelForCausalLM), named after it."""
+    from ..data.pretrained_sources import load_causal_lm, load_tokenizer
+    from .zoo import RealModel
+
+    model = load_causal_lm(source, "--model").eval()
+    tokenizer = load_tokenizer(source, "--model")
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+        raise ValueError(f"--model {source}: its tokenizer has neither a pad nor an eos token; set one and save it.")
+    path = Path(source).expanduser()
+    name = path.resolve().name if path.exists() else source
+    return RealModel(name, model, tokenizer)
 
 
 def load_t5(folder: Path):
@@ -104,7 +125,8 @@ def build_context(options: DemoOptions):
     manager.start()
     return DemoContext(zoo=manager, limits=options.limits,
                        real_model=load_real_model() if options.real_model else None,
-                       seq2seq=[load_t5(folder) for folder in options.t5], sparse_bench=options.sparse_bench)  # fmt: skip
+                       seq2seq=[load_t5(folder) for folder in options.t5], sparse_bench=options.sparse_bench,
+                       user_models=[load_user_model(source) for source in options.models])  # fmt: skip
 
 
 def launch(demo, host: str, port: int, prevent_thread_lock: bool = False):

@@ -51,6 +51,13 @@ def token_spans(tokenizer, text: str) -> tuple[list[int], list[str]]:
     return encoded["input_ids"], spans
 
 
+def window_of(model, default: int = 512) -> int:
+    """Scoring window of a user's model: its context (max_position_embeddings, n_positions, ...) up to `default`."""
+    from ..evaluation.model_limits import model_context_length
+
+    return min(default, model_context_length(model) or default)
+
+
 def score_text(name: str, model, tokenizer, text: str, window: int, limits: Limits) -> TextScore:
     """Surprisal per token with windows of ``window`` tokens (stride window // 2) and the corpus figures."""
     ids, spans = token_spans(tokenizer, text)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -159,6 +160,22 @@ class ZooManager:
     def _progress(self, event: dict) -> None:
         with self._lock:
             self._events.append({**event, "time": time.time()})
+        self._print_progress(event)
+
+    def _print_progress(self, event: dict) -> None:
+        """The console's one progress line (the Trainer's log dicts are off): rewritten in place on a terminal,
+        else one line per stage (tokenizer and data, each model, done)."""
+        if event["stage"] == "done":
+            line, end = "demo zoo: trained; loading it", "\n"
+        else:
+            line = "demo zoo: " + self.status().split(": ", 1)[-1].split(" Tabs 2 and 4")[0]
+            end = ""
+        stream = sys.stderr
+        if stream.isatty():
+            stream.write("\r\033[K" + line + end)
+        elif event["stage"] != "train" or end:
+            stream.write(line + "\n")
+        stream.flush()
 
     def _train_and_load(self) -> None:
         staging = self.cache_dir.with_name(self.cache_dir.name + ".partial")

@@ -16,9 +16,11 @@ Choices (documented because they move the number):
   scored at all; in the unconditioned case that context is only the start token.
 - No EOS is appended to the answer: the score is about the answer text itself, not about where it stops.
 - Truncation to `max_length` (default: the model's context, as for `corpus_perplexity`) keeps the start token
-  and the answer: the prompt loses tokens from its beginning (its end, ``### Response:``, stays next to the
-  answer); an answer longer than ``max_length - 1`` keeps its first ``max_length - 1`` tokens in both
-  sequences (then no prompt is left and IFD is 1).
+  and the whole prompt, and cuts the answer from its end to the room left (the same answer tokens in both
+  sequences), as the Cherry LLM reference code truncates ``prompt + answer`` from the end.
+- A record whose prompt does not fit whole with at least one answer token (``1 + prompt + 1 > max_length``) is
+  not scored: a cut prompt no longer asks what the answer answers, and with no prompt left IFD would be exactly
+  1.0 by construction. Its score is ``{"ifd": None, "dropped": "prompt does not fit"}`` and it is never selected.
 - A record whose s(A) is 0 has an undefined IFD, reported as NaN and never selected.
 
 Selection (`select_by_ifd`): drop IFD > 1 (the instruction makes the answer harder to predict: the pair is
@@ -52,13 +54,24 @@ def start_token_id(tokenizer) -> int:
     raise ValueError("the tokenizer has neither a bos nor an eos token to start sequences with")
 
 
-def encode_pair(tokenizer, record: dict, start_id: int, max_length: int) -> tuple[list[int], list[int]]:
-    """Ids of ``[start] + prompt + answer`` and ``[start] + answer``, truncated to `max_length`, answer kept."""
+PROMPT_DOES_NOT_FIT = "prompt does not fit"
+
+
+def encode_pair(tokenizer, record: dict, start_id: int, max_length: int) -> tuple[list[int], list[int]] | None:
+    """Ids of ``[start] + prompt + answer`` and ``[start] + answer`` within `max_length`: the whole prompt, the
+    answer cut from its end to the room left; None when the prompt leaves no room for one answer token."""
     prompt = tokenizer(format_prompt(record), add_special_tokens=False, verbose=False)["input_ids"]
-    answer = tokenizer(record["output"], add_special_tokens=False, verbose=False)["input_ids"][: max_length - 1]
-    room = max_length - 1 - len(answer)
-    prompt = prompt[len(prompt) - room :] if room > 0 else []
+    room = max_length - 1 - len(prompt)
+    if room < 1:
+        return None
+    answer = tokenizer(record["output"], add_special_tokens=False, verbose=False)["input_ids"][:room]
     return [start_id, *prompt, *answer], [start_id, *answer]
+
+
+def encode_pairs(tokenizer, records: Sequence[dict], max_length: int) -> list[tuple[list[int], list[int]] | None]:
+    """`encode_pair` of every record (None where its prompt does not fit)."""
+    start_id = start_token_id(tokenizer)
+    return [encode_pair(tokenizer, record, start_id, max_length) for record in records]
 
 
 def pad_batch(sequences: list[list[int]], answer_lengths: list[int], pad_id: int, device) -> tuple:
@@ -100,22 +113,45 @@ def batched_nll_sums(model, sequences, answer_lengths, pad_id, batch_size, show_
 def ifd_scores(
     model, tokenizer, records: Sequence[dict], *, max_length=None, batch_size=8, show_progress=None
 ) -> list[dict]:
-    """Per record: ``{"ifd", "loss_conditioned", "loss_answer", "answer_tokens"}`` (losses in nats/token)."""
+    """Per record: ``{"ifd", "loss_conditioned", "loss_answer", "answer_tokens"}`` (losses in nats/token), or
+    ``{"ifd": None, "dropped": "prompt does not fit", "prompt_tokens": n}`` for a record whose prompt does not fit
+    in `max_length` with one answer token (see the module docstring). An empty `records` is an error."""
     records = validate_records(records)
+    if not records:
+        raise ValueError("the record list is empty: IFD needs at least one {instruction, input, output} record")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     max_length = resolve_max_length(model, tokenizer, max_length)  # default: the model's context
     start_id = start_token_id(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_id
-    pairs = [encode_pair(tokenizer, record, start_id, max_length) for record in records]
-    for index, (_, alone) in enumerate(pairs):
-        if len(alone) < 2:
+    for index, record in enumerate(records):
+        if not tokenizer(record["output"], add_special_tokens=False, verbose=False)["input_ids"]:
             raise ValueError(f"record {index}: field 'output' has no tokens; IFD needs a non-empty answer")
-    sequences = [seq for pair in pairs for seq in pair]
-    answer_lengths = [len(alone) - 1 for _, alone in pairs for _ in range(2)]
-    with eval_mode(model):
-        sums = batched_nll_sums(model, sequences, answer_lengths, pad_id, batch_size, show_progress)
-    return [score_dict(sums[2 * i], sums[2 * i + 1], answer_lengths[2 * i]) for i in range(len(records))]
+    pairs = encode_pairs(tokenizer, records, max_length)
+    fitting = [i for i, pair in enumerate(pairs) if pair is not None]
+    sequences = [seq for i in fitting for seq in pairs[i]]
+    answer_lengths = [len(pairs[i][1]) - 1 for i in fitting for _ in range(2)]
+    sums = []
+    if fitting:
+        with eval_mode(model):
+            sums = batched_nll_sums(model, sequences, answer_lengths, pad_id, batch_size, show_progress)
+    scores = [
+        None if pair else dropped_dict(len(pair_prompt_tokens(tokenizer, r)))
+        for r, pair in zip(records, pairs, strict=True)
+    ]
+    for k, i in enumerate(fitting):
+        scores[i] = score_dict(sums[2 * k], sums[2 * k + 1], answer_lengths[2 * k])
+    return scores
+
+
+def pair_prompt_tokens(tokenizer, record: dict) -> list[int]:
+    """The prompt's ids (no special tokens), as `encode_pair` counts them."""
+    return tokenizer(format_prompt(record), add_special_tokens=False, verbose=False)["input_ids"]
+
+
+def dropped_dict(prompt_tokens: int) -> dict:
+    """The score record of a pair whose prompt does not fit: no IFD (never 1.0, never selected)."""
+    return {"ifd": None, "dropped": PROMPT_DOES_NOT_FIT, "prompt_tokens": prompt_tokens}
 
 
 def score_dict(conditioned_sum: float, alone_sum: float, n_tokens: int) -> dict:
@@ -135,14 +171,16 @@ def number_to_keep(keep: float, n_records: int, n_remaining: int) -> int:
 def select_by_ifd(
     records: Sequence[dict], scores: Sequence, keep: float = 0.1, drop_above_one: bool = True, score_key="ifd"
 ) -> list[dict]:
-    """Drop IFD > 1 (and NaN), then the top ``ceil(keep * len(records))`` by IFD, highest first, ties by order.
+    """Drop IFD > 1 (and NaN / None: undefined or not scored), then the top ``ceil(keep * len(records))`` by IFD,
+    highest first, ties by order.
 
     `scores` are floats or the dicts of `ifd_scores`. The returned records are copies with the score under
     `score_key` (``None``: the records themselves, unchanged).
     """
     if len(records) != len(scores):
         raise ValueError(f"{len(records)} records but {len(scores)} scores")
-    values = [s["ifd"] if isinstance(s, dict) else float(s) for s in scores]
+    values = [s["ifd"] if isinstance(s, dict) else s for s in scores]
+    values = [math.nan if v is None else float(v) for v in values]
     eligible = [i for i, v in enumerate(values) if not math.isnan(v) and not (drop_above_one and v > 1)]
     n_keep = number_to_keep(keep, len(records), len(eligible))
     chosen = sorted(eligible, key=lambda i: -values[i])[:n_keep]  # sorted is stable: ties keep record order

@@ -1,10 +1,13 @@
 """`llmsys ifd`: score Alpaca records by Instruction-Following Difficulty and keep the top fraction.
 
     llmsys ifd --model DIR --data alpaca.json --out selected.json [--keep 0.1] [--max-length N]
-               [--batch-size B] [--scores-out scores.jsonl] [--limit N]
+               [--batch-size B] [--scores-out scores.jsonl] [--limit N] [--max-dropped F]
 
 Writes the selected records (input fields plus ``ifd``, highest first) as JSON, and optionally every record's
-scores as JSON lines; prints how many records were scored, dropped with IFD > 1, and kept.
+scores as JSON lines; prints how many records were scored, dropped because their prompt does not fit in
+--max-length, dropped with IFD > 1, and kept. A record whose prompt does not fit is never scored (its IFD would be
+1.0 by construction); when more than --max-dropped (default 0.1) of the records do not fit, or none does, the run
+is refused before scoring.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 from .alpaca import load_alpaca
-from .ifd import encode_pair, ifd_scores, select_by_ifd, start_token_id, write_json_atomic, write_selected
+from .ifd import encode_pairs, ifd_scores, select_by_ifd, write_json_atomic, write_selected
 from .model_limits import resolve_max_length
 
 
@@ -29,6 +33,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     parser.add_argument("--scores-out", default=None, help="optional JSON-lines file with every record's scores")
     parser.add_argument("--limit", type=int, default=None, help="score only the first N records")
+    parser.add_argument(
+        "--max-dropped", type=float, default=0.1,
+        help="refuse the run when more than this fraction of the records' prompts do not fit in --max-length "
+        "(default 0.1; 1 scores whatever fits)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -45,7 +54,8 @@ def scores_jsonl(scores: list[dict]) -> str:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """--keep in (0, 1], --max-length >= 2, --batch-size >= 1, --limit >= 1, before anything is loaded."""
+    """--keep in (0, 1], --max-length >= 2, --batch-size >= 1, --limit >= 1, --max-dropped in [0, 1], the output
+    folders exist: before anything is loaded or scored."""
     if not 0 < args.keep <= 1:
         raise ValueError(f"--keep must be in (0, 1], got {args.keep}")
     if args.max_length is not None and args.max_length < 2:
@@ -54,18 +64,26 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if not 0 <= args.max_dropped <= 1:
+        raise ValueError(f"--max-dropped must be in [0, 1], got {args.max_dropped}")
+    for flag, path in (("--out", args.out), ("--scores-out", args.scores_out)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it or choose another {flag}")
 
 
-def check_prompts_fit(model, tokenizer, records: list[dict], max_length: int | None) -> None:
-    """Refuse a --max-length that leaves no prompt token in any record: every IFD would be exactly 1.0."""
+def check_prompts_fit(model, tokenizer, records: list[dict], max_length: int | None, max_dropped: float) -> int:
+    """How many records' prompts do not fit in `max_length`; refuse when none fits or more than `max_dropped`
+    (a fraction) do not: their IFD cannot be computed, and 1.0 would be a made-up score."""
     max_length = resolve_max_length(model, tokenizer, max_length)
-    start_id = start_token_id(tokenizer)
-    pairs = (encode_pair(tokenizer, record, start_id, max_length) for record in records)
-    if all(len(conditioned) == len(alone) for conditioned, alone in pairs):
+    n_dropped = sum(pair is None for pair in encode_pairs(tokenizer, records, max_length))
+    if n_dropped == len(records) or n_dropped > max_dropped * len(records):
         raise ValueError(
-            f"--max-length {max_length} leaves no room for the prompt of any record (the answers fill it), so "
-            "every IFD would be 1.0; raise --max-length."
+            f"--max-length {max_length}: the prompt of {n_dropped} of {len(records)} records does not fit with an "
+            f"answer token (more than --max-dropped {max_dropped:g}); raise --max-length, or --max-dropped to "
+            "score only the records that fit."
         )
+    return n_dropped
 
 
 def main(argv: list[str]) -> None:
@@ -73,17 +91,21 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     check_flags(args)
     records = load_alpaca(args.data, limit=args.limit)
+    if not records:
+        raise ValueError(f"--data {args.data}: the record list is empty; give a JSON list of Alpaca records")
     model, tokenizer = load_model(args.model)
-    check_prompts_fit(model, tokenizer, records, args.max_length)
+    n_dropped = check_prompts_fit(model, tokenizer, records, args.max_length, args.max_dropped)
     scores = ifd_scores(model, tokenizer, records, max_length=args.max_length, batch_size=args.batch_size)
     selected = select_by_ifd(records, scores, keep=args.keep)
     write_selected(args.out, selected, source=args.data)
     if args.scores_out:
         write_json_atomic(args.scores_out, scores_jsonl(scores), source=args.data)
-    dropped = sum(1 for s in scores if s["ifd"] > 1)
-    print(f"records scored: {len(scores)}")
+    scored = [s for s in scores if s["ifd"] is not None]
+    dropped = sum(1 for s in scored if s["ifd"] > 1)
+    print(f"records scored: {len(scored)} of {len(scores)}")
+    print(f"dropped (prompt does not fit in --max-length): {n_dropped}")
     print(f"dropped (IFD > 1): {dropped}")
-    undefined = sum(1 for s in scores if math.isnan(s["ifd"]))
+    undefined = sum(1 for s in scored if math.isnan(s["ifd"]))
     if undefined:
         print(f"skipped (IFD undefined, zero answer loss): {undefined}")
     print(f"kept: {len(selected)} (keep={args.keep}) -> {args.out}")

@@ -72,6 +72,8 @@ def read_texts(paths: list[Path], lines: bool = False, text_field: str = "text")
     """Texts from the files: .jsonl records, non-empty lines (`lines`), or each whole file."""
     texts: list[str] = []
     for path in paths:
+        if path.is_dir():
+            raise ValueError(f"--data {path}: is a folder; give the text files in it (e.g. {path}/*.txt).")
         if not path.is_file():
             raise ValueError(f"data file {path} does not exist.")
         if path.suffix == ".jsonl":

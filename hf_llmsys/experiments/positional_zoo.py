@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers.trainer_callback import PrinterCallback
 from transformers.utils import logging
 
 from ..command_logging import command_logging
@@ -186,6 +187,8 @@ def train_one(
     trainer = Trainer(
         model=model, args=args, train_dataset=train_ds, data_collator=default_data_collator, callbacks=callbacks
     )
+    if progress is not _no_progress:  # the caller reports progress itself (the demo's one line): no log dicts
+        trainer.remove_callback(PrinterCallback)
     output = trainer.train()
     model.config.use_cache = True
     return model.eval(), {"train_seconds": round(time.time() - start, 1), "final_train_loss": output.training_loss}

@@ -26,6 +26,8 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
 
 from __future__ import annotations
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
@@ -218,6 +220,12 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
             raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}.")
         if self.z_loss_coefficient < 0:
             raise ValueError(f"z_loss_coefficient must be >= 0 (0 disables z-loss), got {self.z_loss_coefficient}.")
+        std = self.initializer_range
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 <= std < math.inf:
+            raise ValueError(
+                f"initializer_range must be a finite number >= 0 (the std of the normal weight initialisation; "
+                f"LLaMA and GPT-2 use 0.02), got {std!r}."
+            )
 
     def validate_sinusoidal_scale(self):
         """The sinusoid multiplier is positive (None: initializer_range * sqrt(2), the embeddings' scale)."""

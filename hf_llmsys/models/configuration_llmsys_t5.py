@@ -23,6 +23,8 @@ Presets: ``T5_PRESETS`` (the paper's sizes, section 3.7; shapes from the release
 
 from __future__ import annotations
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
@@ -135,6 +137,12 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
             raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}.")
         if self.layer_norm_epsilon <= 0:
             raise ValueError(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
+        factor = self.initializer_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor < math.inf:
+            raise ValueError(
+                f"initializer_factor must be a finite number >= 0 (it scales T5's initialisation stds; T5 uses 1.0), "
+                f"got {factor!r}."
+            )
 
     def validate_activation(self):
         """The feed-forward activation is a transformers ACT2FN name."""

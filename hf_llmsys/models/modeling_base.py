@@ -135,7 +135,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         if target.is_file():
             raise ValueError(f"save_directory {str(target)!r} is a file; give a folder path.")
         target.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
+        staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
             self._complete_auto_map(staging / "config.json")
@@ -155,6 +155,14 @@ class LlmsysPreTrainedModel(PreTrainedModel):
             module = model_class.__module__.rsplit(".", 1)[-1]
             data["auto_map"].setdefault(auto_name, f"{module}.{model_class.__name__}")
         config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+SAVING_INFIX = ".saving-"  # save_pretrained stages `folder` in its parent as `.{folder name}.saving-{mkdtemp suffix}`
+
+
+def saving_prefix(target: Path) -> str:
+    """Name prefix of the hidden staging folder (a sibling of `target`) that `save_pretrained` writes first."""
+    return f".{target.name}{SAVING_INFIX}"
 
 
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")

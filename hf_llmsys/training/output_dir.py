@@ -1,9 +1,12 @@
 """A job's output folder: checked before training, written atomically at the end.
 
 Before anything is trained: the folder (or its nearest existing parent) must be writable, leftover staging
-folders (``.final-tmp-*``) of a final save that was killed are removed, and a folder holding a DIFFERENT model (its
-``config.json`` or its newest complete checkpoint's disagrees on a compared field) is refused unless
-``--overwrite_output_dir``. Nothing is created by these checks.
+folders of a save that was killed are removed and announced (ours only, matched by their exact names:
+``.final-tmp-XXXXXXXX`` of the final save, and ``.checkpoint-N.saving-XXXXXXXX`` /
+``..final-tmp-XXXXXXXX.saving-XXXXXXXX`` that `save_pretrained` stages next to a checkpoint or the final staging
+folder; X: a `tempfile.mkdtemp` suffix), and a folder holding a DIFFERENT model (its ``config.json`` or its newest
+complete checkpoint's disagrees on a compared field) is refused unless ``--overwrite_output_dir``. Nothing else is
+created or removed by these checks.
 
 Final save (`atomic_save`): the model (or PEFT adapter), tokenizer, generation config, extra files and
 ``train_results.json`` are written to a hidden staging folder inside the output folder, then moved in with
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,13 +30,18 @@ from transformers.utils import logging
 
 from ..hub.architecture import UnknownArchitectureError
 from ..hub.cards import current_hardware, write_model_card
-from ..models.modeling_base import WEIGHT_FILE_PREFIXES
+from ..models.modeling_base import SAVING_INFIX, WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
 from .disk_errors import disk_errors
 
 logger = logging.get_logger(__name__)
 
 STAGING_PREFIX = ".final-tmp-"
+MKDTEMP_SUFFIX = "[a-z0-9_]{8}"  # tempfile's random names: 8 of [a-z0-9_]
+FINAL_STAGING = re.escape(STAGING_PREFIX) + MKDTEMP_SUFFIX
+LEFTOVER_NAME = re.compile(
+    rf"{FINAL_STAGING}|\.(?:checkpoint-\d+|{FINAL_STAGING}){re.escape(SAVING_INFIX)}{MKDTEMP_SUFFIX}"
+)  # matched in full: the final save's staging, or save_pretrained's next to a checkpoint or to that staging
 MARKER_FILES = ("config.json", "adapter_config.json")  # what makes a folder loadable: moved in last
 STALE_PREFIXES = (*WEIGHT_FILE_PREFIXES, "adapter_model.")
 # Config fields that must match for an existing folder to count as "the same model".
@@ -67,13 +76,14 @@ def check_writable(output_dir: str | os.PathLike) -> None:
 
 
 def remove_leftover_staging(output_dir: str | os.PathLike) -> list[Path]:
-    """Delete hidden staging folders left by a killed final save; returns what was removed."""
+    """Delete the hidden staging folders a killed save left (names matching `LEFTOVER_NAME` exactly, nothing
+    else); returns what was removed, each announced."""
     folder = Path(output_dir)
     if not folder.is_dir():
         return []
-    leftovers = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(STAGING_PREFIX)]
+    leftovers = sorted(p for p in folder.iterdir() if p.is_dir() and LEFTOVER_NAME.fullmatch(p.name))
     for path in leftovers:
-        logger.warning(f"removing {path}: left by an earlier final save that did not finish")
+        logger.warning(f"removing {path}: left by an earlier save that did not finish (the run was killed)")
         shutil.rmtree(path)
     return leftovers
 
