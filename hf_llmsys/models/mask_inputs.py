@@ -33,17 +33,21 @@ from torch import nn
 from transformers.masking_utils import find_packed_sequence_indices
 
 
-def key_positions(attention_mask: torch.Tensor | None, key_length: int, device) -> torch.Tensor:
+def key_positions(
+    attention_mask: torch.Tensor | None, key_length: int, device, preallocated: bool = False
+) -> torch.Tensor:
     """Positions of all K = cached + new keys: counted over real tokens of a 2D mask (B, K), else arange (1, K).
 
     Relative encodings (ALiBi, T5, Shaw) need them for cached tokens too; left padding shifts each row, as
-    generate shifts ``position_ids`` (padding gets position 0, it is masked anyway). A 2D mask shorter than K
-    (a static cache's K slots, of which generate's mask covers the tokens written so far) is counted on as real
-    tokens past its end: those slots are future keys, masked anyway.
+    generate shifts ``position_ids`` (padding gets position 0, it is masked anyway). ``preallocated``: K are a
+    static cache's slots, of which a 2D mask may cover only the tokens written so far (generate's does); it is
+    counted on as real tokens past its end: those slots are future keys, masked anyway.
     """
-    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] <= key_length:
-        mask = nn.functional.pad(attention_mask.long(), (0, key_length - attention_mask.shape[-1]), value=1)
-        return (mask.cumsum(-1) - 1).clamp(min=0)  # (B, K)
+    if attention_mask is not None and attention_mask.dim() == 2:
+        length = attention_mask.shape[-1]
+        if length == key_length or (preallocated and length < key_length):
+            mask = nn.functional.pad(attention_mask.long(), (0, key_length - length), value=1)
+            return (mask.cumsum(-1) - 1).clamp(min=0)  # (B, K)
     return torch.arange(key_length, device=device)[None]  # (1, K)
 
 
@@ -83,7 +87,8 @@ class MaskInputs:
                 segments = find_packed_sequence_indices(positions)  # a tensor whenever compiling
         else:
             key_length = cache_key_length(config, cache, seq_len, past_seen)
-            positions = key_positions(attention_mask, key_length, inputs_embeds.device).expand(batch, -1)
+            positions = key_positions(attention_mask, key_length, inputs_embeds.device, preallocated)
+            positions = positions.expand(batch, -1)
         kwargs = dict(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache)
         return cls(kwargs, positions, segments, past_seen, positions_given)
 
