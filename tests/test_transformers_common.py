@@ -120,6 +120,8 @@ LOCAL_WINDOW_SKIPS = dict.fromkeys(
         # (MistralForCausalLM(sliding_window=4)'s static cache: (2, 2, 4, 8) per layer where 16 slots are expected)
         "test_generate_with_static_cache",
         "test_generate_from_inputs_embeds_with_static_cache",
+        # its attentions: a local layer's prefill attends over the 7 prompt tokens, not the 9 slots of the cache
+        "test_generate_compilation_all_outputs",
         "test_eager_padding_matches_padding_free_with_position_ids",
         "test_sdpa_padding_matches_padding_free_with_position_ids",
     ]
@@ -141,6 +143,10 @@ OTHER_VERSION_FAILURES = {
         "test_assisted_decoding_matches_greedy_search_0_random": _DYNAMIC_FULL,
         "test_assisted_decoding_matches_greedy_search_1_same": _DYNAMIC_FULL,
         "test_assisted_decoding_sample": _DYNAMIC_FULL,
+        # With that one call patched in (the static cache's max_cache_len), it passes on llama, strided and T5.
+        "test_generate_compilation_all_outputs": "the 5.10 test calls StaticCache.get_max_cache_shape(), which "
+        "transformers 5.24's StaticCache no longer has (AttributeError), for every model generating with a static "
+        "cache and output_attentions, LlamaForCausalLM included",
     }
 }
 OTHER_VERSION_SEQ2SEQ_FAILURES = {
