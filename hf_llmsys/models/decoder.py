@@ -71,12 +71,14 @@ class DecoderModel(DecoderPreTrainedModel):
             inputs_embeds = embed_token_ids(self.embed_tokens, input_ids)  # (B, S, hidden)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
-        past_seen = cache.get_seq_length() if cache is not None else 0
+        past_seen = cache.get_seq_length() if cache is not None else 0  # a 0-d tensor for static caches
+        positions_given = position_ids is not None
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
         mask_inputs = MaskInputs.build(
-            self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen
-        )
+            self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen,
+            positions_given=positions_given,
+        )  # fmt: skip
         plans = plan_layer_attention(self.config, mask_inputs)  # per layer: its layout as a mask or a kernel
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
@@ -120,11 +122,17 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
         if cache is not user_cache and type(cache) is DynamicCache and default_cache:
             model_kwargs["cache"] = GrowingCache(config=self.config.get_text_config(decoder=True))
 
-    def create_masks_for_generate(self, attention_mask=None, **kwargs):
-        """The 2D padding mask, unchanged, where generate would prepare 4D masks per cache kind (static caches):
-        each layer builds the mask of its own layout in forward (``attention_plan.py``), which a prepared causal or
-        sliding-window mask would override."""
-        return attention_mask
+    def create_masks_for_generate(self, attention_mask=None, cache=None, **kwargs):
+        """The 2D padding mask where generate would prepare 4D masks per cache kind (static caches): each layer
+        builds the mask of its own layout in forward (``attention_plan.py``), which a prepared causal or
+        sliding-window mask would override. For a pre-allocated cache it is padded with zeros to the cache's
+        ``max_cache_len`` (its slots past the written tokens are future keys, masked anyway), so every decoding step
+        sees the same shapes and a compiled forward (``torch.compile``, ``generate``'s static-cache compile) is not
+        recompiled for each new token."""
+        if attention_mask is None or attention_mask.dim() != 2 or cache is None or not cache.is_compileable:
+            return attention_mask
+        max_cache_len = max(layer.max_cache_len for layer in cache.layers)
+        return nn.functional.pad(attention_mask, (0, max(max_cache_len - attention_mask.shape[-1], 0)))
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple

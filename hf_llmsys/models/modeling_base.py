@@ -36,7 +36,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
+    _can_compile_fullgraph = True  # 0 graph breaks in training and static-cache decoding: tests/test_compile.py
     # Auto class name -> model class, written into a saved config's ``auto_map`` for remote code (transformers
     # itself only lists the class that was saved). Filled by each architecture's modeling file.
     auto_class_map: dict[str, type] = {}

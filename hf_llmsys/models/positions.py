@@ -152,14 +152,21 @@ class LearnedPositionalEncoding(PositionalEncoding):
         self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        largest, smallest = int(position_ids.max()), int(position_ids.min())
-        if largest >= self.max_positions or smallest < 0:
+        """Adds the table rows of ``position_ids``; a position outside the table is refused with a ValueError
+        naming it (under torch.compile a RuntimeError from ``torch._assert_async``: reading the value would break
+        the graph)."""
+        inside = ((position_ids >= 0) & (position_ids < self.max_positions)).all()
+        fix = (
+            f"the learned position table of max_position_embeddings={self.max_positions} (valid positions "
+            f"0..{self.max_positions - 1}); shorten the input or use a model with a larger max_position_embeddings "
+            "(or a relative position_embedding_type)."
+        )
+        if torch.compiler.is_compiling():
+            torch._assert_async(inside, f"position_ids: a position is outside {fix}")
+        elif not inside:
+            largest, smallest = int(position_ids.max()), int(position_ids.min())
             offending = largest if largest >= self.max_positions else smallest
-            raise ValueError(
-                f"position {offending} is outside the learned position table of max_position_embeddings="
-                f"{self.max_positions} (valid positions 0..{self.max_positions - 1}); shorten the input or use a "
-                "model with a larger max_position_embeddings (or a relative position_embedding_type)."
-            )
+            raise ValueError(f"position {offending} is outside {fix}")
         return inputs_embeds + self.embed_positions(position_ids)  # (B, S, hidden)
 
 

@@ -31,9 +31,11 @@ from .positions import T5RelativePositionalEncoding
 from .token_inputs import embed_token_ids
 
 
-def arange_positions(length: int, offset: int, device) -> torch.Tensor:
-    """Positions offset .. offset+length-1 as (1, length): T5 places tokens by index, padding included."""
-    return torch.arange(offset, offset + length, device=device)[None]
+def arange_positions(length: int, offset, device) -> torch.Tensor:
+    """Positions offset .. offset+length-1 as (1, length): T5 places tokens by index, padding included.
+    ``offset``: an int, or a 0-d tensor (a static cache's length: never read as a number, so compiling does not
+    break the graph)."""
+    return (torch.arange(length, device=device) + offset)[None]
 
 
 def check_input_length(length: int, limit: int | None) -> None:
@@ -142,7 +144,12 @@ class T5DecoderStack(T5Stack):
                 config=self.config, inputs_embeds=embeds, attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )  # fmt: skip
-        key_positions = arange_positions(past + embeds.shape[1], 0, embeds.device)
+        # Keys: cached + new tokens, or every slot of a pre-allocated (static) cache, which hands back all its slots
+        # (slots past the written tokens are future keys, masked by the causal mask).
+        key_length = past + embeds.shape[1]
+        if self_cache is not None and self_cache.is_compileable:
+            key_length = self_cache.get_mask_sizes(embeds.shape[1], 0)[0]
+        key_positions = arange_positions(key_length, 0, embeds.device)
         state = self.positions.prepare(embeds, query_positions, key_positions)
         hidden_states = self.dropout(embeds)
         for layer in self.layers:

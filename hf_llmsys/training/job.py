@@ -8,7 +8,9 @@ supplies its data, model and collator and calls these. Order of a job (every che
 3. `seeded(seed, build)`: the model is built AFTER `set_seed(--seed)`, so two runs with one seed start from the
    same weights (the Trainer seeds only in its own __init__, after the model exists);
 4. `run_trainer`: Trainer.train or resume, evaluation;
-5. `finish_job`: runtime, cache back on, atomic save; the command's `main` prints the summary (process 0).
+5. `finish_job`: runtime, cache back on, atomic save; the command's `main` prints the summary (process 0),
+   with `torch_compile`: whether the model was compiled, by which backend and mode, and the graphs and graph
+   breaks torch.compile recorded.
 
 Progress notes are log records (`hf_llmsys.command_logging`), never prints.
 """
@@ -96,11 +98,46 @@ def finish_job(
     """
     output_dir = trainer.args.output_dir
     results["runtime_s"] = round(time.time() - start, 1)
+    results["torch_compile"] = compile_report(trainer)
     model = model if model is not None else trainer.model
     model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
     if trainer.is_world_process_zero():
         atomic_save(output_dir, model, tokenizer, gen_config, results, extra=extra)
     return results
+
+
+def compile_report(trainer) -> dict:
+    """What TrainingArguments' ``--torch_compile`` did: requested, compiled (the Trainer's wrapped model is a
+    ``torch.compile`` module and dynamo produced graphs), backend, mode, and dynamo's graph and graph-break counts
+    (``torch._dynamo.utils.counters``: this process's, a CLI run is one job per process)."""
+    args = trainer.args
+    report = {"requested": bool(args.torch_compile), "compiled": False, "backend": None, "mode": None}
+    if not args.torch_compile:
+        return report
+    import torch
+    from torch._dynamo.utils import counters
+
+    wrapped = getattr(trainer, "model_wrapped", None)
+    graphs = int(counters["stats"]["unique_graphs"])
+    report.update(
+        compiled=isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule) and graphs > 0,
+        backend=args.torch_compile_backend or "inductor",
+        mode=args.torch_compile_mode,
+        graphs=graphs,
+        graph_breaks=int(sum(counters["graph_break"].values())),
+    )
+    return report
+
+
+def describe_compile(report: dict) -> str:
+    """One summary line about ``--torch_compile``."""
+    if not report["compiled"]:
+        return "torch.compile: requested but the model was not compiled (no graph was produced); trained eagerly"
+    mode = f", mode {report['mode']}" if report["mode"] else ""
+    return (
+        f"torch.compile: compiled with backend {report['backend']}{mode}: {report['graphs']} graphs, "
+        f"{report['graph_breaks']} graph breaks"
+    )
 
 
 def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> dict:
@@ -130,3 +167,11 @@ def print_results(results: dict, output_dir: str) -> None:
         f"baseline/model ratio {results['perplexity_ratio']:.2f}x"
     )
     print(f"tokens seen {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}")
+    print_compile_report(results)
+
+
+def print_compile_report(results: dict) -> None:
+    """The ``--torch_compile`` line of a command's summary, when compiling was requested: CLI output."""
+    report = results.get("torch_compile")
+    if report and report["requested"]:
+        print(describe_compile(report))

@@ -56,7 +56,15 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import count_parameters, finish_job, generation_config, is_world_process_zero, parse_job_args, seeded
+from .job import (
+    count_parameters,
+    finish_job,
+    generation_config,
+    is_world_process_zero,
+    parse_job_args,
+    print_compile_report,
+    seeded,
+)
 from .lora import add_lora, lora_summary
 from .output_dir import atomic_save, prepare_output_dir
 from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
@@ -327,6 +335,7 @@ def print_sft_results(results: dict, output_dir: str) -> None:
     print(
         f"steps {results['global_step']}; tokens {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}"
     )
+    print_compile_report(results)
 
 
 def save_merged(trainer, tokenizer, gen_config, results, template, output_dir: str) -> None:
