@@ -73,6 +73,7 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     assert fp32["compiled_ratio"] > 0 and fp32["ratio_vs_theirs_compiled"] > 0
     load = results["load_time"]
     assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0
+    assert load["ours"]["with_forward_s"] >= load["ours"]["median_s"] and load["with_forward_ratio"] > 0
     memory = results["memory"]
     for side in ("ours", "theirs"):
         (child,) = memory["runs"][side]

@@ -110,6 +110,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--skip-decode", action="store_true", help="skip the decode benchmark")
     parser.add_argument("--profile-decode", action="store_true", help="profile OUR model's per-token decode step")
     parser.add_argument("--profile-tokens", type=int, default=64, help="decode tokens profiled (default 64)")
+    parser.add_argument("--profile-train", action="store_true", help="profile one bf16 training step of OURS")
     parser.add_argument("--compile", action="store_true", help="add torch.compile'd columns (both sides alike)")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     parser.add_argument("--decode-batches", default="1,8", help="greedy-decode batch sizes, comma-separated")
@@ -416,7 +417,9 @@ def smollm2_shaped(shape_name: str) -> tuple[dict, dict]:
 
 def bench_load(args, workdir: Path) -> dict:
     """Median ``from_pretrained`` seconds: ours from our save, transformers' Llama from its save of the same
-    weights (the SmolLM2 shape), interleaved; plus ours with the full sha256 (``verify_checksums=True``)."""
+    weights (the SmolLM2 shape), interleaved; ours also with the full sha256 (``verify_checksums=True``). And the
+    time to a first forward (8 tokens) after the load: transformers keeps the weights memory-mapped, so its load
+    reads nothing and the first forward pages them in, while our q/k/v and gate/up fusion reads them at load."""
     ours_kw, theirs_kw = smollm2_shaped(args.memory_shape)
     torch.manual_seed(args.seed)
     theirs_dir, ours_dir = workdir / "load-theirs", workdir / "load-ours"
@@ -427,19 +430,29 @@ def bench_load(args, workdir: Path) -> dict:
         "theirs": lambda: LlamaForCausalLM.from_pretrained(theirs_dir),
         "ours_verified": lambda: LlmsysLlamaForCausalLM.from_pretrained(ours_dir, verify_checksums=True),
     }
+    ids = torch.arange(8)[None]
     times = {name: [] for name in loaders}
+    first_forward = {name: [] for name in loaders}
     for run in range(1 + args.load_repeats):  # run 0 warms the page cache
         for name in interleaved_order(run, loaders):
             start = time.perf_counter()
             model = loaders[name]()
             elapsed = time.perf_counter() - start
+            with torch.inference_mode():
+                model(ids)
+            usable = time.perf_counter() - start
             del model
-            log(f"  load run {run + 1}/{1 + args.load_repeats} {name:14s} {elapsed:6.3f} s  "
-                f"load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
+            log(f"  load run {run + 1}/{1 + args.load_repeats} {name:14s} {elapsed:6.3f} s, with a first forward "
+                f"{usable:6.3f} s  load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
             if run:
                 times[name].append(elapsed)
-    result = {name: {"run_s": t, "median_s": statistics.median(t)} for name, t in times.items()}
+                first_forward[name].append(usable)
+    result = {
+        name: {"run_s": t, "median_s": statistics.median(t), "with_forward_s": statistics.median(first_forward[name])}
+        for name, t in times.items()
+    }
     result["ratio"] = result["ours"]["median_s"] / result["theirs"]["median_s"]
+    result["with_forward_ratio"] = result["ours"]["with_forward_s"] / result["theirs"]["with_forward_s"]
     result["bytes"] = sum(f.stat().st_size for f in ours_dir.glob("*.safetensors"))
     result["load"] = machine_limits.load()
     return result
@@ -505,6 +518,43 @@ def bench_memory(args) -> dict:
     result["step_ratio"] = result["ours"]["step_rss"] / max(result["theirs"]["step_rss"], 1)
     result["speed_ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     return result
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_scaled_dot_product")
+
+
+def profile_training_step(model, args, vocab_size: int, precision: str = "bf16", top: int = 25) -> dict:
+    """torch.profiler of one training step (forward + backward + AdamW) of `model` after a warm-up step: the op
+    table by self CPU time and the share of matmul / attention kernels (the rest is norms, rotary, SwiGLU, casts,
+    optimizer and glue: what fusing can remove)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    trainee = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(trainee.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = trainee(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key.startswith(MATMUL_OPS) or "flash_attention" in e.key)
+    by_op = sorted(((e.key, e.self_cpu_time_total / 1e3) for e in events), key=lambda kv: -kv[1])[:top]
+    return {
+        "precision": precision,
+        "self_cpu_ms": total / 1e3,
+        "matmul_share": matmul / total if total else None,
+        "top_ops_ms": by_op,
+        "table": events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=50),
+        "load": machine_limits.load(),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------ report
@@ -573,7 +623,9 @@ def print_report(results: dict) -> None:
         log(f"from_pretrained ({results['memory_workload']['shape']} shape, {lt['bytes'] / 1e6:.0f} MB), median, "
             f"load {machine_limits.fmt_load(lt['load'])}: ours {lt['ours']['median_s']:.3f} s, theirs "
             f"{lt['theirs']['median_s']:.3f} s, ours with verify_checksums {lt['ours_verified']['median_s']:.3f} s; "
-            f"ours / theirs {lt['ratio']:.2f}x (goal <= {LOAD_GOAL}: {'MET' if lt['ratio'] <= LOAD_GOAL else 'NOT MET'})")  # fmt: skip
+            f"ours / theirs {lt['ratio']:.2f}x (goal <= {LOAD_GOAL}: {'MET' if lt['ratio'] <= LOAD_GOAL else 'NOT MET'}); "
+            f"to a first forward ours {lt['ours']['with_forward_s']:.3f} s, theirs {lt['theirs']['with_forward_s']:.3f} s: "
+            f"{lt['with_forward_ratio']:.2f}x")  # fmt: skip
     if results.get("memory"):
         m = results["memory"]
         log(f"Peak training memory ({m['shape']} shape, batch {m['batch']} x seq {m['seq']}, {m['precision']}, "
@@ -583,6 +635,13 @@ def print_report(results: dict) -> None:
             f"{m['ours']['step_rss'] / 2**30:.2f} vs {m['theirs']['step_rss'] / 2**30:.2f} GiB ({m['step_ratio']:.2f}); "
             f"tokens/s ours / theirs {m['speed_ratio']:.2f}x")  # fmt: skip
     log(f"Total wall time: {results['wall_s']:.1f} s; load {machine_limits.fmt_load(machine_limits.load())}")
+    if results.get("train_profile"):
+        tp = results["train_profile"]
+        log()
+        log(f"Profile of OUR {tp['precision']} training step: {tp['self_cpu_ms']:.0f} ms self CPU, matmul / attention "
+            f"kernels {pct(tp['matmul_share'])}, the rest (norms, rotary, SwiGLU, casts, optimizer, glue) "
+            f"{pct(1 - tp['matmul_share'])}; load {machine_limits.fmt_load(tp['load'])}")  # fmt: skip
+        log(tp["table"])
     if results.get("decode_profile"):
         p = results["decode_profile"]
         log()
@@ -687,6 +746,9 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
     if not args.skip_memory:
         log(f"peak-memory benchmark ({args.memory_shape} shape, batch {args.memory_batch} x {args.memory_seq})")
         results["memory"] = bench_memory(args)
+    if args.profile_train:
+        log("profiling one bf16 training step of ours ...")
+        results["train_profile"] = profile_training_step(ours, args, shape["vocab_size"])
     if args.profile_decode:
         log("profiling our decode step ...")
         with torch.inference_mode():
