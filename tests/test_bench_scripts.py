@@ -23,7 +23,7 @@ def _load_script(name: str):
 def test_llama_vs_hf_quick_tiny(tmp_path):
     bench = _load_script("llama_vs_hf")
     out = tmp_path / "results.json"
-    returned = bench.main(["--quick", "--tiny", "--skip-memory", "--skip-load", "--json", str(out)])
+    returned = bench.main(["--quick", "--tiny", "--skip-memory", "--skip-load", "--profile-train", "--json", str(out)])
     results = json.loads(out.read_text())
     assert results["model_shape"] == "tiny"
     assert results["logits_max_abs_diff"] <= bench.LOGITS_TOL
@@ -54,6 +54,8 @@ def test_llama_vs_hf_quick_tiny(tmp_path):
         == pytest.approx(single["floor_ms_per_step"] / single["ours"]["ms_per_token"])
     )
     assert returned["decode"][0]["tokens_identical"] is True
+    profile = results["train_profile"]
+    assert profile["precision"] == "bf16" and 0 < profile["matmul_share"] < 1 and profile["top_ops_ms"]
 
 
 @pytest.mark.timeout(600)

@@ -14,7 +14,22 @@ anything is timed, and the run aborts otherwise.
    so both emit exactly N tokens; interleaved repetitions, median tokens/s (new tokens / wall time of the whole
    generate call, prefill included) and ms/token; both models must emit identical token ids.
 
-Goals printed with the results: training >= 1.05x transformers, decode >= 2x transformers.
+3. Machine limits (``machine_limits.py``), measured in the run at the same thread count: a 2048^3 matmul in fp32
+   and bf16 (the MFU denominators; training FLOPs per token = PaLM's 6 N + 12 L d S) and a 512 MB copy (the
+   bandwidth of the decode floor: every matmul weight read once per step).
+4. ``--compile``: both models also ``torch.compile``d the same way (``--compile-backend``), as extra columns.
+5. Decode at batch 1 and 8 (``--decode-batches``); batch 1 also as a fraction of the weight-read floor.
+6. Load: ``from_pretrained`` of our save vs transformers' Llama from its save of the same SmolLM2-shaped weights
+   (and ours with ``verify_checksums=True``), plus the time to a first forward (transformers' load reads nothing:
+   its weights stay memory-mapped until used; ours fuses q/k/v and gate/up, which reads them).
+7. Peak memory: one fresh process per side (``--memory-child``) builds the SmolLM2-135M-shaped model (random
+   weights), runs ``--memory-steps`` training steps at ``--memory-batch`` x ``--memory-seq`` (2 x 2048) and
+   reports its peak RSS (ru_maxrss) and tokens/s; ours trains with the chunked loss (``--loss-chunk-size``).
+8. ``--profile-train``: torch.profiler op table of one bf16 training step of ours, with the matmul share.
+
+Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
+>= 1.3x and >= 70% of the bf16 peak; decode batch 1 >= 90% of the floor (and >= 2x transformers), batch 8 >= 1.3x;
+peak training memory <= 0.5x; load <= 1.1x. The machine load (os.getloadavg) is printed with every measurement.
 
     python scripts/bench/llama_vs_hf.py                      # default run (~10 min on 2 cores)
     python scripts/bench/llama_vs_hf.py --quick              # smoke run, fewer steps / tokens
