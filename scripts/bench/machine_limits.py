@@ -28,7 +28,7 @@ def load() -> tuple[float, float, float] | None:
     return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float:
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
     """Best FLOP/s of an n^3 matmul in `dtype` (2 n^3 FLOPs) over `repeats` timed runs after one warm-up."""
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(dtype)
