@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "card": ("hf_llmsys.hub.cards:main", "write or refresh README.md (the model card) of a saved model folder"),
     "push": ("hf_llmsys.hub.cli:push_main", "push a saved model, adapter or dataset folder to the Hub"),
     "pull": ("hf_llmsys.hub.cli:pull_main", "download a Hub repo (or one revision of it) into a folder"),
+    "verify": ("hf_llmsys.checkpoints.verify:main", "check every weight file of a saved folder against its sha256"),
     "demo": ("hf_llmsys.demo.cli:main", "open the Gradio demo (positional encodings, perplexity, sparse attention)"),
 }
 

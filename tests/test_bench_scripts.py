@@ -19,27 +19,70 @@ def _load_script(name: str):
     return module
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_llama_vs_hf_quick_tiny(tmp_path):
     bench = _load_script("llama_vs_hf")
     out = tmp_path / "results.json"
-    returned = bench.main(["--quick", "--tiny", "--json", str(out)])
+    returned = bench.main(["--quick", "--tiny", "--skip-memory", "--skip-load", "--profile-train", "--json", str(out)])
     results = json.loads(out.read_text())
     assert results["model_shape"] == "tiny"
     assert results["logits_max_abs_diff"] <= bench.LOGITS_TOL
+    limits = results["limits"]
+    assert limits["peak_flops_fp32"] > 0 and limits["peak_flops_bf16"] > 0 and limits["copy_bytes_per_s"] > 0
+    assert len(limits["load_before"]) == 3
     assert [r["precision"] for r in results["training"]] == ["fp32", "bf16"]
     for entry in results["training"]:
         for name in ("ours", "theirs"):
-            assert entry[name]["tokens_per_s"] > 0
+            assert entry[name]["tokens_per_s"] > 0 and 0 < entry[name]["mfu"]
             assert len(entry[name]["step_s"]) == results["workload"]["steps"]
         assert entry["ratio"] > 0
-    decode = results["decode"]
-    for name in ("ours", "theirs"):
-        assert decode[name]["tokens_per_s"] > 0
-        assert decode[name]["ms_per_token"] > 0
-    assert decode["ratio"] > 0
-    assert decode["tokens_identical"] is True
-    assert returned["decode"]["tokens_identical"] is True
+        assert entry["peak_flops"] == limits[f"peak_flops_{entry['precision']}"]
+    assert [d["batch"] for d in results["decode"]] == [1, 8]
+    for decode in results["decode"]:
+        for name in ("ours", "theirs"):
+            assert decode[name]["tokens_per_s"] > 0
+            assert decode[name]["ms_per_token"] > 0
+        assert decode["ratio"] > 0
+        assert decode["tokens_identical"] is True
+    single = results["decode"][0]
+    # the floor: every matmul weight (fp32) read once per token, at the measured copy bandwidth
+    assert single["weight_bytes"] == 4 * results["matmul_params"]
+    assert single["floor_ms_per_step"] == pytest.approx(1000 * single["weight_bytes"] / limits["copy_bytes_per_s"])
+    assert (
+        0
+        < single["ours"]["floor_fraction"]
+        == pytest.approx(single["floor_ms_per_step"] / single["ours"]["ms_per_token"])
+    )
+    assert returned["decode"][0]["tokens_identical"] is True
+    profile = results["train_profile"]
+    assert profile["precision"] == "bf16" and 0 < profile["matmul_share"] < 1 and profile["top_ops_ms"]
+
+
+@pytest.mark.timeout(600)
+def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
+    """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the
+    from_pretrained timing and the peak memory of a training step measured in a fresh process per side."""
+    bench = _load_script("llama_vs_hf")
+    out = tmp_path / "results.json"
+    bench.main(["--quick", "--tiny", "--skip-decode", "--skip-limits", "--precisions", "fp32", "--compile",
+                "--compile-backend", "aot_eager", "--memory-steps", "1", "--load-repeats", "1",
+                "--json", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())
+    (fp32,) = results["training"]
+    for name in ("ours", "theirs", "ours_compiled", "theirs_compiled"):
+        assert fp32[name]["tokens_per_s"] > 0 and len(fp32[name]["losses"]) == results["workload"]["steps"]
+    assert fp32["ours_compiled"]["losses"] == pytest.approx(fp32["ours"]["losses"], rel=1e-4)
+    assert fp32["compiled_ratio"] > 0 and fp32["ratio_vs_theirs_compiled"] > 0
+    load = results["load_time"]
+    assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0
+    assert load["ours"]["with_forward_s"] >= load["ours"]["median_s"] and load["with_forward_ratio"] > 0
+    memory = results["memory"]
+    for side in ("ours", "theirs"):
+        (child,) = memory["runs"][side]
+        assert child["side"] == side and child["peak_rss"] >= child["built_rss"] > 0 and len(child["step_s"]) == 1
+    assert memory["runs"]["ours"][0]["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE
+    assert memory["runs"]["ours"][0]["loss"] == pytest.approx(memory["runs"]["theirs"][0]["loss"], rel=1e-3)
+    assert memory["ratio"] > 0 and memory["speed_ratio"] > 0
 
 
 @pytest.mark.timeout(300)

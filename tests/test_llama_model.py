@@ -154,7 +154,8 @@ def test_checkpoint_missing_keys_is_reported(tmp_path):
     from safetensors.torch import load_file, save_file
 
     LlmsysLlamaForCausalLM(tiny_config()).save_pretrained(tmp_path / "ckpt")
-    (tmp_path / "ckpt" / "checksums.sha256").unlink()  # a checkpoint written elsewhere: no manifest to check
+    for manifest in ("checksums.sha256", "checksums.sizes"):  # a checkpoint written elsewhere: no manifests
+        (tmp_path / "ckpt" / manifest).unlink()
     weights = load_file(tmp_path / "ckpt" / "model.safetensors")
     del weights["model.layers.1.self_attn.v_proj.weight"]
     save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})

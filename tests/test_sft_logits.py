@@ -32,6 +32,7 @@ from hf_llmsys.data.sft_packing import PackedRowsCollator, pack_examples
 from hf_llmsys.training.supervised_logits import (
     KeepSupervisedLogits,
     SupervisedLogitsLoss,
+    enable_chunked_loss,
     supervised_positions,
     supports_supervised_logits,
 )
@@ -149,3 +150,33 @@ def test_a_model_ignoring_the_mask_is_a_clear_error():
     labels = torch.tensor([[-100, -100, 3, 4, -100], [-100, 1, 2, -100, -100]])
     with pytest.raises(ValueError, match="logits_on_labels_only false"):
         SupervisedLogitsLoss()({"logits": logits}, labels)
+
+
+@pytest.mark.parametrize("name", ["llmsys_llama", "llmsys_gpt3"])
+@pytest.mark.parametrize("layout", ["padded", "bfd_rows", "flatten"])
+def test_chunked_loss_gives_the_full_logits_loss_and_gradients(name, layout):
+    """`enable_chunked_loss` (the SFT default for our models): the model's own chunked loss in training mode equals
+    the full-logits loss on SFT batches, with the Trainer's num_items_in_batch."""
+    model = model_for(name).train()  # the tiny configs have no dropout
+    batch = batch_for(layout, examples())
+    num_items = (batch["labels"][:, 1:] != -100).sum()
+    full_loss, full_grads = loss_and_grads(model, batch, supervised=False, num_items=num_items)
+    assert enable_chunked_loss(model, 7, TrainingArguments("unused")) == (True, "")
+    assert model(**{k: v for k, v in batch.items()}, use_cache=False).logits is None
+    loss, grads = loss_and_grads(model, batch, supervised=False, num_items=num_items)
+    torch.testing.assert_close(loss, full_loss, rtol=1e-6, atol=1e-6)
+    assert grads.keys() == full_grads.keys()
+    for n in grads:
+        torch.testing.assert_close(grads[n], full_grads[n], rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_chunked_loss_only_where_it_is_the_models_loss():
+    args = TrainingArguments("unused")
+    usable, why = enable_chunked_loss(model_for("transformers_llama"), 64, args)
+    assert not usable and "no chunked loss" in why
+    model = model_for("llmsys_llama")
+    model.config.loss_chunk_size = 512  # as a saved config may carry
+    assert enable_chunked_loss(model, 0, args) == (False, "--loss_chunk_size 0")
+    assert model.config.loss_chunk_size == 0
+    usable, why = enable_chunked_loss(model, 64, TrainingArguments("unused", label_smoothing_factor=0.1))
+    assert not usable and "label smoothing" in why and model.config.loss_chunk_size == 0

@@ -143,17 +143,22 @@ def test_packing_trains_like_padding(setup, tmp_path):
 
 
 def test_bfd_packing_with_the_supervised_head_trains_like_all_logits(setup, tmp_path):
-    """--packing (best-fit-decreasing rows of max_length; the batch counts rows): the supervised-position LM head
-    (default) and all logits land on the same weights; the summary says how the rows were packed."""
+    """--packing (best-fit-decreasing rows of max_length; the batch counts rows): the chunked loss (default for our
+    models), the supervised-position LM head (--loss_chunk_size 0) and all logits land on the same weights; the
+    summary says how the rows were packed and which loss ran."""
     options = {"max_steps": 2, "learning_rate": 1e-2, "per_device_train_batch_size": 2, "num_generation_examples": 0,
                "packing": True}  # fmt: skip
-    fast = run(setup, tmp_path / "fast", **options)
-    full = run(setup, tmp_path / "full", logits_on_labels_only=False, **options)
-    assert fast["logits_on_labels_only"] and not full["logits_on_labels_only"]
+    chunked = run(setup, tmp_path / "chunked", **options)
+    fast = run(setup, tmp_path / "fast", loss_chunk_size=0, **options)
+    full = run(setup, tmp_path / "full", loss_chunk_size=0, logits_on_labels_only=False, **options)
+    assert chunked["loss_chunk_size"] == 1024 and not chunked["logits_on_labels_only"]
+    assert fast["logits_on_labels_only"] and not full["logits_on_labels_only"] and fast["loss_chunk_size"] == 0
     assert fast["packing_strategy"] == "bfd" and fast["packed_rows"] < fast["train_examples"] / 2
     assert 0.8 < fast["packed_fill"] <= 1.0 and fast["train_tokens"] > 0
-    assert fast["train_loss"] == pytest.approx(full["train_loss"], rel=1e-6)
+    for other in (chunked, fast):
+        assert other["train_loss"] == pytest.approx(full["train_loss"], rel=1e-6)
     assert_same_weights(weights(tmp_path / "fast"), weights(tmp_path / "full"), rtol=1e-5, atol=1e-6)
+    assert_same_weights(weights(tmp_path / "chunked"), weights(tmp_path / "full"), rtol=1e-5, atol=1e-6)
 
 
 def test_lora_defaults_cover_every_model_type():

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "t5_vs_hf.py"
 
 
@@ -15,12 +17,20 @@ def test_t5_vs_hf_tiny(tmp_path):
     spec.loader.exec_module(bench)
     out = tmp_path / "results.json"
     bench.main(["--tiny", "--steps", "2", "--repeats", "1", "--new-tokens", "3", "--batch", "2", "--input-length", "12",
-                "--target-length", "6", "--prompt", "8", "--json", str(out)])  # fmt: skip
+                "--target-length", "6", "--prompt", "8", "--compile", "--compile-backend", "aot_eager",
+                "--load-repeats", "1", "--json", str(out)])  # fmt: skip
     results = json.loads(out.read_text())
     assert results["model_shape"] == "tiny" and results["logits_max_abs_diff"] <= bench.LOGITS_TOL
     training = results["training"]
     pairs = zip(training["ours"]["losses"], training["theirs"]["losses"], strict=True)
     assert all(abs(a - b) < 1e-4 for a, b in pairs)  # same weights, same batches: the two models train alike
     assert training["ratio"] > 0 and training["cpu_ratio"] > 0 and len(training["ours"]["step_s"]) == 2
+    for name in ("ours", "theirs", "ours_compiled", "theirs_compiled"):
+        assert training[name]["tokens_per_s"] > 0 and 0 < training[name]["mfu"]
+    assert training["ours_compiled"]["losses"] == [pytest.approx(x, rel=1e-4) for x in training["ours"]["losses"]]
+    assert training["compiled_ratio"] > 0 and training["ratio_vs_theirs_compiled"] > 0
+    assert results["limits"]["peak_flops_fp32"] > 0 and len(results["machine_before"]["load_average"]) == 3
+    load = results["load_time"]
+    assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0
     beam = results["beam_search"]
     assert beam["outputs_identical"] and beam["speedup"] > 0 and beam["cpu_speedup"] > 0 and beam["new_tokens"] == 3

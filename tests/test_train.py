@@ -47,6 +47,11 @@ def validation_loss_by_hand(out, text_file):
         return model(input_ids=ids, labels=ids).loss.item()
 
 
+def test_pretraining_uses_the_chunked_loss_by_default(trained):
+    """`llmsys train` trains with the chunked linear cross-entropy (the full logits never exist); saved."""
+    assert json.loads((trained / "config.json").read_text())["loss_chunk_size"] == 1024
+
+
 def test_saved_artefacts_load(trained, text_file):
     names = set(os.listdir(trained))
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= names

@@ -93,10 +93,6 @@ for _table, _model_type, _cls in [
 # test name -> why it does not apply to hf-llmsys models (the same for every architecture).
 SKIPS = {
     "test_torch_exportable": "torch.export of the models is not a goal of this plugin (no ExportTesterMixin here)",
-    "test_model_weights_reload_no_missing_tied_weights": "it rewrites model.safetensors in place after "
-    "save_pretrained; our saves record checksums.sha256 and loading refuses a weight file changed after saving "
-    "(documented; tests/test_bad_inputs.py::test_altered_weights_are_detected). Tied weights reload: test_t5_model, "
-    "test_llama_model",
 }
 # For the variants that can generate: transformers' test that they are run through GenerationTesterMixin.
 GENERATION_SKIPS = {"test_generation_tester_mixin_inheritance": GENERATION_SKIP} if GENERATION_SKIP else {}

@@ -9,7 +9,8 @@ that revision are skipped by the client, so an unchanged re-push makes no commit
 shards and the dataset card with its ``dataset_info``), then ``report.json`` is added beside it.
 
 pull: resolves the revision (branch, tag or commit sha) to a commit, then ``snapshot_download``s exactly that
-commit into DIR.
+commit into DIR; a model folder with ``checksums.sha256`` is then verified byte for byte (``llmsys verify``), so
+later loads need only the cheap size and header checks.
 
 The token is huggingface_hub's: ``HF_TOKEN``, else the login stored by ``hf auth login``. The client's typed
 errors become one ValueError line naming the repo, the revision and the fix (`llmsys` prints it, exit 2).
@@ -32,6 +33,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
+from ..checkpoints.verify import verify_checkpoint
+from ..models.weight_integrity import CHECKSUM_FILE
 from .architecture import UnknownArchitectureError
 from .cards import write_model_card
 from .dataset_cards import write_dataset_card
@@ -246,6 +249,8 @@ def pull_repo(
         path = snapshot_download(repo_id, repo_type=repo_type, revision=info.sha, local_dir=folder, token=api.token)
     files = sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.parts)
     print(f"downloaded {len(files)} files of commit {info.sha} into {path}")
+    if (Path(path) / CHECKSUM_FILE).is_file():
+        verify_checkpoint(path)
     return {"repo_id": repo_id, "commit": info.sha, "files": files, "path": str(path)}
 
 

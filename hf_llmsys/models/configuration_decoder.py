@@ -21,7 +21,8 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.windowed_cache``, "local")
   is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
   built once per forward for every cached key), every other layer "full_attention". A given list must equal that.
-- training: initializer_range, z_loss_coefficient.
+- training: initializer_range, z_loss_coefficient, loss_chunk_size (> 0: in training mode with labels the loss is
+  chunked linear cross-entropy over that many tokens at a time and ``logits`` is None; ``chunked_cross_entropy.py``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
     layer_types: list[str] | None = None
     initializer_range: float = 0.02
     z_loss_coefficient: float = 0.0
+    loss_chunk_size: int = 0
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = 1
@@ -225,6 +227,10 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
             raise ValueError(
                 f"initializer_range must be a finite number >= 0 (the std of the normal weight initialisation; "
                 f"LLaMA and GPT-2 use 0.02), got {std!r}."
+            )
+        if not isinstance(self.loss_chunk_size, int) or self.loss_chunk_size < 0:
+            raise ValueError(
+                f"loss_chunk_size must be an integer >= 0 (0: plain loss over full logits), got {self.loss_chunk_size!r}."
             )
 
     def validate_sinusoidal_scale(self):

@@ -105,6 +105,7 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
     decoder_start_token_id: int | None = 0
     tie_word_embeddings: bool = True
     scale_decoder_outputs: bool | None = None
+    loss_chunk_size: int = 0  # > 0: chunked linear cross-entropy in training (chunked_cross_entropy.py)
 
     def __post_init__(self, **kwargs):
         kwargs.pop("model_type", None)  # a transformers T5 config.json says "t5"; this class is llmsys_t5
@@ -142,6 +143,10 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
             raise ValueError(
                 f"initializer_factor must be a finite number >= 0 (it scales T5's initialisation stds; T5 uses 1.0), "
                 f"got {factor!r}."
+            )
+        if not isinstance(self.loss_chunk_size, int) or self.loss_chunk_size < 0:
+            raise ValueError(
+                f"loss_chunk_size must be an integer >= 0 (0: plain loss over full logits), got {self.loss_chunk_size!r}."
             )
 
     def validate_activation(self):

@@ -5,8 +5,10 @@ Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
 N ``DecoderLayer``, each attending with its layout (``config.attention_layout``; planned once per forward as a mask
 or a kernel, ``attention_plan.py``) -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
 loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
-coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures subclass both and
-only fix their config class.
+coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). With ``config.loss_chunk_size > 0``
+a training forward with labels computes both chunked (``chunked_cross_entropy.py``: the (B, S, V) logits never
+exist) and returns ``logits=None``; ``model.eval()``, ``loss_chunk_size=0`` or a ``logits_to_keep`` give logits.
+Architectures subclass both and only fix their config class.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .attention import GroupedQueryAttention
 from .attention_plan import plan_layer_attention
 from .beam_search import LengthPenaltyTypeMixin
+from .chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels, uses_chunked_loss
 from .decoder_layer import DecoderLayer
 from .kv_cache import GrowingCache
 from .mask_inputs import MaskInputs
@@ -157,6 +160,19 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
             use_cache=use_cache,
             **kwargs,
         )
+        if uses_chunked_loss(self, labels, logits_to_keep):
+            targets = kwargs.get("shift_labels")
+            loss = chunked_linear_cross_entropy(
+                outputs.last_hidden_state,
+                self.lm_head.weight,
+                shift_labels(labels) if targets is None else targets,
+                num_items_in_batch=kwargs.get("num_items_in_batch"),
+                chunk_size=self.config.loss_chunk_size,
+                z_loss_coefficient=self.config.z_loss_coefficient,
+            )
+            return CausalLMOutputWithPast(
+                loss=loss, cache=outputs.cache, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
         logits = self.lm_head(hidden_states)
         loss = None

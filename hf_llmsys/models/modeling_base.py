@@ -2,16 +2,15 @@
 and the checkpoint key map of each model's format (``checkpoint_format``, see ``weight_conversion.py``), applied by
 ``from_pretrained``, ``save_pretrained`` and plain ``load_state_dict`` alike.
 
-Saving also writes ``checksums.sha256`` beside the weights (``sha256sum`` format: ``<hex digest>  <file name>``),
-and loading a local folder verifies every file it lists: a weight file whose bytes changed after the save (a bad
-copy, a flipped bit, an edit) is refused with an error naming the file instead of loading silently wrong weights.
-Folders without the manifest (transformers' own saves, older checkpoints) load as before.
+Saving also writes ``checksums.sha256`` and ``checksums.sizes`` beside the weights; loading a local folder checks
+sizes and safetensors headers (cheap), the full sha256 only on request (``weight_integrity.py``: ``llmsys verify``,
+``verify_checksums=True``, ``LLMSYS_VERIFY_CHECKSUMS=1``). Folders without manifests (transformers' saves) load as
+before.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,9 @@ from transformers.modeling_utils import PreTrainedModel
 
 from .rotary import RotaryEmbedding
 from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, transforms_matching
+from .weight_integrity import check_folder, file_sha256, write_manifests
+
+__all__ = ["LlmsysPreTrainedModel", "check_local_folder", "file_sha256", "move_into_place"]
 
 
 class LlmsysPreTrainedModel(PreTrainedModel):
@@ -81,22 +83,28 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
 
     @classmethod
-    def from_pretrained(cls, *args, strict: bool = True, **kwargs):
+    def from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints that do not fit (``strict=True``).
 
         transformers only logs missing and unexpected keys and reports shape mismatches in a log table; here all
         three raise a ValueError naming every offending key (a checkpoint with more layers than its config is
         refused, not silently truncated) (``strict=False`` restores transformers' lenient behaviour). A caller
         who asks for the report (``output_loading_info=True``) gets it, as from transformers, instead of an error.
+
+        A local folder's weight files are checked against the save's manifests first (``weight_integrity.py``):
+        sizes and headers always, every byte's sha256 with ``verify_checksums=True`` (default: the
+        ``LLMSYS_VERIFY_CHECKSUMS`` env var). A file changed after saving is refused by a strict load and only
+        warned about by a lenient one.
         """
+        lenient = not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info")
         source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if source is not None and os.path.isdir(source):
             folder = Path(source, kwargs.get("subfolder") or "")
             given_config = (
                 kwargs.get("config") is not None or kwargs.get("gguf_file") is not None
             )  # GGUF: no config.json
-            check_local_folder(folder, needs_config=not given_config)
-        if not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info"):
+            check_local_folder(folder, needs_config=not given_config, strict=not lenient, full=verify_checksums)
+        if lenient:
             return super().from_pretrained(*args, **kwargs)
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
         problems = [
@@ -139,7 +147,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         try:
             super().save_pretrained(staging, *args, **kwargs)
             self._complete_auto_map(staging / "config.json")
-            write_checksums(staging)
+            write_manifests(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -166,8 +174,6 @@ def saving_prefix(target: Path) -> str:
 
 
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
-CHECKSUM_FILE = "checksums.sha256"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def _convert_checkpoint_keys(model: LlmsysPreTrainedModel, state_dict: dict, prefix: str, *args) -> None:
@@ -183,53 +189,14 @@ def _within_model(model: nn.Module, key: str) -> bool:
     return top in dict(model.named_children()) or top in dict(model.named_parameters(recurse=False))
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in 16 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_checksums(folder: Path) -> None:
-    """Write ``checksums.sha256`` for the weight files of `folder` (``sha256sum -c`` reads it)."""
-    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
-    if names:
-        lines = [f"{file_sha256(folder / name)}  {name}\n" for name in names]
-        (folder / CHECKSUM_FILE).write_text("".join(lines))
-
-
-def check_local_folder(folder: Path, needs_config: bool = True) -> None:
-    """Refuse a folder that is not a saved model, a weight file with a broken header, or one whose bytes changed."""
+def check_local_folder(folder: Path, needs_config: bool = True, strict: bool = True, full: bool | None = None):
+    """Refuse a folder that is not a saved model; check its weight files (``weight_integrity.check_folder``)."""
     if needs_config and not (folder / "config.json").is_file():
         raise ValueError(
             f"{folder}: no config.json, so this is not a saved model folder; point at the folder that "
             "save_pretrained wrote (it holds config.json and the weights)."
         )
-    manifest = folder / CHECKSUM_FILE
-    if manifest.is_file():
-        for line in manifest.read_text().splitlines():
-            expected, _, name = line.partition("  ")
-            path = folder / name
-            if name and path.is_file() and file_sha256(path) != expected:
-                raise ValueError(
-                    f"{path}: its sha256 differs from the one recorded at save time in {CHECKSUM_FILE}: the file "
-                    "was changed or damaged after saving; copy or download it again."
-                )
-    for path in sorted(folder.glob("*.safetensors")):
-        _check_safetensors_header(path)
-
-
-def _check_safetensors_header(path: Path) -> None:
-    """Open the header of a safetensors file (no tensor is read) so a truncated file is named, not anonymous."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt"):
-            pass
-    except Exception as err:  # safetensors raises its own SafetensorError (not importable under a stable name)
-        raise ValueError(f"{path}: not a readable safetensors file ({err}); copy or download it again.") from None
+    check_folder(folder, strict=strict, full=full)
 
 
 def move_into_place(staging: Path, target: Path) -> None:

@@ -40,6 +40,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import GroupedQueryAttention
 from .beam_search import LENGTH_PENALTIES, LengthPenaltyTypeMixin
+from .chunked_cross_entropy import chunked_linear_cross_entropy, uses_chunked_loss
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
 from .feed_forward import MLP, GatedMLP
@@ -298,6 +299,15 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, Ge
         hidden_states = decoded.last_hidden_state
         if self.config.scale_decoder_outputs:  # v1.0: the tied head reads the output at the embedding's scale
             hidden_states = hidden_states * self.config.d_model**-0.5
+        if uses_chunked_loss(self, labels):  # the labels align with the decoder's positions: no shift
+            loss = chunked_linear_cross_entropy(
+                hidden_states,
+                self.lm_head.weight,
+                labels,
+                num_items_in_batch=kwargs.get("num_items_in_batch"),
+                chunk_size=self.config.loss_chunk_size,
+            )
+            return Seq2SeqLMOutput(loss=loss, logits=None, **stack_outputs(encoder_outputs, decoded))
         logits = self.lm_head(hidden_states)
         loss = None if labels is None else seq2seq_loss(logits, labels, kwargs.get("num_items_in_batch"))
         return Seq2SeqLMOutput(loss=loss, logits=logits, **stack_outputs(encoder_outputs, decoded))

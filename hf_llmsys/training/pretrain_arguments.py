@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 from .job import JobTrainingArguments
 from .model_type_flags import FlagScope, apply_model_type_flags
 
@@ -40,6 +41,13 @@ class ModelArguments:
     )
     block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
     tie_word_embeddings: bool = field(default=True, metadata={"help": "Share input embedding and LM head."})
+    loss_chunk_size: int = field(
+        default=DEFAULT_CHUNK_SIZE,
+        metadata={
+            "help": "Tokens per chunk of the training loss: the LM head and cross-entropy a chunk at a time, so the "
+            "full (tokens x vocab) logits never exist (same loss and gradients; saved in the config). 0: plain loss."
+        },
+    )
     model_type: str = field(
         default="llmsys_llama",
         metadata={

@@ -66,6 +66,7 @@ def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
         feed_forward_proj=model_args.feed_forward_proj,
         dropout_rate=model_args.dropout_rate if dropout_rate is None else dropout_rate,
         tie_word_embeddings=model_args.tie_word_embeddings,
+        loss_chunk_size=model_args.loss_chunk_size,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,

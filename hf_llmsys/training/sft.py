@@ -17,9 +17,10 @@ wrapped in a LoRA adapter (`lora.py`), built after `set_seed(--seed)`. Collator:
 (transformers' `DataCollatorWithFlattening`).
 
 Loss: the summed token loss divided by the Trainer's ``num_items_in_batch``, so with gradient accumulation the loss
-is one token mean over the whole optimizer step. For a causal LM the LM head runs only at supervised positions
-(`supervised_logits.py`, ``--logits_on_labels_only``; same loss and gradients, about half the head's work with the
-loss on Alpaca responses); otherwise the model computes it over all logits.
+is one token mean over the whole optimizer step. hf-llmsys models compute it as chunked linear cross-entropy over the supervised positions
+(``--loss_chunk_size``, `supervised_logits.enable_chunked_loss`: the full logits never exist); other causal LMs run
+the LM head only at supervised positions (``--logits_on_labels_only``); both give the same loss and gradients as
+the plain path, about half the head's work with the loss on Alpaca responses.
 
 Summary (``train_results.json``, printed): base model, data sources, template, record / example / dropped counts
 with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
@@ -69,7 +70,12 @@ from .lora import add_lora, lora_summary
 from .output_dir import atomic_save, prepare_output_dir
 from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
 from .sft_generation import generate_responses
-from .supervised_logits import KeepSupervisedLogits, SupervisedLogitsLoss, supports_supervised_logits
+from .supervised_logits import (
+    KeepSupervisedLogits,
+    SupervisedLogitsLoss,
+    enable_chunked_loss,
+    supports_supervised_logits,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -235,6 +241,14 @@ def make_collators(tokenizer, model, data_args, supervised_logits: bool = False)
     return train, padded
 
 
+def chunked_loss(model, data_args, training_args) -> bool:
+    """--loss_chunk_size on the model where it is exactly its loss (a note says why not, for our models)."""
+    on, why_not = enable_chunked_loss(model, data_args.loss_chunk_size, training_args)
+    if not on and data_args.loss_chunk_size > 0 and hasattr(model.config, "loss_chunk_size"):
+        print(f"--loss_chunk_size: plain loss ({why_not})")
+    return on
+
+
 def loss_on_supervised_logits(model, data_args, training_args) -> bool:
     """--logits_on_labels_only, where it is exactly the model's loss (a note says why not otherwise)."""
     if not data_args.logits_on_labels_only:
@@ -294,6 +308,7 @@ def summarize(
         **{k: train_stats[k] for k in ("packed_rows", "packed_fill") if k in train_stats},
         "train_tokens": train_stats["tokens"],
         "logits_on_labels_only": bool(trainer.compute_loss_func),
+        "loss_chunk_size": getattr(trainer.model.config, "loss_chunk_size", 0),
         **{k: v for k, v in counts.items() if k != "records_format"},
         "train_examples": train_stats["examples"],
         "validation_examples": eval_stats["examples"],
@@ -364,7 +379,8 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
     checkpoint = find_checkpoint(training_args)
     model = seeded(training_args.seed, lambda: load_model(model_args, config))
-    supervised_logits = loss_on_supervised_logits(model, data_args, training_args)
+    chunked = chunked_loss(model, data_args, training_args)  # it drops unsupervised positions itself
+    supervised_logits = not chunked and loss_on_supervised_logits(model, data_args, training_args)
     train_collator, eval_collator = make_collators(tokenizer, model, data_args, supervised_logits)
     total, trainable = count_parameters(model)
     logger.info(

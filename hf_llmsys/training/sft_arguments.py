@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..data.conversation_labels import ASSISTANT_TURNS
 from ..data.sft_labels import PROMPT_TRUNCATIONS, RESPONSE_OVERFLOWS
+from ..models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 from .job import JobTrainingArguments
 
 DEFAULT_SFT_OUTPUT_DIR = "runs/llmsys-sft"
@@ -108,10 +109,19 @@ class SFTDataArguments:
             "(DataCollatorWithFlattening), so a step trains the same examples as without packing."
         },
     )
+    loss_chunk_size: int = field(
+        default=DEFAULT_CHUNK_SIZE,
+        metadata={
+            "help": "hf-llmsys models: the loss as chunked linear cross-entropy over this many supervised tokens at "
+            "a time (the full logits never exist; same loss and gradients; saved in the config); "
+            "0: the plain loss (then --logits_on_labels_only applies)."
+        },
+    )
     logits_on_labels_only: bool = field(
         default=True,
         metadata={
-            "help": "Decoder-only: compute the LM head only at positions whose next token is supervised (the "
+            "help": "Decoder-only, without a chunked loss (transformers' models, --loss_chunk_size 0): compute the "
+            "LM head only at positions whose next token is supervised (the "
             "same loss and gradients, less work with the loss on the response; --logits_on_labels_only false: "
             "all logits)."
         },

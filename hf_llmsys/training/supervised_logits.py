@@ -1,5 +1,10 @@
 """The LM head only at supervised positions: the causal-LM loss without the logits nobody learns from.
 
+Two ways, the first preferred. (1) Our models' chunked linear cross-entropy (`enable_chunked_loss`,
+``--loss_chunk_size``; ``models/chunked_cross_entropy.py``): the model's own loss drops the unsupervised positions
+before the LM head and projects the rest a chunk at a time, so neither the prompt's logits nor the full logits of
+the response ever exist. (2) For other causal LMs (transformers' own), the ``logits_to_keep`` mask below.
+
 Legend: B batch, T tokens per row, K supervised positions in the batch, V vocabulary, H hidden size.
 
 With the loss on the response only, the prompt's logits (about half of an Alpaca example's tokens) are computed,
@@ -24,6 +29,7 @@ import inspect
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..data.sft_labels import IGNORE_INDEX
 
@@ -79,3 +85,20 @@ def supports_supervised_logits(model, training_args) -> tuple[bool, str]:
     if getattr(training_args, "label_smoothing_factor", 0):
         return False, "label smoothing is on (--label_smoothing_factor)"
     return True, ""
+
+
+def enable_chunked_loss(model, chunk_size: int, training_args) -> tuple[bool, str]:
+    """Set ``config.loss_chunk_size`` to `chunk_size` where the model's chunked loss is exactly its training loss,
+    else to 0 (a saved config may carry one); returns (on, why not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
+    if not hasattr(base.config, "loss_chunk_size"):
+        return False, f"{type(base).__name__} has no chunked loss (no config.loss_chunk_size)"
+    why_not = ""
+    if chunk_size <= 0:
+        why_not = "--loss_chunk_size 0"
+    elif getattr(training_args, "label_smoothing_factor", 0):
+        why_not = "label smoothing is on (--label_smoothing_factor): the Trainer smooths full logits"
+    elif type(base.get_output_embeddings()) is not nn.Linear:
+        why_not = "its LM head is wrapped (an adapter on lm_head)"
+    base.config.loss_chunk_size = 0 if why_not else chunk_size
+    return not why_not, why_not

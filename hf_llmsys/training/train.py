@@ -102,6 +102,7 @@ def _llama_config(args: ModelArguments, tokenizer):
         norm_eps=1e-5,
         **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
+        loss_chunk_size=args.loss_chunk_size,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -122,6 +123,7 @@ def _gpt3_config(args: ModelArguments, tokenizer):
         max_position_embeddings=args.block_size,
         **_layout_fields(args, _default_window(args)),  # None layout: GPT-3's dense / local alternation
         tie_word_embeddings=args.tie_word_embeddings,
+        loss_chunk_size=args.loss_chunk_size,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -14,7 +14,22 @@ anything is timed, and the run aborts otherwise.
    so both emit exactly N tokens; interleaved repetitions, median tokens/s (new tokens / wall time of the whole
    generate call, prefill included) and ms/token; both models must emit identical token ids.
 
-Goals printed with the results: training >= 1.05x transformers, decode >= 2x transformers.
+3. Machine limits (``machine_limits.py``), measured in the run at the same thread count: a 2048^3 matmul in fp32
+   and bf16 (the MFU denominators; training FLOPs per token = PaLM's 6 N + 12 L d S) and a 512 MB copy (the
+   bandwidth of the decode floor: every matmul weight read once per step).
+4. ``--compile``: both models also ``torch.compile``d the same way (``--compile-backend``), as extra columns.
+5. Decode at batch 1 and 8 (``--decode-batches``); batch 1 also as a fraction of the weight-read floor.
+6. Load: ``from_pretrained`` of our save vs transformers' Llama from its save of the same SmolLM2-shaped weights
+   (and ours with ``verify_checksums=True``), plus the time to a first forward (transformers' load reads nothing:
+   its weights stay memory-mapped until used; ours fuses q/k/v and gate/up, which reads them).
+7. Peak memory: one fresh process per side (``--memory-child``) builds the SmolLM2-135M-shaped model (random
+   weights), runs ``--memory-steps`` training steps at ``--memory-batch`` x ``--memory-seq`` (2 x 2048) and
+   reports its peak RSS (ru_maxrss) and tokens/s; ours trains with the chunked loss (``--loss-chunk-size``).
+8. ``--profile-train``: torch.profiler op table of one bf16 training step of ours, with the matmul share.
+
+Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
+>= 1.3x and >= 70% of the bf16 peak; decode batch 1 >= 90% of the floor (and >= 2x transformers), batch 8 >= 1.3x;
+peak training memory <= 0.5x; load <= 1.1x. The machine load (os.getloadavg) is printed with every measurement.
 
     python scripts/bench/llama_vs_hf.py                      # default run (~10 min on 2 cores)
     python scripts/bench/llama_vs_hf.py --quick              # smoke run, fewer steps / tokens
@@ -46,10 +61,28 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
-from hf_llmsys import LlmsysLlamaForCausalLM
+from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 
-TRAIN_GOAL = 1.05  # ours / transformers tokens/s
-DECODE_GOAL = 2.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+
+TRAIN_GOAL = 1.05  # ours / transformers tokens/s (fp32, eager)
+TRAIN_COMPILED_GOAL = 1.0  # ours / transformers compiled (fp32)
+BF16_GOAL = 1.3  # ours / transformers eager, bf16
+BF16_MFU_GOAL = 0.70  # of the measured bf16 matmul peak
+DECODE_GOAL = 2.0  # batch 1, ours / transformers
+DECODE_FLOOR_GOAL = 0.90  # batch 1: weight-read floor / measured time per token
+DECODE_BATCH8_GOAL = 1.3
+MEMORY_GOAL = 0.5  # peak RSS of a training step, ours / transformers
+LOAD_GOAL = 1.1  # from_pretrained time, ours / transformers
+SMOLLM2_SHAPE = {
+    k: v
+    for k, v in LlmsysLlamaConfig.presets["smollm2-135m"].items()
+    if k not in ("published_params", "params_tolerance", "source")
+}
+# The peak-memory / load workload: SmolLM2-135M's shape (random weights), batch 2 x 2048; tiny for tests.
+MEMORY_WORKLOADS = {"smollm2": dict(batch=2, seq=2048), "tiny": dict(batch=2, seq=64)}
 LOGITS_TOL = 1e-4
 WARMUP_DECODE_TOKENS = 16  # warm-up decode runs generate this many tokens (they only warm caches/allocators)
 
@@ -92,9 +125,30 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--skip-decode", action="store_true", help="skip the decode benchmark")
     parser.add_argument("--profile-decode", action="store_true", help="profile OUR model's per-token decode step")
     parser.add_argument("--profile-tokens", type=int, default=64, help="decode tokens profiled (default 64)")
+    parser.add_argument("--profile-train", action="store_true", help="profile one bf16 training step of OURS")
+    parser.add_argument("--compile", action="store_true", help="add torch.compile'd columns (both sides alike)")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
+    parser.add_argument("--decode-batches", default="1,8", help="greedy-decode batch sizes, comma-separated")
+    parser.add_argument("--skip-memory", action="store_true", help="skip the peak-memory benchmark")
+    parser.add_argument("--skip-load", action="store_true", help="skip the from_pretrained benchmark")
+    parser.add_argument("--skip-limits", action="store_true", help="skip measuring matmul peak and bandwidth")
+    parser.add_argument("--memory-shape", choices=sorted(MEMORY_WORKLOADS), help="load / memory model (smollm2)")
+    parser.add_argument("--memory-batch", type=int, help="peak-memory training batch (SmolLM2: 2)")
+    parser.add_argument("--memory-seq", type=int, help="peak-memory training sequence length (SmolLM2: 2048)")
+    parser.add_argument("--memory-steps", type=int, default=2, help="training steps per memory process")
+    parser.add_argument("--memory-rounds", type=int, default=1, help="memory processes per side")
+    parser.add_argument("--memory-precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="ours: config.loss_chunk_size")
+    parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side")
+    parser.add_argument("--memory-child", choices=["ours", "theirs"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
+    args.memory_shape = args.memory_shape or ("tiny" if args.tiny else "smollm2")
+    for key, value in MEMORY_WORKLOADS[args.memory_shape].items():
+        if getattr(args, f"memory_{key}") is None:
+            setattr(args, f"memory_{key}", value)
+    args.decode_batches = [int(b) for b in args.decode_batches.split(",") if b.strip()]
     for key, value in WORKLOADS[(args.tiny, args.quick)].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -152,25 +206,39 @@ def param_count(model) -> int:
 # --------------------------------------------------------------------------------------------------- training
 
 
-def interleaved_order(round_index: int) -> list[str]:
-    """A B, B A, A B, ...: alternate which model goes first each round."""
-    return ["ours", "theirs"] if round_index % 2 == 0 else ["theirs", "ours"]
+def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
+    """A B, B A, A B, ...: alternate which model goes first each round (more names: rotate)."""
+    names = list(names)
+    if len(names) == 2:
+        return names if round_index % 2 == 0 else names[::-1]
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
 
 
-def bench_training(models: dict, precision: str, args, vocab_size: int) -> dict:
-    """Median tokens/s of forward + backward + AdamW step for each model, steps interleaved."""
+def compiled(model, backend: str):
+    """``torch.compile`` of a model, the same way for both sides."""
+    return torch.compile(model, backend=backend)
+
+
+def bench_training(models: dict, precision: str, args, vocab_size: int, flops_per_token: float, peak: float) -> dict:
+    """Median tokens/s of forward + backward + AdamW step for each model (eager and, with --compile, compiled),
+    steps interleaved; MFU against the measured matmul peak of this precision."""
     autocast = precision == "bf16"
     trainees, optimizers = {}, {}
     for name, model in models.items():
         trainees[name] = copy.deepcopy(model).train()  # keep the decode models' weights untouched
         optimizers[name] = torch.optim.AdamW(trainees[name].parameters(), lr=1e-4)
+        if args.compile:
+            clone = copy.deepcopy(model).train()
+            optimizers[f"{name}_compiled"] = torch.optim.AdamW(clone.parameters(), lr=1e-4)
+            trainees[f"{name}_compiled"] = compiled(clone, args.compile_backend)
     gen = torch.Generator().manual_seed(args.seed + 2)
-    times = {name: [] for name in models}
-    losses = {name: [] for name in models}
+    times = {name: [] for name in trainees}
+    losses = {name: [] for name in trainees}
     tokens = args.batch * args.seq
     for step in range(args.warmup + args.steps):
-        ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=gen)  # same batch for both
-        for name in interleaved_order(step):
+        ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=gen)  # same batch for all
+        for name in interleaved_order(step, trainees):
             model, optimizer = trainees[name], optimizers[name]
             start = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -181,23 +249,29 @@ def bench_training(models: dict, precision: str, args, vocab_size: int) -> dict:
             elapsed = time.perf_counter() - start
             phase = "warm-up" if step < args.warmup else "timed"
             log(
-                f"  train {precision:4s} step {step + 1}/{args.warmup + args.steps} ({phase:7s}) {name:6s} "
-                f"{elapsed:7.2f} s  {tokens / elapsed:9.1f} tok/s  loss {loss.item():.4f}"
+                f"  train {precision:4s} step {step + 1}/{args.warmup + args.steps} ({phase:7s}) {name:15s} "
+                f"{elapsed:7.2f} s  {tokens / elapsed:9.1f} tok/s  loss {loss.item():.4f}  "
+                f"load {machine_limits.fmt_load(machine_limits.load())}"
             )
             if step >= args.warmup:
                 times[name].append(elapsed)
                 losses[name].append(loss.item())
     del trainees, optimizers
-    result = {"precision": precision, "tokens_per_step": tokens}
-    for name in models:
+    result = {"precision": precision, "tokens_per_step": tokens, "peak_flops": peak, "load": machine_limits.load()}
+    for name in times:
         median = statistics.median(times[name])
         result[name] = {
             "step_s": times[name],
             "median_step_s": median,
             "tokens_per_s": tokens / median,
+            "mfu": tokens / median * flops_per_token / peak,
             "losses": losses[name],
         }
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
+    if args.compile:
+        theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
+        result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
+        result["compiled_ratio"] = result["ours_compiled"]["tokens_per_s"] / theirs_compiled
     return result
 
 
@@ -215,10 +289,11 @@ def greedy(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
     )
 
 
-def bench_decode(models: dict, args, vocab_size: int) -> dict:
-    """Median new-tokens/s of greedy generate for each model, runs interleaved; checks identical token ids."""
+def bench_decode(models: dict, args, vocab_size: int, batch: int = 1, weight_bytes: int = 0, bandwidth: float = 0):
+    """Median new-tokens/s of greedy generate for each model, runs interleaved; checks identical token ids. The
+    weight-read floor: every step reads all weights once, ``weight_bytes / bandwidth`` seconds per token."""
     gen = torch.Generator().manual_seed(args.seed + 3)
-    prompt = torch.randint(0, vocab_size, (1, args.prompt), generator=gen)
+    prompt = torch.randint(0, vocab_size, (batch, args.prompt), generator=gen)
     times = {name: [] for name in models}
     outputs = {name: [] for name in models}
     for run in range(args.warmup + args.repeats):
@@ -233,11 +308,11 @@ def bench_decode(models: dict, args, vocab_size: int) -> dict:
                 raise RuntimeError(f"{name} generated {new} tokens, expected exactly {wanted}")
             phase = "warm-up" if warm else "timed"
             log(
-                f"  decode run {run + 1}/{args.warmup + args.repeats} ({phase:7s}) {name:6s} {elapsed:7.2f} s  "
-                f"{1000 * elapsed / new:8.2f} ms/token"
+                f"  decode batch {batch} run {run + 1}/{args.warmup + args.repeats} ({phase:7s}) {name:6s} "
+                f"{elapsed:7.2f} s  {1000 * elapsed / new:8.2f} ms/step  load {machine_limits.fmt_load(machine_limits.load())}"
             )
             if not warm:
-                outputs[name].append(out[0, prompt.shape[1] :].tolist())
+                outputs[name].append(out[:, prompt.shape[1] :].reshape(-1).tolist())
                 times[name].append(elapsed)
     reference = outputs["theirs"][0]
     identical = all(seq == reference for name in models for seq in outputs[name])
@@ -245,8 +320,12 @@ def bench_decode(models: dict, args, vocab_size: int) -> dict:
     if not identical:
         ours_seq = outputs["ours"][0]
         first_mismatch = next((i for i, (a, b) in enumerate(zip(ours_seq, reference, strict=True)) if a != b), None)
+    floor_s = weight_bytes / bandwidth if bandwidth and weight_bytes else None
     result = {
-        "batch": 1,
+        "batch": batch,
+        "load": machine_limits.load(),
+        "weight_bytes": weight_bytes,
+        "floor_ms_per_step": None if floor_s is None else 1000 * floor_s,
         "prompt_tokens": args.prompt,
         "new_tokens": args.new_tokens,
         "tokens_identical": identical,
@@ -257,8 +336,9 @@ def bench_decode(models: dict, args, vocab_size: int) -> dict:
         result[name] = {
             "run_s": times[name],
             "median_run_s": median,
-            "tokens_per_s": args.new_tokens / median,
-            "ms_per_token": 1000 * median / args.new_tokens,
+            "tokens_per_s": batch * args.new_tokens / median,
+            "ms_per_token": 1000 * median / args.new_tokens,  # per decode step (all rows)
+            "floor_fraction": None if floor_s is None else floor_s / (median / args.new_tokens),
         }
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     return result
@@ -337,6 +417,161 @@ def profile_decode(model, args, vocab_size: int, top: int = 20) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------------ load and memory
+
+
+def smollm2_shaped(shape_name: str) -> tuple[dict, dict]:
+    """(our config kwargs, transformers LlamaConfig kwargs) of the memory / load workload's model."""
+    if shape_name == "smollm2":
+        ours = dict(SMOLLM2_SHAPE)
+        theirs = {("rms_norm_eps" if k == "norm_eps" else k): v for k, v in ours.items()}
+        return ours, theirs
+    tiny = {**MODEL_SHAPES["tiny"], "tie_word_embeddings": True}
+    return dict(tiny), dict(tiny)
+
+
+def bench_load(args, workdir: Path) -> dict:
+    """Median ``from_pretrained`` seconds: ours from our save, transformers' Llama from its save of the same
+    weights (the SmolLM2 shape), interleaved; ours also with the full sha256 (``verify_checksums=True``). And the
+    time to a first forward (8 tokens) after the load: transformers keeps the weights memory-mapped, so its load
+    reads nothing and the first forward pages them in, while our q/k/v and gate/up fusion reads them at load."""
+    ours_kw, theirs_kw = smollm2_shaped(args.memory_shape)
+    torch.manual_seed(args.seed)
+    theirs_dir, ours_dir = workdir / "load-theirs", workdir / "load-ours"
+    LlamaForCausalLM(LlamaConfig(**theirs_kw)).save_pretrained(theirs_dir)
+    LlmsysLlamaForCausalLM.from_pretrained(theirs_dir).save_pretrained(ours_dir)
+    loaders = {
+        "ours": lambda: LlmsysLlamaForCausalLM.from_pretrained(ours_dir),
+        "theirs": lambda: LlamaForCausalLM.from_pretrained(theirs_dir),
+        "ours_verified": lambda: LlmsysLlamaForCausalLM.from_pretrained(ours_dir, verify_checksums=True),
+    }
+    ids = torch.arange(8)[None]
+    times = {name: [] for name in loaders}
+    first_forward = {name: [] for name in loaders}
+    for run in range(1 + args.load_repeats):  # run 0 warms the page cache
+        for name in interleaved_order(run, loaders):
+            start = time.perf_counter()
+            model = loaders[name]()
+            elapsed = time.perf_counter() - start
+            with torch.inference_mode():
+                model(ids)
+            usable = time.perf_counter() - start
+            del model
+            log(f"  load run {run + 1}/{1 + args.load_repeats} {name:14s} {elapsed:6.3f} s, with a first forward "
+                f"{usable:6.3f} s  load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
+            if run:
+                times[name].append(elapsed)
+                first_forward[name].append(usable)
+    result = {
+        name: {"run_s": t, "median_s": statistics.median(t), "with_forward_s": statistics.median(first_forward[name])}
+        for name, t in times.items()
+    }
+    result["ratio"] = result["ours"]["median_s"] / result["theirs"]["median_s"]
+    result["with_forward_ratio"] = result["ours"]["with_forward_s"] / result["theirs"]["with_forward_s"]
+    result["bytes"] = sum(f.stat().st_size for f in ours_dir.glob("*.safetensors"))
+    result["load"] = machine_limits.load()
+    return result
+
+
+def memory_child(args) -> None:
+    """In a fresh interpreter (``--memory-child ours|theirs``): build the SmolLM2-shaped model (random weights),
+    run training steps (forward + backward + AdamW), print peak RSS and tokens/s as one JSON line."""
+    ours_kw, theirs_kw = smollm2_shaped(args.memory_shape)
+    torch.manual_seed(args.seed)
+    if args.memory_child == "ours":
+        config = LlmsysLlamaConfig(**ours_kw, loss_chunk_size=args.loss_chunk_size, attn_implementation="sdpa")
+        model = LlmsysLlamaForCausalLM(config)
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**theirs_kw, attn_implementation="sdpa"))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    built_rss = machine_limits.self_peak_rss()
+    gen = torch.Generator().manual_seed(args.seed + 5)
+    tokens = args.memory_batch * args.memory_seq
+    step_s, loss = [], None
+    for _ in range(args.memory_steps):
+        ids = torch.randint(0, ours_kw["vocab_size"], (args.memory_batch, args.memory_seq), generator=gen)
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.memory_precision == "bf16"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_s.append(time.perf_counter() - start)
+    print(json.dumps({
+        "side": args.memory_child, "peak_rss": machine_limits.self_peak_rss(), "built_rss": built_rss,
+        "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
+        "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
+    }))  # fmt: skip
+
+
+def bench_memory(args) -> dict:
+    """Peak RSS of training steps of each side, each in its own fresh process, run one after the other (ours,
+    theirs, then again in the other order when --memory-rounds 2)."""
+    argv = ["--memory-shape", args.memory_shape, "--memory-batch", str(args.memory_batch), "--memory-seq",
+            str(args.memory_seq), "--memory-steps", str(args.memory_steps), "--memory-precision",
+            args.memory_precision, "--loss-chunk-size", str(args.loss_chunk_size), "--seed", str(args.seed)]  # fmt: skip
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
+    runs = {"ours": [], "theirs": []}
+    for round_index in range(args.memory_rounds):
+        for side in interleaved_order(round_index):
+            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side])
+            log(f"  memory {side:6s} peak RSS {child['peak_rss'] / 2**30:6.2f} GiB (after build "
+                f"{child['built_rss'] / 2**30:5.2f} GiB), last step {child['step_s'][-1]:6.2f} s, "
+                f"{child['tokens_per_s']:8.1f} tok/s, load {machine_limits.fmt_load(child['load'])}")  # fmt: skip
+            runs[side].append(child)
+    result = {"batch": args.memory_batch, "seq": args.memory_seq, "shape": args.memory_shape,
+              "precision": args.memory_precision, "runs": runs}  # fmt: skip
+    for side, children in runs.items():
+        result[side] = {
+            "peak_rss": max(c["peak_rss"] for c in children),
+            "step_rss": max(c["peak_rss"] - c["built_rss"] for c in children),
+            "tokens_per_s": statistics.median(c["tokens_per_s"] for c in children),
+        }
+    result["ratio"] = result["ours"]["peak_rss"] / result["theirs"]["peak_rss"]
+    result["step_ratio"] = result["ours"]["step_rss"] / max(result["theirs"]["step_rss"], 1)
+    result["speed_ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
+    return result
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_scaled_dot_product")
+
+
+def profile_training_step(model, args, vocab_size: int, precision: str = "bf16", top: int = 25) -> dict:
+    """torch.profiler of one training step (forward + backward + AdamW) of `model` after a warm-up step: the op
+    table by self CPU time and the share of matmul / attention kernels (the rest is norms, rotary, SwiGLU, casts,
+    optimizer and glue: what fusing can remove)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    trainee = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(trainee.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = trainee(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key.startswith(MATMUL_OPS) or "flash_attention" in e.key)
+    by_op = sorted(((e.key, e.self_cpu_time_total / 1e3) for e in events), key=lambda kv: -kv[1])[:top]
+    return {
+        "precision": precision,
+        "self_cpu_ms": total / 1e3,
+        "matmul_share": matmul / total if total else None,
+        "top_ops_ms": by_op,
+        "table": events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=50),
+        "load": machine_limits.load(),
+    }
+
+
 # ------------------------------------------------------------------------------------------------------ report
 
 
@@ -344,50 +579,84 @@ def verdict(ratio: float, goal: float) -> str:
     return f"{ratio:5.2f}x  (goal >= {goal:g}x: {'MET' if ratio >= goal else 'NOT MET'})"
 
 
+def pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:5.1f}%"
+
+
 def print_report(results: dict) -> None:
     log()
-    log("=" * 96)
+    log("=" * 110)
     log(
         f"hf-llmsys LlmsysLlamaForCausalLM (ours) vs transformers LlamaForCausalLM (theirs) -- "
-        f"{results['model_shape']}, torch threads {results['threads']}"
+        f"{results['model_shape']}, torch threads {results['threads']}, load {machine_limits.fmt_load(machine_limits.load())}"
     )
     log(f"model: {results['params']:,} parameters; logits max |diff| {results['logits_max_abs_diff']:.2e}")
-    log("=" * 96)
+    if results.get("limits"):
+        log(machine_limits.describe(results["limits"]))
+    log("=" * 110)
     if results.get("training"):
         w = results["workload"]
         log(
             f"Training (forward + backward + AdamW), batch {w['batch']} x seq {w['seq']}, "
-            f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up"
-        )
-        log(
-            f"  {'precision':10s} {'ours tok/s':>12s} {'theirs tok/s':>13s} {'ours s/step':>12s} "
-            f"{'theirs s/step':>14s}   ours/theirs"
+            f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak"
         )
         for r in results["training"]:
-            log(
-                f"  {r['precision']:10s} {r['ours']['tokens_per_s']:12.1f} {r['theirs']['tokens_per_s']:13.1f} "
-                f"{r['ours']['median_step_s']:12.3f} {r['theirs']['median_step_s']:14.3f}   "
-                f"{verdict(r['ratio'], TRAIN_GOAL)}"
-            )
-    if results.get("decode"):
-        d = results["decode"]
+            columns = [n for n in ("ours", "theirs", "ours_compiled", "theirs_compiled") if n in r]
+            log(f"  {r['precision']} (load {machine_limits.fmt_load(r['load'])})")
+            for name in columns:
+                log(f"    {name:16s} {r[name]['tokens_per_s']:10.1f} tok/s  {r[name]['median_step_s']:8.3f} s/step  "
+                    f"MFU {pct(r[name]['mfu'])}")  # fmt: skip
+            goal = TRAIN_GOAL if r["precision"] == "fp32" else BF16_GOAL
+            log(f"    ours / theirs eager     {verdict(r['ratio'], goal)}")
+            if "ratio_vs_theirs_compiled" in r:
+                log(f"    ours / theirs compiled  {verdict(r['ratio_vs_theirs_compiled'], TRAIN_COMPILED_GOAL)}")
+                log(f"    ours compiled / theirs compiled {r['compiled_ratio']:5.2f}x")
+            if r["precision"] == "bf16":
+                best = max(r[n]["mfu"] for n in columns if n.startswith("ours"))
+                log(f"    ours bf16 MFU {pct(best)} (goal >= {pct(BF16_MFU_GOAL)}: "
+                    f"{'MET' if best >= BF16_MFU_GOAL else 'NOT MET'})")  # fmt: skip
+    for d in results.get("decode") or []:
         log(
-            f"Greedy decode, batch 1, prompt {d['prompt_tokens']}, {d['new_tokens']} new tokens, median of "
-            f"{len(d['ours']['run_s'])} interleaved runs (wall time of generate, prefill included)"
+            f"Greedy decode, batch {d['batch']}, prompt {d['prompt_tokens']}, {d['new_tokens']} new tokens, median "
+            f"of {len(d['ours']['run_s'])} interleaved runs (wall time of generate, prefill included), load "
+            f"{machine_limits.fmt_load(d['load'])}"
         )
-        log(
-            f"  {'':10s} {'ours tok/s':>12s} {'theirs tok/s':>13s} {'ours ms/tok':>12s} {'theirs ms/tok':>14s}"
-            f"   ours/theirs"
-        )
-        log(
-            f"  {'decode':10s} {d['ours']['tokens_per_s']:12.1f} {d['theirs']['tokens_per_s']:13.1f} "
-            f"{d['ours']['ms_per_token']:12.2f} {d['theirs']['ms_per_token']:14.2f}   "
-            f"{verdict(d['ratio'], DECODE_GOAL)}"
-        )
-        same = "YES" if d["tokens_identical"] else f"NO (first mismatch at new token {d['first_mismatch_index']})"
-        log(f"  identical token ids (ours vs theirs, every run): {same}")
-    log(f"Goals: training >= {TRAIN_GOAL:g}x transformers' tokens/s, decode >= {DECODE_GOAL:g}x.")
-    log(f"Total wall time: {results['wall_s']:.1f} s")
+        for name in ("ours", "theirs"):
+            log(f"    {name:16s} {d[name]['tokens_per_s']:10.1f} tok/s  {d[name]['ms_per_token']:8.2f} ms/step  "
+                f"weight-read floor {pct(d[name]['floor_fraction'])}")  # fmt: skip
+        goal = DECODE_GOAL if d["batch"] == 1 else DECODE_BATCH8_GOAL
+        log(f"    ours / theirs  {verdict(d['ratio'], goal)}")
+        if d["batch"] == 1 and d["ours"]["floor_fraction"] is not None:
+            met = d["ours"]["floor_fraction"] >= DECODE_FLOOR_GOAL
+            log(f"    floor {d['floor_ms_per_step']:.2f} ms/step ({d['weight_bytes'] / 1e6:.0f} MB of weights); ours "
+                f"at {pct(d['ours']['floor_fraction'])} (goal >= {pct(DECODE_FLOOR_GOAL)}: "
+                f"{'MET' if met else 'NOT MET'})")  # fmt: skip
+        same = "YES" if d["tokens_identical"] else f"NO (first mismatch at {d['first_mismatch_index']})"
+        log(f"    identical token ids (ours vs theirs, every run): {same}")
+    if results.get("load_time"):
+        lt = results["load_time"]
+        log(f"from_pretrained ({results['memory_workload']['shape']} shape, {lt['bytes'] / 1e6:.0f} MB), median, "
+            f"load {machine_limits.fmt_load(lt['load'])}: ours {lt['ours']['median_s']:.3f} s, theirs "
+            f"{lt['theirs']['median_s']:.3f} s, ours with verify_checksums {lt['ours_verified']['median_s']:.3f} s; "
+            f"ours / theirs {lt['ratio']:.2f}x (goal <= {LOAD_GOAL}: {'MET' if lt['ratio'] <= LOAD_GOAL else 'NOT MET'}); "
+            f"to a first forward ours {lt['ours']['with_forward_s']:.3f} s, theirs {lt['theirs']['with_forward_s']:.3f} s: "
+            f"{lt['with_forward_ratio']:.2f}x")  # fmt: skip
+    if results.get("memory"):
+        m = results["memory"]
+        log(f"Peak training memory ({m['shape']} shape, batch {m['batch']} x seq {m['seq']}, {m['precision']}, "
+            f"one fresh process per side): ours {m['ours']['peak_rss'] / 2**30:.2f} GiB, theirs "
+            f"{m['theirs']['peak_rss'] / 2**30:.2f} GiB: ratio {m['ratio']:.2f} (goal <= {MEMORY_GOAL}: "
+            f"{'MET' if m['ratio'] <= MEMORY_GOAL else 'NOT MET'}); above the built model "
+            f"{m['ours']['step_rss'] / 2**30:.2f} vs {m['theirs']['step_rss'] / 2**30:.2f} GiB ({m['step_ratio']:.2f}); "
+            f"tokens/s ours / theirs {m['speed_ratio']:.2f}x")  # fmt: skip
+    log(f"Total wall time: {results['wall_s']:.1f} s; load {machine_limits.fmt_load(machine_limits.load())}")
+    if results.get("train_profile"):
+        tp = results["train_profile"]
+        log()
+        log(f"Profile of OUR {tp['precision']} training step: {tp['self_cpu_ms']:.0f} ms self CPU, matmul / attention "
+            f"kernels {pct(tp['matmul_share'])}, the rest (norms, rotary, SwiGLU, casts, optimizer, glue) "
+            f"{pct(1 - tp['matmul_share'])}; load {machine_limits.fmt_load(tp['load'])}")  # fmt: skip
+        log(tp["table"])
     if results.get("decode_profile"):
         p = results["decode_profile"]
         log()
@@ -411,10 +680,12 @@ def main(argv=None) -> dict:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.memory_child:
+        return memory_child(args)
     wall_start = time.perf_counter()
     shape_name = "tiny" if args.tiny else "default"
     shape = MODEL_SHAPES[shape_name]
-    log(f"building models ({shape_name}: {shape}) ...")
+    log(f"building models ({shape_name}: {shape}) ... load {machine_limits.fmt_load(machine_limits.load())}")
     workdir = tempfile.TemporaryDirectory(prefix="llama_vs_hf-")  # kept until the end: weights may be mmapped
     try:
         return _run(args, shape_name, shape, Path(workdir.name), wall_start)
@@ -427,40 +698,77 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
     diff = check_logits(ours, theirs, shape["vocab_size"], args.seed)
     log(f"logits agree: max |diff| {diff:.2e} <= {LOGITS_TOL:g}")
     models = {"ours": ours, "theirs": theirs}
+    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else 2048)
+    if limits:
+        log(machine_limits.describe(limits))
+    matmul_params = machine_limits.matmul_parameters(ours)
     results = {
         "model_shape": shape_name,
         "config": shape,
         "params": param_count(ours),
+        "matmul_params": matmul_params,
         "logits_max_abs_diff": diff,
         "threads": torch.get_num_threads(),
+        "limits": limits,
+        "load_start": machine_limits.load(),
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "python": platform.python_version(),
         "workload": {
             k: getattr(args, k) for k in ("batch", "seq", "steps", "warmup", "prompt", "new_tokens", "repeats")
         },
-        "goals": {"training_ratio": TRAIN_GOAL, "decode_ratio": DECODE_GOAL},
+        "memory_workload": {"shape": args.memory_shape, "batch": args.memory_batch, "seq": args.memory_seq},
+        "compile_backend": args.compile_backend if args.compile else None,
+        "goals": {
+            "training_ratio": TRAIN_GOAL,
+            "training_compiled_ratio": TRAIN_COMPILED_GOAL,
+            "bf16_ratio": BF16_GOAL,
+            "bf16_mfu": BF16_MFU_GOAL,
+            "decode_ratio": DECODE_GOAL,
+            "decode_floor": DECODE_FLOOR_GOAL,
+            "decode_batch8_ratio": DECODE_BATCH8_GOAL,
+            "memory_ratio": MEMORY_GOAL,
+            "load_ratio": LOAD_GOAL,
+        },  # fmt: skip
         "training": [],
-        "decode": None,
+        "decode": [],
     }
     if not args.skip_decode:  # before training: training copies the models, decode uses the originals
-        log(
-            f"decode benchmark: prompt {args.prompt}, {args.new_tokens} new tokens, {args.warmup} warm-up + "
-            f"{args.repeats} runs per model"
-        )
-        with torch.inference_mode():
-            results["decode"] = bench_decode(models, args, shape["vocab_size"])
+        weight_bytes = matmul_params * 4  # fp32: every matmul weight read once per step
+        bandwidth = limits["copy_bytes_per_s"] if limits else 0
+        for batch in args.decode_batches:
+            log(f"decode benchmark: batch {batch}, prompt {args.prompt}, {args.new_tokens} new tokens, "
+                f"{args.warmup} warm-up + {args.repeats} runs per model")  # fmt: skip
+            with torch.inference_mode():
+                results["decode"].append(
+                    bench_decode(models, args, shape["vocab_size"], batch, weight_bytes if batch == 1 else 0, bandwidth)
+                )
     if not args.skip_train:
+        flops = machine_limits.training_flops_per_token(
+            matmul_params, shape["num_hidden_layers"], shape["hidden_size"], args.seq
+        )
+        results["training_flops_per_token"] = flops
         for precision in args.precisions:
             log(
                 f"training benchmark ({precision}): batch {args.batch} x seq {args.seq}, {args.warmup} warm-up + "
-                f"{args.steps} steps per model"
+                f"{args.steps} steps per model{' (+ compiled)' if args.compile else ''}"
             )
-            results["training"].append(bench_training(models, precision, args, shape["vocab_size"]))
+            peak = limits[f"peak_flops_{precision}"] if limits else float("nan")
+            results["training"].append(bench_training(models, precision, args, shape["vocab_size"], flops, peak))
+    if not args.skip_load:
+        log(f"from_pretrained benchmark ({args.memory_shape} shape), {args.load_repeats} runs per side")
+        results["load_time"] = bench_load(args, workdir)
+    if not args.skip_memory:
+        log(f"peak-memory benchmark ({args.memory_shape} shape, batch {args.memory_batch} x {args.memory_seq})")
+        results["memory"] = bench_memory(args)
+    if args.profile_train:
+        log("profiling one bf16 training step of ours ...")
+        results["train_profile"] = profile_training_step(ours, args, shape["vocab_size"])
     if args.profile_decode:
         log("profiling our decode step ...")
         with torch.inference_mode():
             results["decode_profile"] = profile_decode(ours, args, shape["vocab_size"])
+    results["load_end"] = machine_limits.load()
     results["wall_s"] = time.perf_counter() - wall_start
     print_report(results)
     if args.json:

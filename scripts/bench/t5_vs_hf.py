@@ -13,7 +13,12 @@ Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on 
    min_new_tokens=N)`` (transformers' length penalty in both, so the outputs must be identical, and are checked),
    interleaved repetitions, median wall time of the whole call.
 
-Ratios are ours / transformers for tokens/s and transformers / ours for latency (> 1: ours is faster); goal >= 1.0.
+3. Load: median ``from_pretrained`` time of ours from our save and of transformers' T5 from its save (same weights).
+
+Ratios are ours / transformers for tokens/s and transformers / ours for latency (> 1: ours is faster); goal >= 1.1.
+Training MFU: 6 x (encoder matmul parameters x encoder tokens + decoder and head matmul parameters x decoder tokens)
+per step (attention scores not counted) over the fp32 matmul peak measured in the run (``machine_limits.py``).
+``--compile`` adds both models ``torch.compile``d the same way.
 Each measurement also records the process CPU time (all threads, ``time.process_time``): on a machine shared with
 other jobs, wall times swing with the load while CPU-time ratios stay comparable, so both ratios are printed.
 
@@ -46,7 +51,10 @@ import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.models import T5_PRESETS
 
-GOAL = 1.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+
+GOAL = 1.1
 LOGITS_TOL = 1e-4
 TINY_SHAPE = dict(vocab_size=512, d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=2)
 
@@ -66,6 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="timed beam-search runs per model")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--compile", action="store_true", help="add torch.compile'd training columns (both sides)")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
+    parser.add_argument("--skip-limits", action="store_true", help="skip measuring the matmul peak")
+    parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
@@ -80,7 +92,8 @@ def log(message: str = "") -> None:
 
 
 def build_models(args, workdir: Path):
-    """transformers' T5 with seeded weights and ours loaded from its checkpoint; both sdpa, dropout 0."""
+    """transformers' T5 with seeded weights and ours loaded from its checkpoint; both sdpa, dropout 0. Ours is
+    saved again (our format and manifests) to ``workdir / "ours"`` for the load benchmark."""
     shape = TINY_SHAPE if args.tiny else {k: v for k, v in T5_PRESETS[args.preset].items() if k != "published_params"}
     config = T5Config(**shape, feed_forward_proj=args.feed_forward_proj, dropout_rate=0.0, decoder_start_token_id=0)
     torch.manual_seed(args.seed)
@@ -88,6 +101,7 @@ def build_models(args, workdir: Path):
     theirs.set_attn_implementation("sdpa")
     theirs.save_pretrained(workdir)
     ours = LlmsysT5ForConditionalGeneration.from_pretrained(workdir, attn_implementation="sdpa").eval()
+    ours.save_pretrained(workdir / "ours")
     return ours, theirs, config.vocab_size
 
 
@@ -103,37 +117,79 @@ def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
     return diff
 
 
-def interleaved_order(round_index: int) -> list[str]:
-    return ["ours", "theirs"] if round_index % 2 == 0 else ["theirs", "ours"]
+def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
+    """Rotate which model goes first each round."""
+    names = list(names)
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def matmul_flops_per_step(model, args) -> float:
+    """6 x (encoder matmul parameters x encoder tokens + decoder/head matmul parameters x label tokens)."""
+    encoder = decoder = 0
+    for name, param in model.named_parameters(remove_duplicate=False):
+        top = name.split(".")[0]
+        if param.dim() < 2 or top == "shared" or "embed" in name:
+            continue
+        if top == "encoder":
+            encoder += param.numel()
+        else:
+            decoder += param.numel()
+    return 6 * args.batch * (encoder * args.input_length + decoder * args.target_length)
+
+
+def bench_load(models: dict, workdir: Path, repeats: int) -> dict:
+    """Median from_pretrained seconds: ours from our save, transformers' T5 from its save, interleaved."""
+    loaders = {
+        "ours": lambda: LlmsysT5ForConditionalGeneration.from_pretrained(workdir / "ours"),
+        "theirs": lambda: T5ForConditionalGeneration.from_pretrained(workdir),
+    }
+    times = {name: [] for name in loaders}
+    for run in range(1 + repeats):  # run 0 warms the page cache
+        for name in interleaved_order(run, loaders):
+            start = time.perf_counter()
+            loaders[name]()
+            if run:
+                times[name].append(time.perf_counter() - start)
+    result = {name: {"run_s": t, "median_s": statistics.median(t)} for name, t in times.items()}
+    result["ratio"] = result["ours"]["median_s"] / result["theirs"]["median_s"]
+    result["load"] = machine_limits.load()
+    log(f"  load ours {result['ours']['median_s']:.3f} s, theirs {result['theirs']['median_s']:.3f} s, "
+        f"load {machine_limits.fmt_load(result['load'])}")  # fmt: skip
+    return result
 
 
 def bench_training(models: dict, args, vocab_size: int) -> dict:
     """Median (encoder + decoder) tokens/s of forward + backward + AdamW step, steps interleaved."""
     trainees = {name: copy.deepcopy(model).train() for name, model in models.items()}
+    if args.compile:
+        for name, model in models.items():
+            trainees[f"{name}_compiled"] = torch.compile(copy.deepcopy(model).train(), backend=args.compile_backend)
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in trainees.items()}
     gen = torch.Generator().manual_seed(args.seed + 2)
     tokens = args.batch * (args.input_length + args.target_length)
-    times, losses = {name: [] for name in models}, {name: [] for name in models}
-    cpu_times = {name: [] for name in models}
+    times, losses = {name: [] for name in trainees}, {name: [] for name in trainees}
+    cpu_times = {name: [] for name in trainees}
     for step in range(args.warmup + args.steps):
         ids = torch.randint(2, vocab_size, (args.batch, args.input_length), generator=gen)
         labels = torch.randint(2, vocab_size, (args.batch, args.target_length), generator=gen)
         mask = torch.ones_like(ids)
-        for name in interleaved_order(step):
+        for name in interleaved_order(step, trainees):
             start, cpu_start = time.perf_counter(), time.process_time()
             loss = trainees[name](input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             optimizers[name].step()
             optimizers[name].zero_grad(set_to_none=True)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-            log(f"  train step {step + 1}/{args.warmup + args.steps} {name:6s} {elapsed:7.3f} s  "
-                f"{tokens / elapsed:9.1f} tok/s  loss {loss.item():.4f}")  # fmt: skip
+            log(f"  train step {step + 1}/{args.warmup + args.steps} {name:15s} {elapsed:7.3f} s  "
+                f"{tokens / elapsed:9.1f} tok/s  loss {loss.item():.4f}  "
+                f"load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
             if step >= args.warmup:
                 times[name].append(elapsed)
                 cpu_times[name].append(cpu)
                 losses[name].append(loss.item())
-    result = {"tokens_per_step": tokens}
-    for name in models:
+    result = {"tokens_per_step": tokens, "load": machine_limits.load()}
+    for name in trainees:
         median = statistics.median(times[name])
         cpu_median = statistics.median(cpu_times[name])
         result[name] = {"step_s": times[name], "median_step_s": median, "tokens_per_s": tokens / median,
@@ -141,6 +197,10 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
                         "losses": losses[name]}  # fmt: skip
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     result["cpu_ratio"] = result["ours"]["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
+    if args.compile:
+        theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
+        result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
+        result["compiled_ratio"] = result["ours_compiled"]["tokens_per_s"] / theirs_compiled
     return result
 
 
@@ -164,14 +224,14 @@ def bench_beam(models: dict, args, vocab_size: int) -> dict:
             out = beam(models[name], prompt, args, min(args.new_tokens, 4) if warm else args.new_tokens)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             log(f"  beam run {run + 1}/{args.warmup + args.repeats} ({'warm-up' if warm else 'timed'}) {name:6s} "
-                f"{elapsed:7.3f} s")  # fmt: skip
+                f"{elapsed:7.3f} s  load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
             if not warm:
                 times[name].append(elapsed)
                 cpu_times[name].append(cpu)
                 outputs[name].append(out.tolist())
     identical = all(seq == outputs["theirs"][0] for name in models for seq in outputs[name])
     result = {"num_beams": args.num_beams, "prompt_tokens": args.prompt, "new_tokens": args.new_tokens,
-              "outputs_identical": identical}  # fmt: skip
+              "outputs_identical": identical, "load": machine_limits.load()}  # fmt: skip
     for name in models:
         result[name] = {"run_s": times[name], "median_s": statistics.median(times[name]), "cpu_s": cpu_times[name],
                         "median_cpu_s": statistics.median(cpu_times[name])}  # fmt: skip
@@ -191,27 +251,48 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     warnings.filterwarnings("ignore")
     with tempfile.TemporaryDirectory() as workdir:
         ours, theirs, vocab_size = build_models(args, Path(workdir))
-    models = {"ours": ours, "theirs": theirs}
-    results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(),
+        models = {"ours": ours, "theirs": theirs}
+        load_time = bench_load(models, Path(workdir), args.load_repeats) if args.load_repeats else None
+    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else 2048)
+    results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(), "limits": limits,
                "parameters": sum(p.numel() for p in ours.parameters()),
-               "logits_max_abs_diff": check_logits(ours, theirs, vocab_size, args.seed)}  # fmt: skip
+               "logits_max_abs_diff": check_logits(ours, theirs, vocab_size, args.seed),
+               "load_time": load_time}  # fmt: skip
     log(f"{results['model_shape']}: {results['parameters']:,} parameters; logits max |diff| "
         f"{results['logits_max_abs_diff']:.2e}; load average {results['machine_before']['load_average']}")  # fmt: skip
+    if limits:
+        log(machine_limits.describe(limits))
     results["training"] = bench_training(models, args, vocab_size)
+    flops = matmul_flops_per_step(ours, args)
+    for name in [n for n in results["training"] if isinstance(results["training"][n], dict)]:
+        entry = results["training"][name]
+        entry["mfu"] = flops / entry["median_step_s"] / limits["peak_flops_fp32"] if limits else None
+    results["training"]["flops_per_step"] = flops
     results["beam_search"] = bench_beam(models, args, vocab_size)
     results["machine_after"] = machine()
     training, beam_search = results["training"], results["beam_search"]
     log("")
-    log(f"training  tokens/s  ours {training['ours']['tokens_per_s']:10.1f}  transformers "
-        f"{training['theirs']['tokens_per_s']:10.1f}  ratio {training['ratio']:.2f}x, by CPU time "
-        f"{training['cpu_ratio']:.2f}x (goal >= {GOAL})")  # fmt: skip
+    for name in [n for n in ("ours", "theirs", "ours_compiled", "theirs_compiled") if n in training]:
+        mfu = training[name]["mfu"]
+        log(f"training  {name:16s} {training[name]['tokens_per_s']:10.1f} tok/s  "
+            f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} (fp32 peak)")  # fmt: skip
+    log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
+        f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); load "
+        f"{machine_limits.fmt_load(training['load'])}")  # fmt: skip
+    if args.compile:
+        log(f"training  ours / transformers compiled {training['ratio_vs_theirs_compiled']:.2f}x; compiled / "
+            f"compiled {training['compiled_ratio']:.2f}x")  # fmt: skip
     log(f"beam {args.num_beams}  latency s ours {beam_search['ours']['median_s']:10.3f}  transformers "
         f"{beam_search['theirs']['median_s']:10.3f}  speedup {beam_search['speedup']:.2f}x, by CPU time "
-        f"{beam_search['cpu_speedup']:.2f}x (goal >= {GOAL}); "
-        f"outputs identical: {beam_search['outputs_identical']}")  # fmt: skip
+        f"{beam_search['cpu_speedup']:.2f}x (goal >= {GOAL}: {'MET' if beam_search['speedup'] >= GOAL else 'NOT MET'}); "
+        f"outputs identical: {beam_search['outputs_identical']}; load {machine_limits.fmt_load(beam_search['load'])}")  # fmt: skip
+    if load_time:
+        log(f"from_pretrained ours {load_time['ours']['median_s']:.3f} s, transformers "
+            f"{load_time['theirs']['median_s']:.3f} s: ratio {load_time['ratio']:.2f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return results

@@ -1,0 +1,60 @@
+"""`llmsys verify DIR [--update]`: the full sha256 check of a saved model folder (``models/weight_integrity.py``).
+
+Loading checks only sizes and safetensors headers; this hashes every weight file against ``checksums.sha256``
+and its size against ``checksums.sizes``, prints one line per file, and exits 2 naming each file that differs.
+``--update`` records the files as they are now (after a deliberate edit), so strict loads accept them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..models.weight_integrity import (
+    CHECKSUM_FILE,
+    read_manifest,
+    verify_folder,
+    weight_files,
+    write_manifests,
+)
+
+
+def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
+    """{folder, files, problems} of the full check; raises ValueError naming the files that differ (unless
+    `update`: then the manifests are rewritten and `problems` lists what was accepted)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a folder; give the folder save_pretrained wrote.")
+    if not weight_files(folder):
+        raise ValueError(f"{folder}: no weight files (*.safetensors, *.bin) to verify.")
+    listed = read_manifest(folder / CHECKSUM_FILE)
+    if not listed and not update:
+        raise ValueError(
+            f"{folder}: no {CHECKSUM_FILE} (not saved by hf-llmsys, or saved before it recorded one); "
+            f"`llmsys verify {folder} --update` records the files as they are now."
+        )
+    problems = verify_folder(folder)
+    if update:
+        write_manifests(folder)
+        print(f"{folder}: recorded sha256 and sizes of {len(weight_files(folder))} weight files")
+    elif problems:
+        raise ValueError(
+            "; ".join(problems) + f". Copy or download them again, or accept them as they are with "
+            f"`llmsys verify {folder} --update`."
+        )
+    else:
+        print(f"{folder}: {len(listed)} weight files match {CHECKSUM_FILE}")
+    return {"folder": str(folder), "files": sorted(listed), "problems": problems}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """`llmsys verify DIR [--update]`."""
+    parser = argparse.ArgumentParser(
+        prog="llmsys verify", description="Check every weight file of a saved folder against its sha256 manifest."
+    )
+    parser.add_argument("folder", help="a folder written by save_pretrained / llmsys train / llmsys sft")
+    parser.add_argument(
+        "--update", action="store_true", help="record the files as they are now (accept a deliberate edit)"
+    )
+    args = parser.parse_args(argv)
+    return verify_checkpoint(args.folder, update=args.update)

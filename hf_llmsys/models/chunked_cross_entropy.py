@@ -1,0 +1,132 @@
+"""Linear cross-entropy in chunks: the LM head and the loss without ever holding the (tokens, vocab) logits.
+
+Legend: N target tokens (labels != ignore_index), H hidden size, V vocabulary, C chunk size (tokens).
+
+The plain causal-LM loss projects every position, ``logits = hidden @ W.T`` (N, V), upcasts them to fp32 for the
+softmax and keeps logits, their fp32 copy and the softmax alive for the backward: at SmolLM2's vocab (49,152) and
+4,096 tokens that is several GB, more than the weights. Here (as torchtune's ``CEWithChunkedOutputLoss`` chunks
+before the output projection, and Liger's fused linear cross-entropy computes the gradients in the forward)
+`ChunkedLinearCrossEntropy` walks the N hidden states C at a time: one chunk's logits (C, V) are computed, soft-maxed
+in fp32, turned into that chunk's gradients, and freed before the next. Gradients:
+
+    p = softmax(logits) ;  d logits = p * (1 + 2 z lse) - onehot(target)      (z: PaLM's z-loss coefficient)
+    d hidden[c] = d logits @ W (C, H) ;  d W += d logits.T @ hidden[c] (V, H, accumulated in fp32)
+
+so the backward only scales the saved (N, H) and (V, H) gradients by the incoming scalar: no recomputation, peak
+memory O(C * V + N * H + V * H). In bf16 the matmuls run in bf16 and the softmax, the loss and the weight-gradient
+sum in fp32, as the plain path's fp32 loss over bf16 logits does. Loss and gradients equal the plain path's
+(tests/test_chunked_cross_entropy.py: <= 1e-5 in fp32).
+
+`chunked_linear_cross_entropy` is the loss of transformers' ``ForCausalLMLoss``: targets already aligned with the
+hidden states (`shift_labels` does the causal shift), positions whose target is ``ignore_index`` dropped before the
+projection (so prompt tokens of an SFT batch cost nothing), the sum divided by the Trainer's ``num_items_in_batch``
+(gradient accumulation: one token mean over the optimizer step) or by the number of targets. Tied embeddings need
+nothing special: the weight's gradient flows back to the one shared parameter.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+DEFAULT_CHUNK_SIZE = 1024  # tokens: at V = 49,152 one chunk's fp32 logits are 200 MB
+
+
+def shift_labels(labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """(B, S) labels -> (B, S) targets: position t predicts label t + 1; the last position predicts nothing."""
+    return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Sum over N targets of -log softmax(hidden @ W.T)[target] + z * lse^2; gradients computed in the forward.
+
+    The matmuls run in `compute_dtype` (the model's dtype, or autocast's), everything else in fp32."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk_size: int, z_loss_coefficient: float, compute_dtype):
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(compute_dtype)  # (V, H); no copy when the dtypes agree
+            for start in range(0, hidden.shape[0], chunk_size):
+                h = hidden[start : start + chunk_size].to(compute_dtype)  # (C, H)
+                t = targets[start : start + chunk_size]
+                logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensors live: this chunk's
+                lse = torch.logsumexp(logits, dim=-1)  # (C,)
+                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                if z_loss_coefficient:
+                    total += z_loss_coefficient * lse.square().sum()
+                if not (need_hidden or need_weight):
+                    continue
+                grad_logits = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                if z_loss_coefficient:
+                    grad_logits.mul_((1 + 2 * z_loss_coefficient * lse)[:, None])
+                grad_logits[torch.arange(t.shape[0], device=t.device), t] -= 1
+                grad_logits = grad_logits.to(compute_dtype)
+                if need_hidden:
+                    grad_hidden[start : start + chunk_size] = grad_logits @ w
+                if need_weight:
+                    grad_weight += (grad_logits.T @ h).float()
+                del logits, grad_logits
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
+        if grad_weight is not None:
+            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def chunked_linear_cross_entropy(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    ignore_index: int = -100,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    z_loss_coefficient: float = 0.0,
+) -> torch.Tensor:
+    """Mean token cross-entropy of ``hidden_states @ weight.T`` against `targets`, chunked (module docstring).
+
+    hidden_states (..., H) and targets (...) are aligned (use `shift_labels` for a causal LM); weight (V, H), the LM
+    head's. Returns the fp32 scalar loss: the sum over targets != ignore_index (plus ``z_loss_coefficient`` times
+    the sum of their log-normaliser squared) divided by ``num_items_in_batch`` when given, else by their count
+    (0 when there is no target, where ``F.cross_entropy``'s mean is NaN).
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be a positive number of tokens, got {chunk_size}.")
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    flat_targets = targets.reshape(-1).to(hidden.device)
+    keep = flat_targets != ignore_index
+    hidden, flat_targets = hidden[keep], flat_targets[keep]  # only the positions that are learned from
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    total = ChunkedLinearCrossEntropy.apply(hidden, weight, flat_targets, chunk_size, float(z_loss_coefficient), dtype)
+    count = num_items_in_batch if num_items_in_batch is not None else max(flat_targets.numel(), 1)
+    if torch.is_tensor(count):
+        count = count.to(total.device)
+    return total / count
+
+
+def uses_chunked_loss(model, labels, logits_to_keep=0) -> bool:
+    """Whether a forward with these arguments computes its loss chunked: labels given, the model training with
+    ``config.loss_chunk_size > 0``, no logits asked for (``logits_to_keep``), and a plain bias-free ``nn.Linear``
+    LM head (a PEFT-wrapped head computes more than ``hidden @ weight.T``)."""
+    head = getattr(model, "lm_head", None)
+    return (
+        labels is not None
+        and model.training
+        and getattr(model.config, "loss_chunk_size", 0) > 0
+        and isinstance(logits_to_keep, int)
+        and logits_to_keep == 0
+        and type(head) is torch.nn.Linear
+        and head.bias is None
+    )

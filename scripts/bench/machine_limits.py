@@ -1,0 +1,115 @@
+"""What the machine a benchmark runs on can do, measured in the same run (docs: shared notes, performance.md).
+
+- `matmul_peak`: FLOP/s of a square (n x n) @ (n x n) matmul in a dtype at the current thread count, best of a few
+  repetitions: the denominator of MFU (model FLOPs utilisation).
+- `copy_bandwidth`: bytes/s of a large tensor copy (read + write counted), best of a few: the denominator of the
+  decode floor, a step cannot be faster than reading every weight once.
+- `training_flops_per_token`: PaLM's (Chowdhery et al. 2022, appendix B) 6 N + 12 L d S for forward + backward,
+  N the matmul parameters (the input embedding is a lookup, not counted; the LM head is), L layers, d width, S the
+  sequence length (attention scores and values).
+- `peak_rss_child`: run a function in a fresh interpreter and report its peak resident memory (ru_maxrss), so two
+  sides measured in one benchmark each start from nothing.
+- `load`: os.getloadavg(), printed with every measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def load() -> tuple[float, float, float] | None:
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best FLOP/s of an n^3 matmul in `dtype` (2 n^3 FLOPs) over `repeats` timed runs after one warm-up."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(dtype)
+    b = torch.randn(n, n, generator=gen).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def copy_bandwidth(megabytes: int = 512, repeats: int = 3) -> float:
+    """Best bytes/s of copying a `megabytes` fp32 tensor (bytes read + bytes written)."""
+    src = torch.ones(megabytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * 4 / best
+
+
+def measure(matmul_n: int = 2048) -> dict:
+    """The machine's limits at the current thread count (fp32 and bf16 matmul peaks, copy bandwidth) and load."""
+    return {
+        "threads": torch.get_num_threads(),
+        "load_before": load(),
+        "matmul_n": matmul_n,
+        "peak_flops_fp32": matmul_peak(torch.float32, matmul_n),
+        "peak_flops_bf16": matmul_peak(torch.bfloat16, matmul_n),
+        "copy_bytes_per_s": copy_bandwidth(),
+        "load_after": load(),
+    }
+
+
+def describe(limits: dict) -> str:
+    return (
+        f"machine at {limits['threads']} threads: matmul {limits['matmul_n']}^3 peak "
+        f"{limits['peak_flops_fp32'] / 1e9:.0f} GFLOP/s fp32, {limits['peak_flops_bf16'] / 1e9:.0f} GFLOP/s bf16; "
+        f"copy bandwidth {limits['copy_bytes_per_s'] / 1e9:.1f} GB/s; load {fmt_load(limits['load_before'])}"
+    )
+
+
+def fmt_load(value) -> str:
+    return "n/a" if value is None else "/".join(f"{x:.2f}" for x in value)
+
+
+def matmul_parameters(model, embedding_names=("embed_tokens", "shared", "wte", "wpe")) -> int:
+    """Parameters that take part in matmuls: every >= 2-D weight except the input embeddings (lookups). A tied
+    LM head shares the embedding's storage but is a matmul: counted under its own name."""
+    seen, total = set(), 0
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if param.dim() < 2:
+            continue
+        if any(part in name.split(".") for part in embedding_names):
+            continue
+        if param.data_ptr() in seen:
+            continue
+        seen.add(param.data_ptr())
+        total += param.numel()
+    return total
+
+
+def training_flops_per_token(matmul_params: int, layers: int, width: int, seq: int) -> float:
+    """PaLM's forward + backward FLOPs per token: 6 N + 12 L d S."""
+    return 6 * matmul_params + 12 * layers * width * seq
+
+
+def peak_rss_child(script: str, argv: list[str], timeout: float = 3600) -> dict:
+    """Run ``python script *argv`` in a fresh interpreter, which prints its results as one JSON line last
+    (``peak_rss``: its own `self_peak_rss`); returns that dict."""
+    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(argv)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def self_peak_rss() -> int:
+    """Peak resident memory of this process in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
