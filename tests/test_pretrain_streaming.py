@@ -229,20 +229,19 @@ def test_num_proc_gives_the_same_blocks(corpus_dir, tokenizer):
 def test_tokenized_cache_is_hit_and_keyed(corpus_dir, tokenizer, tmp_path, monkeypatch):
     chunks, _ = load_split_chunks(data_args(train_files=[str(corpus_dir)]), 0)
     calls = count_tokenizer_calls(monkeypatch)
-    first = tokenize_and_pack(chunks, tokenizer, 16, "training", cache_dir=str(tmp_path))
+    first = tokenize_and_pack(chunks, tokenizer, 16, "training", cache_dir=str(tmp_path)).to_dict()["input_ids"]
     assert calls and len(list(tmp_path.iterdir())) == 1
     calls.clear()
     again = tokenize_and_pack(chunks, tokenizer, 16, "training", cache_dir=str(tmp_path))
-    assert calls == [] and again["input_ids"] == first["input_ids"]
+    assert calls == [] and again.to_dict()["input_ids"] == first
     tokenize_and_pack(chunks, tokenizer, 8, "training", cache_dir=str(tmp_path))  # another block size: a new entry
     tokenize_and_pack(chunks[1:], tokenizer, 16, "training", cache_dir=str(tmp_path))  # other text: a new entry
     assert calls and len([p for p in tmp_path.iterdir() if not p.name.startswith(".")]) == 3
     entry = next(p for p in tmp_path.iterdir() if p.name.startswith(blocks_key(chunks, tokenizer, 16, "causal")))
     for arrow in entry.glob("*.arrow"):
         arrow.write_bytes(b"damaged")
-    assert (
-        tokenize_and_pack(chunks, tokenizer, 16, "training", cache_dir=str(tmp_path))["input_ids"] == first["input_ids"]
-    )  # a damaged entry is rebuilt, not fatal
+    rebuilt = tokenize_and_pack(chunks, tokenizer, 16, "training", cache_dir=str(tmp_path))
+    assert rebuilt.to_dict()["input_ids"] == first  # a damaged entry is rebuilt, not fatal
 
 
 @pytest.mark.timeout(600)
@@ -324,3 +323,30 @@ def test_mixture_job_and_stopping_strategy_flag(corpus_dir, tmp_path, capsys):
     assert main([*base, "--mixture_ratios", "2", "1", "--mixture_stopping_strategy", "sometimes"]) == 2
     assert "--mixture_stopping_strategy 'sometimes'" in capsys.readouterr().err
     assert main([*base, "--mixture_ratios", "2", "1", "--streaming", "--shard_bytes", "2000"]) == 0
+
+
+# ---- real text at size (slow) -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_real_text_mixture_streams_disjointly_over_ranks_and_workers(shared_data, tmp_path):
+    """Tiny Shakespeare + WikiText-2 (2.2 MB, one corpus) in 128 kB shards: 2 ranks x 2 workers read disjoint pieces
+    that together are the whole training stream, and a 64 kB tokenizer sample is bounded and spread."""
+    files = [str(shared_data / "tinyshakespeare.txt"), str(shared_data / "wikitext-2-valid.tokens")]
+    args = data_args(train_files=files, shard_bytes=128 * 1024, chunk_chars=4096, validation_fraction=0.05)
+    pieces = streaming_data.mixed_pieces(args, 0, validation=False)
+    assert pieces.n_shards >= 8
+    everything = Counter(p["text"] for p in pieces)
+    parts = Counter()
+    for rank in range(2):
+        mine = split_dataset_by_node(pieces, rank=rank, world_size=2)
+        loader = torch.utils.data.DataLoader(mine, batch_size=None, num_workers=2)
+        seen = Counter(p["text"] for p in loader)
+        assert not set(seen) & set(parts)
+        parts += seen
+    assert parts == everything
+    sample = list(streaming_data.tokenizer_sample(data_args(train_files=files, shard_bytes=128 * 1024), 0, 65536))
+    assert 65536 <= sum(len(t.encode()) for t in sample) < 65536 + 32 * 4096 * 4
+    shakespeare = (shared_data / "tinyshakespeare.txt").read_text()
+    assert any(t in shakespeare for t in sample) and not all(t in shakespeare for t in sample)
