@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -67,7 +68,16 @@ def paragraph_pools(shared: Path) -> list[list[str]]:
     for name in ("tinyshakespeare.txt", "wikitext-2-valid.tokens", "peoples_daily_1998_zh_part.txt"):
         if (shared / name).is_file():
             texts.append((shared / name).read_text(encoding="utf-8"))
-    return [[p.strip() for p in text.split("\n\n") if len(p.strip()) > 40] for text in texts]
+    return [paragraphs(text) for text in texts]
+
+
+def paragraphs(text: str, longest: int = 8000) -> list[str]:
+    """Blank-line separated paragraphs of ``text``; one longer than ``longest`` characters (People's Daily has no
+    blank lines) is cut into its lines. Pieces of 40 characters or fewer are dropped."""
+    out = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        out += paragraph.splitlines() if len(paragraph) > longest else [paragraph]
+    return [p.strip() for p in out if len(p.strip()) > 40]
 
 
 def write_corpus(path: Path, megabytes: float, pools: list[list[str]], seed: int = 0) -> int:
