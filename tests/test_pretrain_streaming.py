@@ -106,6 +106,11 @@ def test_folder_glob_jsonl_and_parquet_sources(tmp_path):
         resolve_files(str(tmp_path / "missing.txt"))
     with pytest.raises(ValueError, match="no 'text' field; set --text_column"):
         list(read_shard(specs[0], "text", 100))
+    (tmp_path / "big.jsonl").write_text(json.dumps({"text": "word " * 3000 + "\n\n" + "more " * 3000}) + "\n")
+    pieces = list(read_shard(shard_specs(resolve_files(str(tmp_path / "big.jsonl")), 10**6)[0], "text", 2000))
+    assert len(pieces) > 5 and max(len(p["text"]) for p in pieces) <= 2000  # a huge row is cut: bounded memory
+    assert [p["end_of_document"] for p in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert "".join(p["text"] for p in pieces) == "word " * 3000 + "\n\n" + "more " * 3000
 
 
 # ---- streaming: hold-out, ranks, workers ------------------------------------------------------------------

@@ -6,7 +6,8 @@ A source spec (one `--train_files` entry, or `--dataset_name`) resolves to a `Te
 
 - a text file is ONE document, cut into pieces of about ``chunk_chars`` at paragraph ends (`split_documents`);
   only its last piece is followed by an end-of-text token;
-- every JSONL line / Parquet row / dataset row (its ``text_column``) is one document.
+- every JSONL line / Parquet row / dataset row (its ``text_column``) is one document, cut the same way, so one
+  huge row never reaches the tokenizer whole (memory stays bounded by ``chunk_chars``, whatever the rows).
 
 Streaming reads a source as SHARDS, each read lazily: a local text or JSONL file is cut into byte ranges of
 about ``shard_bytes`` (each range holds the lines that START inside it, the Hadoop input-split rule, so the
@@ -75,6 +76,13 @@ def resolve_sources(train_files: list[str] | None, dataset_name: str | None) -> 
     if dataset_name:
         sources.append(TextSource(dataset_name, dataset_name=dataset_name))
     return sources
+
+
+def document_pieces(text: str, chunk_chars: int) -> Iterator[dict]:
+    """One document as pieces of about ``chunk_chars`` (paragraph ends); the last one ends the document."""
+    parts = split_documents(text, chunk_chars)
+    for i, part in enumerate(parts):
+        yield {"text": part, "end_of_document": i == len(parts) - 1}
 
 
 def _json_text(line: bytes, path: str, offset: int, text_column: str) -> str | None:
@@ -161,7 +169,7 @@ def read_shard(spec: tuple[str, str, int, int], text_column: str, chunk_chars: i
         for offset, line in _lines(path, start, end):
             text = _json_text(line, path, offset, text_column)
             if text is not None:
-                yield {"text": text, "end_of_document": True}
+                yield from document_pieces(text, chunk_chars)
     else:
         import pyarrow.parquet as pq
 
@@ -171,7 +179,7 @@ def read_shard(spec: tuple[str, str, int, int], text_column: str, chunk_chars: i
                              "set --text_column")  # fmt: skip
         for text in table.read_row_group(start, columns=[text_column]).column(0).to_pylist():
             if isinstance(text, str) and text.strip():
-                yield {"text": text, "end_of_document": True}
+                yield from document_pieces(text, chunk_chars)
 
 
 def read_local_documents(source: TextSource, text_column: str, chunk_chars: int) -> list[dict]:

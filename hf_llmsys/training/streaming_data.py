@@ -34,7 +34,7 @@ from datasets import Dataset, Features, IterableDataset, Sequence, Value, concat
 
 from ..data.mixtures import check_stopping_strategy, mixture_probabilities
 from ..data.packing import group_texts
-from ..data.text_sources import TextSource, read_shard, resolve_sources, shard_specs
+from ..data.text_sources import TextSource, document_pieces, read_shard, resolve_sources, shard_specs
 
 PIECE_FEATURES = Features({"text": Value("string"), "end_of_document": Value("bool")})
 CAUSAL_FEATURES = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
@@ -73,11 +73,11 @@ def source_stream(source: TextSource, data_args) -> IterableDataset:
     if columns is not None and data_args.text_column not in columns:
         raise ValueError(f"--text_column {data_args.text_column!r} is not a column of {source.dataset_name}; "
                          f"choose one of {columns}")  # fmt: skip
-    column = data_args.text_column
+    column, chunk_chars = data_args.text_column, data_args.chunk_chars
 
     def pieces(batch):
-        texts = [t for t in batch[column] if isinstance(t, str) and t.strip()]
-        return {"text": texts, "end_of_document": [True] * len(texts)}
+        cut = [p for t in batch[column] if isinstance(t, str) and t.strip() for p in document_pieces(t, chunk_chars)]
+        return {"text": [p["text"] for p in cut], "end_of_document": [p["end_of_document"] for p in cut]}
 
     return ds.map(pieces, batched=True, remove_columns=columns, features=PIECE_FEATURES)
 
