@@ -113,6 +113,21 @@ def test_folder_glob_jsonl_and_parquet_sources(tmp_path):
     assert "".join(p["text"] for p in pieces) == "word " * 3000 + "\n\n" + "more " * 3000
 
 
+def test_datasets_id_streams_its_rows_as_pieces(tmp_path):
+    """--dataset_name (here a local data folder, read by load_dataset(..., streaming=True)) with --streaming."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    rows = [{"body": f"document {i} " + "x" * (300 if i % 2 else 5000)} for i in range(20)]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    args = data_args(dataset_name=str(folder), text_column="body", chunk_chars=1000, streaming=True)
+    pieces = list(streaming_data.mixed_pieces(args, 0, validation=False))
+    pieces += list(streaming_data.mixed_pieces(args, 0, validation=True))
+    assert sorted("".join(p["text"] for p in pieces)) == sorted("".join(r["body"] for r in rows))
+    assert max(len(p["text"]) for p in pieces) <= 1000 and sum(p["end_of_document"] for p in pieces) == 20
+    with pytest.raises(ValueError, match="--text_column 'text' is not a column"):
+        streaming_data.mixed_pieces(data_args(dataset_name=str(folder), streaming=True), 0, validation=False)
+
+
 # ---- streaming: hold-out, ranks, workers ------------------------------------------------------------------
 
 
