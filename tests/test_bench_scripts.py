@@ -119,3 +119,28 @@ def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     assert module.main(["--device", "cpu", "--quick", "--skip-bench"]) == 0
     printed = capsys.readouterr().out
     assert "parity: all ok" in printed and printed.count(" ok\n") >= 14
+
+
+@pytest.mark.timeout(900)
+def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
+    """scripts/bench/scaling.py --quick: tiny corpora, each job a subprocess with its peak RSS, growth ratios."""
+    bench = _load_script("scaling")
+    out = tmp_path / "scaling.json"
+    results = bench.main(["--quick", "--jobs", "train-stream", "run-clm", "--json", str(out), "--workdir",
+                          str(tmp_path)])  # fmt: skip
+    saved = json.loads(out.read_text())
+    rows = saved["rows"]
+    assert [(r["job"], r["size"]) for r in rows] == [("train-stream", 1), ("run-clm", 1), ("train-stream", 4),
+                                                     ("run-clm", 4)]  # fmt: skip
+    for row in rows:
+        assert row["peak_rss_mb"] > 50 and 0 < row["work_seconds"] <= row["seconds"]
+        assert len(row["load_before"]) == 3 and row["tokens"] > 0
+    small, big = (r for r in rows if r["job"] == "train-stream")
+    assert 3.5 < big["text_mb"] / small["text_mb"] < 4.5 and 3.0 < big["tokens"] / small["tokens"] < 5.0
+    same = [r for r in rows if r["size"] == 4]
+    assert same[0]["tokens"] == pytest.approx(same[1]["tokens"], rel=0.02)  # the same text, one tokenizer
+    assert (
+        set(saved["growth"]) == {"train-stream", "run-clm"}
+        and "rss_flat" in saved["growth"]["train-stream"]["goals_met"]
+    )
+    assert results["throughput"] and not list(tmp_path.glob("llmsys-scaling-*/corpus-*"))  # corpora removed

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from datasets import Dataset, interleave_datasets
 
+from .mixtures import mixture_probabilities
+
 REQUIRED_FIELDS = ("instruction", "output")
 OPTIONAL_FIELDS = ("input",)
 
@@ -117,15 +119,9 @@ def load_records(source: str | os.PathLike, split: str = "train", skip_invalid: 
 
 def mix_records(sources: Sequence[Sequence[dict]], probabilities: Sequence[float] | None, seed: int) -> list[dict]:
     """Interleave several record lists with sampling `probabilities` (None: equal), reproducible by `seed`."""
-    if probabilities is not None and (len(probabilities) != len(sources) or any(p <= 0 for p in probabilities)):
-        raise ValueError(
-            f"--mixture_ratios: need one positive ratio per --data file ({len(sources)}), got {list(probabilities)}"
-        )
+    probabilities = mixture_probabilities(probabilities, len(sources), "--data")
     if len(sources) == 1:
         return list(sources[0])
-    if probabilities is not None:
-        total = float(sum(probabilities))
-        probabilities = [p / total for p in probabilities]
     parts = [Dataset.from_list(list(s)) for s in sources]
     mixed = interleave_datasets(
         parts, probabilities=probabilities, seed=seed, stopping_strategy="all_exhausted_without_replacement"

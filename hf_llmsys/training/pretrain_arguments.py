@@ -26,6 +26,13 @@ class ModelArguments:
         default=None, metadata={"help": "Folder of a saved tokenizer to use; by default one is trained on the data."}
     )
     vocab_size: int = field(default=2048, metadata={"help": "Vocabulary size of the tokenizer trained here."})
+    tokenizer_sample_bytes: int = field(
+        default=16 * 2**20,
+        metadata={
+            "help": "Bytes of training text the tokenizer is trained on (a deterministic sample spread over the "
+            "corpus; all of it when smaller)."
+        },
+    )
     hidden_size: int = field(default=128, metadata={"help": "Model width d."})
     num_hidden_layers: int = field(default=4, metadata={"help": "Number of decoder layers."})
     num_attention_heads: int = field(default=4, metadata={"help": "Number of query heads."})
@@ -84,7 +91,11 @@ class DataArguments:
     """Where the training text comes from and how it is split."""
 
     train_files: list[str] | None = field(
-        default=None, metadata={"help": "Plain UTF-8 text files; default: the embedded public-domain corpus."}
+        default=None,
+        metadata={
+            "help": "UTF-8 text (.txt), JSON Lines (.jsonl, --text_column) or Parquet files, folders of them or globs; "
+            "default: the embedded public-domain corpus."
+        },
     )
     dataset_name: str | None = field(default=None, metadata={"help": "A `datasets.load_dataset` id or path."})
     dataset_config: str | None = field(default=None, metadata={"help": "The dataset configuration name."})
@@ -100,6 +111,47 @@ class DataArguments:
         default=0.15, metadata={"help": "T5 only: fraction of tokens masked by span corruption."}
     )
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "T5 only: mean length of a masked span."})
+    mixture_ratios: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Sampling ratio per source (each --train_files entry, then --dataset_name), mixed with "
+            "interleave_datasets; None: the sources are one corpus."
+        },
+    )
+    mixture_stopping_strategy: str = field(
+        default="all_exhausted",
+        metadata={
+            "help": "interleave_datasets stopping strategy of a mixture (all_exhausted: ratios hold throughout)."
+        },
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read, tokenize and pack the corpus on the fly (a datasets IterableDataset, bounded memory); "
+            "needs --max_steps."
+        },
+    )
+    shard_bytes: int = field(
+        default=8 * 2**20,
+        metadata={"help": "Streaming: bytes per shard of a local text / JSONL file (shards feed workers and ranks)."},
+    )
+    streaming_batch_rows: int = field(
+        default=256, metadata={"help": "Streaming: text pieces tokenized and packed per map batch."}
+    )
+    streaming_validation_blocks: int = field(
+        default=64, metadata={"help": "Streaming: held-out blocks kept for evaluation."}
+    )
+    num_proc: int | None = field(
+        default=None, metadata={"help": "Non-streaming: processes of the tokenizing datasets.map (None: one)."}
+    )
+    tokenized_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Non-streaming: cache of tokenized blocks; None: <HF_DATASETS_CACHE>/hf_llmsys_tokenized."},
+    )
+    cache_tokenized: bool = field(
+        default=True,
+        metadata={"help": "Non-streaming: reuse tokenized blocks of an earlier run (--no_cache_tokenized)."},
+    )
 
 
 CAUSAL_LM_TYPES = ("llmsys_llama", "llmsys_gpt3")  # the decoders (DecoderConfig): layouts, GQA

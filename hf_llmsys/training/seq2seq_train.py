@@ -18,6 +18,7 @@ save is the skeleton's atomic save (`output_dir.py`, config.json moved in last).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import numpy as np
 from datasets import Dataset
@@ -31,15 +32,26 @@ from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import examples_per_step, finish_job, loss_metrics, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
-from .text_data import describe_data, load_chunks, split_chunks
+from .pretrain_data import cache_dir, tokenizer_texts
+from .streaming_data import (
+    BASELINE_BLOCKS,
+    SPAN_FEATURES,
+    first_blocks,
+    span_packer,
+    training_stream,
+    validation_blocks,
+)
+from .text_data import describe_data, load_split_chunks, tokenize_chunks
+from .tokenized_cache import blocks_key, cached_dataset
 
 logger = logging.get_logger(__name__)
 
 VALIDATION_SEED_OFFSET = 1  # the fixed validation corruption uses seed + 1 (training uses seed)
 
 
-def get_t5_tokenizer(model_args, train_chunks: list[dict], checkpoint: str | None):
-    """--tokenizer, else the resumed checkpoint's, else a Unigram sentinel tokenizer trained on the training text."""
+def get_t5_tokenizer(model_args, texts: Iterable[str], checkpoint: str | None):
+    """--tokenizer, else the resumed checkpoint's, else a Unigram sentinel tokenizer trained on ``texts`` (the
+    --tokenizer_sample_bytes sample of the training text)."""
     source = model_args.tokenizer or checkpoint
     if source:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -48,7 +60,7 @@ def get_t5_tokenizer(model_args, train_chunks: list[dict], checkpoint: str | Non
                 f"--tokenizer {source}: has no <extra_id_0> sentinel; span corruption needs a T5-style one"
             )
         return tokenizer
-    return train_sentinel_tokenizer((c["text"] for c in train_chunks), model_args.vocab_size)
+    return train_sentinel_tokenizer(texts, model_args.vocab_size)
 
 
 def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
@@ -73,21 +85,28 @@ def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
     )
 
 
-def raw_examples(chunks: list[dict], tokenizer, raw_length: int, split: str, block_size: int) -> Dataset:
-    """Tokenize the chunks (eos after each document), concatenate and cut into ``raw_length`` examples."""
-    eos = tokenizer.eos_token_id
-    ids = tokenizer([c["text"] for c in chunks], add_special_tokens=False, verbose=False)["input_ids"]
-    ids = [x + [eos] if c["end_of_document"] else x for x, c in zip(ids, chunks, strict=True)]
-    packed = group_texts({"input_ids": ids}, raw_length)
-    if not packed["input_ids"]:
-        n_tokens = sum(len(x) for x in ids)
+def raw_examples(
+    chunks: list[dict], tokenizer, raw_length: int, split: str, block_size: int, num_proc: int | None = None,
+    cache_dir: str | None = None,
+) -> Dataset:  # fmt: skip
+    """Tokenize the chunks (eos after each document; `Dataset.map` with ``num_proc``), concatenate and cut into
+    ``raw_length`` examples, each with its ``example_index``; with ``cache_dir`` a rerun loads them from disk."""
+
+    def build():
+        ids = tokenize_chunks(chunks, tokenizer, num_proc)["input_ids"]
+        examples = group_texts({"input_ids": ids}, raw_length)["input_ids"]
+        return Dataset.from_dict({"input_ids": examples, "example_index": list(range(len(examples)))})
+
+    key = blocks_key(chunks, tokenizer, raw_length, "span-corruption") if cache_dir else ""
+    dataset = cached_dataset(cache_dir, key, build, f"the {split} split")
+    if len(dataset) == 0:
+        n_tokens = sum(len(x) for x in tokenize_chunks(chunks, tokenizer)["input_ids"])
         raise ValueError(
             f"the {split} split has {n_tokens} tokens, fewer than one span-corruption example: --block_size "
             f"{block_size} (encoder tokens after corruption) needs {raw_length} raw tokens; give more text, a larger "
             "--validation_fraction (for the validation split) or a smaller --block_size"
         )
-    examples = packed["input_ids"]
-    return Dataset.from_dict({"input_ids": examples, "example_index": list(range(len(examples)))})
+    return dataset
 
 
 def corrupted_once(dataset: Dataset, collator: SpanCorruptionCollator, seed: int) -> Dataset:
@@ -151,26 +170,24 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     start = time.time()
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         training_args.output_dir = DEFAULT_T5_OUTPUT_DIR
-    chunks = load_chunks(data_args)
-    train_chunks, val_chunks = split_chunks(chunks, data_args.validation_fraction, training_args.seed)
     checkpoint = find_checkpoint(training_args)
-    tokenizer = get_t5_tokenizer(model_args, train_chunks, checkpoint)
+    train_chunks, val_chunks = (None, None) if data_args.streaming else load_split_chunks(data_args, training_args.seed)
+    texts = tokenizer_texts(model_args, data_args, training_args.seed, train_chunks)
+    tokenizer = get_t5_tokenizer(model_args, texts, checkpoint)
     config = build_t5_config(model_args, tokenizer)
     prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
     if training_args.overwrite_output_dir:
         clear_checkpoints(training_args.output_dir)
     collator = make_collator(tokenizer, data_args, model_args.block_size, training_args.seed)
     raw = collator.raw_length
-    train_ds = raw_examples(train_chunks, tokenizer, raw, "training", model_args.block_size)
-    val_ds = corrupted_once(
-        raw_examples(val_chunks, tokenizer, raw, "validation", model_args.block_size),
-        collator,
-        training_args.seed + VALIDATION_SEED_OFFSET,
-    )
+    train_ds, val_raw, baseline_ds = span_examples(train_chunks, val_chunks, tokenizer, raw, model_args, data_args,
+                                                   training_args.seed)  # fmt: skip
+    val_ds = corrupted_once(val_raw, collator, training_args.seed + VALIDATION_SEED_OFFSET)
     model = seeded(training_args.seed, lambda: LlmsysT5ForConditionalGeneration(config))
     training_args.remove_unused_columns = False  # the collator needs example_index (it returns model inputs only)
     logger.info(
-        f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train {len(train_ds)} examples of {raw} "
+        f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train "
+        f"{'streamed' if data_args.streaming else len(train_ds)} examples of {raw} "
         f"raw tokens -> {model_args.block_size} input / {collator.target_length} target tokens; validation "
         f"{len(val_ds)} examples"
     )
@@ -184,11 +201,30 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         callbacks=[CorruptionEpochCallback(collator)],
     )
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
-    results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
+    results = summarize_t5(trainer.evaluate(), train_out, baseline_ds, val_ds, collator, tokenizer, training_args)
+    if data_args.streaming:
+        results["train_tokens"] = None  # a stream has no length; tokens_seen counts what was trained on
     results.update(describe_data(data_args))
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
     gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start)
+
+
+def span_examples(train_chunks, val_chunks, tokenizer, raw: int, model_args, data_args, seed: int) -> tuple:
+    """(training examples, validation examples before corruption, examples the unigram baseline is fitted on):
+    Datasets tokenized with --num_proc and cached, or with --streaming an endless IterableDataset (each example's
+    corruption seeded by a hash of its tokens, so resuming and dataloader workers see the same masks), the first
+    held-out examples and the first `BASELINE_BLOCKS` training examples."""
+    block = model_args.block_size
+    if data_args.streaming:
+        pack = span_packer(tokenizer, raw)
+        train_ds = training_stream(data_args, seed, pack, SPAN_FEATURES)
+        baseline = first_blocks(training_stream(data_args, seed, pack, SPAN_FEATURES, repeat=False), BASELINE_BLOCKS,
+                                "training")  # fmt: skip
+        return train_ds, validation_blocks(data_args, seed, pack, SPAN_FEATURES), baseline
+    cache, num_proc = cache_dir(data_args), data_args.num_proc
+    train_ds = raw_examples(train_chunks, tokenizer, raw, "training", block, num_proc, cache)
+    return train_ds, raw_examples(val_chunks, tokenizer, raw, "validation", block, num_proc, cache), train_ds
 
 
 def target_unigram_perplexity(train_ds: Dataset, val_ds: Dataset, collator, vocab_size: int, seed: int) -> float:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import random
 
-from datasets import Dataset
+from datasets import Dataset, interleave_datasets
 
-from ..data.corpus import load_default_corpus, read_text_file, split_documents
+from ..data.corpus import load_default_corpus, split_documents
+from ..data.mixtures import check_stopping_strategy, mixture_probabilities
 from ..data.packing import group_texts, unigram_perplexity
+from ..data.text_sources import read_local_documents, resolve_sources
+from .tokenized_cache import blocks_key, cached_dataset
 
 
 def _chunks(text: str, source: str, chunk_chars: int) -> list[dict]:
@@ -36,13 +39,36 @@ def describe_data(args) -> dict:
 
 def load_chunks(args) -> list[dict]:
     """Read the training text (files, a `datasets` dataset, or the embedded corpus) as contiguous chunks."""
-    if args.train_files and args.dataset_name:
-        raise ValueError("give either --train_files or --dataset_name, not both")
-    if args.train_files:
-        return [c for path in args.train_files for c in _chunks(read_text_file(path), path, args.chunk_chars)]
-    if args.dataset_name:
-        return _dataset_chunks(args)
-    return _chunks(load_default_corpus(), "embedded default corpus", args.chunk_chars)
+    return [c for source in load_source_chunks(args) for c in source]
+
+
+def load_source_chunks(args) -> list[list[dict]]:
+    """The chunks of each source (--train_files entries: files, folders, globs; then --dataset_name)."""
+    if not args.train_files and not args.dataset_name:
+        return [_chunks(load_default_corpus(), "embedded default corpus", args.chunk_chars)]
+    sources = resolve_sources(args.train_files, None)
+    chunks = [read_local_documents(s, args.text_column, args.chunk_chars) for s in sources]
+    return chunks + ([_dataset_chunks(args)] if args.dataset_name else [])
+
+
+def load_split_chunks(args, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training, validation) chunks. Without --mixture_ratios the sources are one corpus, split by
+    `split_chunks`; with them each source is split alone and the training parts are mixed with
+    `interleave_datasets` (default stopping strategy all_exhausted: the ratios hold over the whole run, a smaller
+    source being sampled again until every source is used up)."""
+    per_source = load_source_chunks(args)
+    ratios = getattr(args, "mixture_ratios", None)
+    if ratios is None:
+        return split_chunks([c for chunks in per_source for c in chunks], args.validation_fraction, seed)
+    probabilities = mixture_probabilities(ratios, len(per_source), "--train_files/--dataset_name")
+    splits = [split_chunks(chunks, args.validation_fraction, seed) for chunks in per_source]
+    val = [c for _, v in splits for c in v]
+    if len(splits) == 1:
+        return splits[0][0], val
+    strategy = check_stopping_strategy(getattr(args, "mixture_stopping_strategy", "all_exhausted"))
+    parts = [Dataset.from_list(t) for t, _ in splits]
+    mixed = interleave_datasets(parts, probabilities=probabilities, seed=seed, stopping_strategy=strategy)
+    return mixed.to_list(), val
 
 
 def _dataset_chunks(args) -> list[dict]:
@@ -75,23 +101,42 @@ def split_chunks(chunks: list[dict], fraction: float, seed: int) -> tuple[list[d
     return train, [c for i, c in enumerate(chunks) if i in val_idx]
 
 
-def tokenize_and_pack(chunks: list[dict], tokenizer, block_size: int, split: str) -> Dataset:
-    """Tokenize chunks with `Dataset.map(batched=True)` and pack them into `block_size` blocks."""
+def tokenize_and_pack(
+    chunks: list[dict], tokenizer, block_size: int, split: str, num_proc: int | None = None,
+    cache_dir: str | None = None,
+) -> Dataset:  # fmt: skip
+    """Tokenize chunks with `Dataset.map(batched=True, num_proc=num_proc)` and pack them into `block_size`
+    blocks; with ``cache_dir`` the blocks are kept on disk (`tokenized_cache.py`) and a rerun loads them."""
+    key = blocks_key(chunks, tokenizer, block_size, "causal") if cache_dir else ""
+    packed = cached_dataset(
+        cache_dir, key, lambda: _tokenize_and_pack(chunks, tokenizer, block_size, num_proc), f"the {split} split"
+    )
+    if len(packed) == 0:
+        n_tokens = sum(len(x) for x in tokenize_chunks(chunks, tokenizer, num_proc)["input_ids"])
+        raise ValueError(
+            f"the {split} split has {n_tokens} tokens, fewer than one block of --block_size {block_size}; "
+            "give more text, a larger --validation_fraction, or a smaller --block_size"
+        )
+    return packed
+
+
+def tokenize_chunks(chunks: list[dict], tokenizer, num_proc: int | None = None) -> Dataset:
+    """The chunks' token ids (an eos after each document's last chunk), `Dataset.map(batched=True, num_proc)`."""
     eos = tokenizer.eos_token_id
 
     def tokenize(batch):
         ids = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
         return {"input_ids": [x + [eos] if end else x for x, end in zip(ids, batch["end_of_document"], strict=True)]}
 
-    ds = Dataset.from_list(chunks).map(tokenize, batched=True, remove_columns=["text", "end_of_document"])
-    packed = ds.map(lambda b: group_texts(b, block_size), batched=True, batch_size=1000)
-    if len(packed) == 0:
-        n_tokens = sum(len(x) for x in ds["input_ids"])
-        raise ValueError(
-            f"the {split} split has {n_tokens} tokens, fewer than one block of --block_size {block_size}; "
-            "give more text, a larger --validation_fraction, or a smaller --block_size"
-        )
-    return packed
+    num_proc = num_proc if num_proc and num_proc > 1 and len(chunks) >= num_proc else None
+    return Dataset.from_list(chunks).map(
+        tokenize, batched=True, remove_columns=["text", "end_of_document"], num_proc=num_proc
+    )
+
+
+def _tokenize_and_pack(chunks: list[dict], tokenizer, block_size: int, num_proc: int | None) -> Dataset:
+    ds = tokenize_chunks(chunks, tokenizer, num_proc)
+    return ds.map(lambda b: group_texts(b, block_size), batched=True, batch_size=1000)
 
 
 def baseline_perplexity(train_ds: Dataset, val_ds: Dataset, vocab_size: int) -> float:

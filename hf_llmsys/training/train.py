@@ -13,7 +13,9 @@ Output: model, tokenizer, generation config and `train_results.json`, saved atom
 from __future__ import annotations
 
 import os
+import sys
 import time
+from collections.abc import Iterable
 
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, default_data_collator
 from transformers.utils import logging
@@ -40,10 +42,20 @@ from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import th
     ModelArguments,
     validate_pretrain_args,
 )
+from .pretrain_data import cache_dir, check_data_args, tokenizer_texts
+from .streaming_data import (
+    BASELINE_BLOCKS,
+    CAUSAL_FEATURES,
+    causal_packer,
+    first_blocks,
+    training_stream,
+    validation_blocks,
+)
 from .text_data import (  # noqa: F401  (re-exported for scripts reusing the job's data)
     baseline_perplexity,
     describe_data,
     load_chunks,
+    load_split_chunks,
     split_chunks,
     tokenize_and_pack,
 )
@@ -64,14 +76,15 @@ def given_flags(argv: list[str] | None) -> frozenset[str]:
     return flags_given(HfArgumentParser(ARGUMENT_CLASSES), argv)
 
 
-def get_tokenizer(args: ModelArguments, train_chunks: list[dict], checkpoint: str | None):
-    """Tokenizer from --tokenizer, else from the checkpoint being resumed, else trained on the training text."""
+def get_tokenizer(args: ModelArguments, texts: Iterable[str], checkpoint: str | None):
+    """Tokenizer from --tokenizer, else from the checkpoint being resumed, else trained on ``texts`` (the
+    --tokenizer_sample_bytes sample of the training text, `pretrain_data.tokenizer_texts`)."""
     source = args.tokenizer or (
         checkpoint if checkpoint and os.path.exists(os.path.join(checkpoint, "tokenizer.json")) else None
     )
     if source:
         return AutoTokenizer.from_pretrained(source)
-    return train_bpe_tokenizer((c["text"] for c in train_chunks), args.vocab_size)
+    return train_bpe_tokenizer(texts, args.vocab_size)
 
 
 def _layout_fields(args: ModelArguments, default_window: int | None) -> dict:
@@ -151,21 +164,22 @@ def run_causal_lm_training(
 ) -> dict:
     """The whole job: data, tokenizer, model, Trainer, evaluation, baseline and the atomic final save."""
     start = time.time()
-    chunks = load_chunks(data_args)
-    train_chunks, val_chunks = split_chunks(chunks, data_args.validation_fraction, training_args.seed)
     checkpoint = find_checkpoint(training_args)
-    tokenizer = get_tokenizer(model_args, train_chunks, checkpoint)
+    train_chunks, val_chunks = (None, None) if data_args.streaming else load_split_chunks(data_args, training_args.seed)
+    texts = tokenizer_texts(model_args, data_args, training_args.seed, train_chunks)
+    tokenizer = get_tokenizer(model_args, texts, checkpoint)
     prepare_output_dir(
         training_args.output_dir, build_config(model_args, tokenizer), training_args.overwrite_output_dir
     )
     if training_args.overwrite_output_dir:
         clear_checkpoints(training_args.output_dir)
-    train_ds = tokenize_and_pack(train_chunks, tokenizer, model_args.block_size, "training")
-    val_ds = tokenize_and_pack(val_chunks, tokenizer, model_args.block_size, "validation")
+    train_ds, val_ds, baseline_ds = causal_blocks(train_chunks, val_chunks, tokenizer, model_args, data_args,
+                                                  training_args.seed)  # fmt: skip
     model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer))
+    size = "streamed" if data_args.streaming else len(train_ds)
     logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; "
-        f"train {len(train_ds)} blocks, validation {len(val_ds)} blocks of {model_args.block_size} tokens"
+        f"train {size} blocks, validation {len(val_ds)} blocks of {model_args.block_size} tokens"
     )
     trainer = Trainer(
         model=model,
@@ -176,14 +190,32 @@ def run_causal_lm_training(
         processing_class=tokenizer,
     )
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
-    results = summarize(trainer.evaluate(), train_out, train_ds, val_ds, tokenizer, model_args, training_args)
+    results = summarize(trainer.evaluate(), train_out, baseline_ds, val_ds, tokenizer, model_args, training_args)
+    if data_args.streaming:
+        results["train_tokens"] = None  # a stream has no length; tokens_seen counts what was trained on
     results.update(describe_data(data_args))
     gen_config = generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start)
 
 
+def causal_blocks(train_chunks, val_chunks, tokenizer, model_args, data_args, seed: int) -> tuple:
+    """(training blocks, validation blocks, blocks the unigram baseline is fitted on): Datasets tokenized with
+    --num_proc and cached, or with --streaming an endless IterableDataset, the first held-out blocks and the first
+    `BASELINE_BLOCKS` training blocks."""
+    block = model_args.block_size
+    if data_args.streaming:
+        pack = causal_packer(tokenizer, block)
+        train_ds = training_stream(data_args, seed, pack, CAUSAL_FEATURES)
+        baseline = first_blocks(training_stream(data_args, seed, pack, CAUSAL_FEATURES, repeat=False),
+                                BASELINE_BLOCKS, "training")  # fmt: skip
+        return train_ds, validation_blocks(data_args, seed, pack, CAUSAL_FEATURES), baseline
+    cache, num_proc = cache_dir(data_args), data_args.num_proc
+    train_ds = tokenize_and_pack(train_chunks, tokenizer, block, "training", num_proc, cache)
+    return train_ds, tokenize_and_pack(val_chunks, tokenizer, block, "validation", num_proc, cache), train_ds
+
+
 def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, training_args) -> dict:
-    """Validation loss and perplexity, unigram baseline, ratio and token counts as a JSON-ready dict."""
+    """Validation loss and perplexity, unigram baseline (fitted on ``train_ds``), ratio and token counts."""
     unigram = baseline_perplexity(train_ds, val_ds, len(tokenizer))
     return {
         **loss_metrics(eval_metrics, unigram, train_out),
@@ -213,11 +245,13 @@ def run_training(
     if model_args.model_type not in TRAINING_JOBS:
         raise ValueError(f"--model_type {model_args.model_type!r} is unknown; choose one of {sorted(TRAINING_JOBS)}")
     validate_pretrain_args(model_args, training_args, data_args, given)
+    check_data_args(model_args, data_args, training_args, given)
     return TRAINING_JOBS[model_args.model_type](model_args, data_args, training_args)
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Entry point of `llmsys train`: run the job, print its summary (main process); returns the results dict."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     model_args, data_args, training_args = parse_args(argv)
     results = run_training(model_args, data_args, training_args, given_flags(argv))
     if is_world_process_zero(training_args):
