@@ -36,15 +36,21 @@ def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
     problems = verify_folder(folder)
     if update:
         write_manifests(folder)
-        print(f"{folder}: recorded sha256 and sizes of {len(weight_files(folder))} weight files")
     elif problems:
         raise ValueError(
             "; ".join(problems) + f". Copy or download them again, or accept them as they are with "
             f"`llmsys verify {folder} --update`."
         )
+    files = sorted(weight_files(folder)) if update else sorted(listed)
+    return {"folder": str(folder), "files": files, "problems": problems, "updated": update}
+
+
+def print_verify_report(report: dict) -> None:
+    """The command's one line: what was checked (or recorded): CLI output."""
+    if report["updated"]:
+        print(f"{report['folder']}: recorded sha256 and sizes of {len(report['files'])} weight files")
     else:
-        print(f"{folder}: {len(listed)} weight files match {CHECKSUM_FILE}")
-    return {"folder": str(folder), "files": sorted(listed), "problems": problems}
+        print(f"{report['folder']}: {len(report['files'])} weight files match {CHECKSUM_FILE}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -57,4 +63,6 @@ def main(argv: list[str] | None = None) -> dict:
         "--update", action="store_true", help="record the files as they are now (accept a deliberate edit)"
     )
     args = parser.parse_args(argv)
-    return verify_checkpoint(args.folder, update=args.update)
+    report = verify_checkpoint(args.folder, update=args.update)
+    print_verify_report(report)
+    return report

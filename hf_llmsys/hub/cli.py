@@ -33,7 +33,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from ..checkpoints.verify import verify_checkpoint
+from ..checkpoints.verify import print_verify_report, verify_checkpoint
 from ..models.weight_integrity import CHECKSUM_FILE
 from .architecture import UnknownArchitectureError
 from .cards import write_model_card
@@ -250,7 +250,7 @@ def pull_repo(
     files = sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.parts)
     print(f"downloaded {len(files)} files of commit {info.sha} into {path}")
     if (Path(path) / CHECKSUM_FILE).is_file():
-        verify_checkpoint(path)
+        print_verify_report(verify_checkpoint(path))
     return {"repo_id": repo_id, "commit": info.sha, "files": files, "path": str(path)}
 
 

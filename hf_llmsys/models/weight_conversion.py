@@ -192,7 +192,9 @@ def transforms_matching(transforms: list[WeightTransform], model_keys: Iterable[
     converters = [reverse for reverse in reverses if isinstance(reverse, WeightConverter)]
     for key in model_keys:
         rename_source_key(key, renamings, converters, reverse=True)
-    return [transform for transform, reverse in zip(transforms[::-1], reverses) if reverse.was_used()][::-1]
+    return [transform for transform, reverse in zip(transforms[::-1], reverses, strict=True) if reverse.was_used()][
+        ::-1
+    ]
 
 
 @torch.no_grad()

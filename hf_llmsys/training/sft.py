@@ -245,7 +245,7 @@ def chunked_loss(model, data_args, training_args) -> bool:
     """--loss_chunk_size on the model where it is exactly its loss (a note says why not, for our models)."""
     on, why_not = enable_chunked_loss(model, data_args.loss_chunk_size, training_args)
     if not on and data_args.loss_chunk_size > 0 and hasattr(model.config, "loss_chunk_size"):
-        print(f"--loss_chunk_size: plain loss ({why_not})")
+        logger.warning(f"--loss_chunk_size: plain loss ({why_not})")
     return on
 
 
