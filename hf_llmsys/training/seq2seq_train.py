@@ -181,7 +181,9 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     )
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize_t5(trainer.evaluate(), train_out, train_ds, val_ds, collator, tokenizer, training_args)
-    results.update(describe_data(data_args))
+    results.update(
+        describe_data(data_args), block_size=model_args.block_size, block_size_rule=model_args.block_size_rule
+    )
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
     gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start, print_results)
