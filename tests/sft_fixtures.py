@@ -132,6 +132,15 @@ def reverse_task(n: int, seed: int, length: tuple[int, int] = (3, 5)) -> list[di
     return out
 
 
+def reverse_task_split(n_held_out: int, seed: int, digits: int = 3) -> tuple[list[dict], list[dict]]:
+    """(training records, held-out records) of the reverse task: every `digits`-digit input exactly once, shuffled
+    by `seed`; the first `n_held_out` are held out, so no held-out prompt is ever trained on (by construction)."""
+    inputs = [" ".join(f"{i:0{digits}d}") for i in range(10**digits)]
+    random.Random(seed).shuffle(inputs)
+    records = [{"instruction": "Reverse the digits.", "input": x, "output": " ".join(x.split()[::-1])} for x in inputs]
+    return records[n_held_out:], records[:n_held_out]
+
+
 def task_tokenizer(records: list[dict]) -> PreTrainedTokenizerFast:
     """A byte-level BPE trained on the rendered task records (digits stay single tokens)."""
     from hf_llmsys.data.prompt_templates import SHORT

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -48,4 +49,32 @@ def test_speed_part_runs_both_trainers_with_and_without_packing(tmp_path):
     assert packed["ours"][0]["steps"] == packed["trl"][0]["steps"] == -(-packed["ours"][0]["rows"] // 4)
     assert speed["padded"]["runs"]["ours"][0]["steps"] == 2  # 8 records / batch 4
     assert speed["threads"] == 1
-    assert "load average" in speed["uptime"]
+    assert len(speed["loadavg_before"]) == len(speed["loadavg_after"]) == 3
+    for mode in ("padded", "packed"):  # peak memory of each side, each run in its own process
+        entry = speed[mode]
+        assert entry["rss_ratio"] == pytest.approx(entry["ours_peak_rss_mb"] / entry["trl_peak_rss_mb"])
+
+
+def test_speed_part_peak_rss_per_run_in_its_own_process(tmp_path, capsys):
+    """Fast smoke test of the memory columns: one packed run per side, each a fresh process whose peak RSS is its
+    own (ru_maxrss), printed with the ratio and the load."""
+    bench = _bench()
+    if not bench.DEFAULT_RECORDS.is_file() or not (bench.SHARED_DATA / "tokenizers" / "gpt2").is_dir():
+        pytest.skip(f"{bench.SHARED_DATA} lacks alpaca_5000.json or the GPT-2 tokenizer (set LLMSYS_DATA_DIR)")
+    out = tmp_path / "speed.json"
+    bench.main(["--part", "speed", "--train_records", "2", "--batch", "2", "--max_length", "128", "--repeats", "1",
+                "--modes", "packed", "--json", str(out)])  # fmt: skip
+    speed = json.loads(out.read_text())["speed"]
+    assert "padded" not in speed
+    entry = speed["packed"]
+    (ours,), (trl,) = entry["runs"]["ours"], entry["runs"]["trl"]
+    assert len({ours["pid"], trl["pid"], os.getpid()}) == 3  # each side measured in a process of its own
+    for run in (ours, trl):
+        # a process that loaded torch and a model: hundreds of MiB; the peak is at least the RSS training began with
+        assert 100 < run["rss_train_start_mb"] <= run["peak_rss_train_mb"] <= run["peak_rss_mb"] < 64_000
+        assert run["load_start"] >= 0 and run["load_end"] >= 0
+    assert entry["rss_ratio"] == pytest.approx(ours["peak_rss_mb"] / trl["peak_rss_mb"])
+    assert entry["train_rss_ratio"] == pytest.approx(ours["peak_rss_train_mb"] / trl["peak_rss_train_mb"])
+    assert entry["memory_goal"] == 1.0 and entry["goal"] == 1.3
+    printed = capsys.readouterr().out
+    assert f"ratio {entry['rss_ratio']:.2f} (goal <= 1.0" in printed and "load average before:" in printed

@@ -37,7 +37,9 @@ TOL = 1e-5
 
 
 def _gpt2():
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=32, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, n_positions=32, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
+    )
     return GPT2LMHeadModel(config)
 
 
@@ -72,7 +74,11 @@ CASES = {
         LlmsysLlamaForCausalLM,
         "model.layers.0.self_attn.k_proj.bias",
     ),
-    "t5-v1.0": (lambda: _t5("relu"), LlmsysT5ForConditionalGeneration, "decoder.block.1.layer.2.DenseReluDense.wi.weight"),
+    "t5-v1.0": (
+        lambda: _t5("relu"),
+        LlmsysT5ForConditionalGeneration,
+        "decoder.block.1.layer.2.DenseReluDense.wi.weight",
+    ),
     "t5-v1.1": (
         lambda: _t5("gated-gelu"),
         LlmsysT5ForConditionalGeneration,

@@ -1,9 +1,15 @@
 """`llmsys sft` end to end: a tiny random model really learns a held-out instruction task; artefacts; summary.
 
-The task (`sft_fixtures.reverse_task`): "Reverse the digits." with three digits as input; 1,500 training records,
-100 held-out prompts never seen in training. One CPU thread per test process (the machine is shared; two threads
-were ~20x slower under load than one).
-"""
+The task (`sft_fixtures.reverse_task_split`): "Reverse the digits." with three digits as input; every one of the
+1,000 inputs once, 200 held out and the other 800 trained on, so no held-out prompt is ever seen in training.
+One CPU thread per test process (the machine is shared; two threads were ~20x slower under load than one).
+
+Why the exact match used to sit at the edge of 0.9: the training records were 1,500 draws with replacement (769
+distinct inputs) and the "held-out" ones 100 draws with another seed, 73 of them training prompts; on prompts
+really unseen, llmsys_llama reached 0.93 with --seed 1 (0.985 with 42) and llmsys_t5 0.925 after 400 steps: the
+duplicates cost a fifth of the distinct inputs and the check mostly measured memorisation. With every other input
+trained once, the same 200 steps give 1.00 on 200 unseen prompts (llama, --seed 1, 2 and 42) and 0.99 (gpt3);
+T5 needs 800 steps (0.96 after its old 400, 1.00 after 800)."""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import pytest
 from huggingface_hub import ModelCard
 from sft_fixtures import (
     one_thread,  # noqa: F401  (autouse: one intra-op thread for this module)
-    reverse_task,
+    reverse_task_split,
     save_base_model,
     task_tokenizer,
     write_records,
@@ -25,9 +31,12 @@ from hf_llmsys.data import load_template
 from hf_llmsys.training import sft
 from hf_llmsys.training.sft_generation import exact_match, generate_responses
 
-# model type -> optimizer steps that reach >= 90% exact match (measured: llama 1.0 after 200, gpt3 1.0 after 200,
-# t5 0.96 after 400, batch 32, lr 3e-3 cosine)
-STEPS = {"llmsys_llama": 200, "llmsys_gpt3": 200, "llmsys_t5": 400}
+HELD_OUT = 200
+MIN_EXACT_MATCH = 0.95
+# model type -> optimizer steps that reach >= 95% exact match on the 200 unseen prompts (batch 32, lr 3e-3 cosine;
+# measured, --seed 42: llama 1.00 after 200 (also with --seed 1 and 2), gpt3 0.99 after 200, t5 0.96 after 400 (at
+# the edge: 400 was the old budget) and 1.00 after 800)
+STEPS = {"llmsys_llama": 200, "llmsys_gpt3": 200, "llmsys_t5": 800}
 COMMON = {
     "template": "short", "max_length": 64, "learning_rate": 3e-3, "per_device_train_batch_size": 32,
     "warmup_steps": 0.05, "logging_steps": 50, "disable_tqdm": True, "save_steps": 10_000, "report_to": "none",
@@ -38,8 +47,8 @@ COMMON = {
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     root = tmp_path_factory.mktemp("task")
-    train, held_out = reverse_task(1500, seed=1, length=(3, 3)), reverse_task(100, seed=2, length=(3, 3))
-    assert not {r["input"] for r in held_out} <= {r["input"] for r in train}
+    train, held_out = reverse_task_split(HELD_OUT, seed=0)
+    assert not {r["input"] for r in held_out} & {r["input"] for r in train}  # unseen prompts only
     return {
         "root": root,
         "tokenizer": task_tokenizer(train),
@@ -73,9 +82,9 @@ def test_tiny_model_learns_held_out_task(task, model_type):
     em = held_out_exact_match(out, task["held_out"], encoder_decoder=model_type == "llmsys_t5")
     print(f"{model_type}: held-out exact match {em:.2f}; response loss {results['response_loss_before']:.3f} -> "
           f"{results['response_loss_after']:.3f}")  # fmt: skip
-    assert em >= 0.9
+    assert em >= MIN_EXACT_MATCH
     assert results["response_loss_after"] < 0.5 < 5.0 < results["response_loss_before"]
-    assert results["global_step"] == STEPS[model_type] and results["train_examples"] == 1500
+    assert results["global_step"] == STEPS[model_type] and results["train_examples"] == 1000 - HELD_OUT
 
 
 def test_whole_sequence_loss_side_by_side(task, capsys):
@@ -90,7 +99,7 @@ def test_whole_sequence_loss_side_by_side(task, capsys):
         print("\nloss on     held-out exact match   held-out response loss   (llmsys_llama, 200 steps)")
         for loss_on, (em, loss) in rows.items():
             print(f"{loss_on:<11} {em:>20.2f}   {loss:>22.4f}")
-    assert rows["response"][0] >= 0.9
+    assert rows["response"][0] >= MIN_EXACT_MATCH
     assert rows["response"][1] <= rows["sequence"][1] * 1.5  # response-only is at least about as good here
 
 
@@ -114,8 +123,8 @@ def test_cli_artefacts_and_summary(task, tmp_path, capsys):
     }
     assert not [p for p in out.iterdir() if p.name.startswith(".final-tmp-")]
     assert results["base_model"] == str(base) and results["datasets"] == [str(task["train"])]
-    assert results["template"] == "short" and results["records_read"] == 1500
-    assert results["train_examples"] + results["validation_examples"] == 1500 and results["validation_examples"] == 15
+    assert results["template"] == "short" and results["records_read"] == 800
+    assert results["train_examples"] + results["validation_examples"] == 800 and results["validation_examples"] == 8
     assert results["global_step"] == 3 and results["tokens_seen"] > 0 and results["lora"] is None
     assert len(results["generations"]) == 3 and results["loss_on"] == "response"
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache

@@ -6,7 +6,9 @@
 
 A plain file is one text (``--lines``: one per non-empty line); a ``.jsonl`` file holds one JSON object per line
 whose ``--text-field`` is a text. ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
-byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length and stride.
+byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length, stride and max_length_rule (how the window
+was chosen: by default min(512, the model's context); a --max-length past a learned position table is refused
+before any text is read).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
-from .model_limits import model_context_length
+from .model_limits import config_position_limit, fit_length
 from .perplexity import corpus_perplexity
+
+DEFAULT_MAX_LENGTH = 512  # the default window, clamped to the model's context (model_limits.fit_length)
 
 TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
 
@@ -29,7 +33,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", required=True, nargs="+", type=Path, help="text or .jsonl files")
     parser.add_argument("--lines", action="store_true", help="each non-empty line of a plain file is a text")
     parser.add_argument("--text-field", default="text", help="field holding the text in .jsonl records")
-    parser.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
+    parser.add_argument(
+        "--max-length", type=int,
+        help=f"window length in tokens (default: min({DEFAULT_MAX_LENGTH}, the model's context); a value past a "
+        "learned position table is refused, past a RoPE model's context it runs with a warning)",
+    )  # fmt: skip
     parser.add_argument("--stride", type=int, help="tokens advanced per window (default: max_length // 2)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward")
     parser.add_argument("--bf16", action="store_true", help="forward under bfloat16 autocast")
@@ -121,21 +129,34 @@ def check_window_flags(max_length: int | None, stride: int | None, batch_size: i
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}.")
 
 
+def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> tuple[int, str]:
+    """(window length, how it was chosen) from the model's config alone, before any text or weight is read."""
+    from transformers import AutoConfig
+
+    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
+
+    from ..data.pretrained_sources import check_source
+
+    check_source(model, "--model")
+    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    limit = config_position_limit(config, trust_remote_code=trust_remote_code)
+    return fit_length("--max-length", max_length, limit, DEFAULT_MAX_LENGTH, warn=False)  # corpus_perplexity warns
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
     args = parse_args(argv)
     check_window_flags(args.max_length, args.stride, args.batch_size)
+    max_length, rule = fit_window(args.model, args.max_length, args.trust_remote_code)
+    check_window_flags(max_length, args.stride, args.batch_size)
     texts = read_texts(args.data, args.lines, args.text_field)
     model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.trust_remote_code)
-    max_length = args.max_length if args.max_length is not None else model_context_length(model)
-    if max_length is None:
-        raise ValueError(f"--max-length is needed: the config of {args.model} names no context size.")
-    check_window_flags(max_length, args.stride, args.batch_size)
     result = corpus_perplexity(
         model, tokenizer, texts, max_length=max_length, stride=args.stride, batch_size=args.batch_size,
         dtype="bf16" if args.bf16 else None, add_start_token=not args.no_start_token,
     )  # fmt: skip
     stride = args.stride if args.stride is not None else max_length // 2
     summary = result.to_dict() | {"texts": len(texts), "max_length": max_length, "stride": stride}
-    print(json.dumps(summary) if args.json else format_table(summary))
+    summary["max_length_rule"] = rule
+    print(json.dumps(summary) if args.json else f"{format_table(summary)}\nmax_length {max_length}: {rule}")
     return summary

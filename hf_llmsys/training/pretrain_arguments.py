@@ -16,6 +16,7 @@ from .model_type_flags import FlagScope, apply_model_type_flags
 
 DEFAULT_OUTPUT_DIR = "runs/llmsys-llama-tiny"
 DEFAULT_T5_OUTPUT_DIR = "runs/llmsys-t5-tiny"
+DEFAULT_BLOCK_SIZE = 128
 
 
 @dataclass
@@ -46,7 +47,17 @@ class ModelArguments:
             "2/3*4d rounded to multiple_of, GPT-3: 4d). Default 384, except llmsys_gpt3: None."
         },
     )
-    block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
+    block_size: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Tokens per training block (the context length); None = {DEFAULT_BLOCK_SIZE}, or min("
+            f"{DEFAULT_BLOCK_SIZE}, its context) when resuming a checkpoint. A new model's position table is built "
+            "to it; past a resumed checkpoint's learned position table it is refused before any work."
+        },
+    )
+    block_size_rule: str | None = field(
+        default=None, init=False, metadata={"help": "How --block_size was chosen (set by the job, not a flag)."}
+    )
     tie_word_embeddings: bool = field(default=True, metadata={"help": "Share input embedding and LM head."})
     loss_chunk_size: int = field(
         default=DEFAULT_CHUNK_SIZE,
@@ -209,7 +220,7 @@ def validate_pretrain_args(
     arguments = (model_args,) if data_args is None else (model_args, data_args)
     apply_model_type_flags(model_args.model_type, arguments, FLAG_SCOPES, given)
 
-    if model_args.block_size < 2:
+    if model_args.block_size is not None and model_args.block_size < 2:
         raise ValueError(f"--block_size {model_args.block_size}: needs >= 2 tokens (one input, one target)")
     if training_args.max_steps == 0 or training_args.max_steps < -1:
         raise ValueError(f"--max_steps {training_args.max_steps}: give a positive number of optimizer steps")

@@ -204,7 +204,9 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
     results = summarize_t5(trainer.evaluate(), train_out, baseline_ds, val_ds, collator, tokenizer, training_args)
     if data_args.streaming:
         results["train_tokens"] = None  # a stream has no length; tokens_seen counts what was trained on
-    results.update(describe_data(data_args))
+    results.update(
+        describe_data(data_args), block_size=model_args.block_size, block_size_rule=model_args.block_size_rule
+    )
     tokenizer.model_max_length = model_args.block_size  # the encoder length trained on: truncation=True cuts there
     gen_config = t5_generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start)

@@ -22,7 +22,11 @@ is one token mean over the whole optimizer step. hf-llmsys models compute it as 
 the LM head only at supervised positions (``--logits_on_labels_only``); both give the same loss and gradients as
 the plain path, about half the head's work with the loss on Alpaca responses.
 
-Summary (``train_results.json``, printed): base model, data sources, template, record / example / dropped counts
+Length: ``--max_length`` fits the base model (`evaluation/model_limits.py`, from its config before any record is
+read): default min(512, its context), a value past a learned position table refused naming the flag and the limit.
+
+Summary (``train_results.json``, printed): base model, data sources, template, max_length and how it was chosen
+(``max_length_rule``), record / example / dropped counts
 with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
 LoRA settings, a few greedy answers. Saved (atomically, the skeleton's `output_dir.py`): the model or the adapter,
 tokenizer, generation config, ``prompt_template.json``; `--save_merged` also writes the merged model to
@@ -56,6 +60,7 @@ from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
+from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import (
     count_parameters,
@@ -68,7 +73,13 @@ from .job import (
 )
 from .lora import add_lora, lora_summary
 from .output_dir import atomic_save, prepare_output_dir
-from .sft_arguments import SFTDataArguments, SFTModelArguments, SFTTrainingArguments, validate_sft_args
+from .sft_arguments import (
+    DEFAULT_MAX_LENGTH,
+    SFTDataArguments,
+    SFTModelArguments,
+    SFTTrainingArguments,
+    validate_sft_args,
+)
 from .sft_generation import generate_responses
 from .supervised_logits import (
     KeepSupervisedLogits,
@@ -191,6 +202,16 @@ def load_job_template(data_args: SFTDataArguments, tokenizer, records_format: st
     if records_format == "conversation":
         return ConversationTemplate(tokenizer, data_args.template or "chat")
     return load_template(data_args.template or "alpaca", tokenizer)
+
+
+def fit_max_length(data_args: SFTDataArguments, config) -> str:
+    """Set ``data_args.max_length`` to what this base model takes (`model_limits.fit_length`); returns the rule.
+
+    Default: min(512, the model's context); an explicit value past a learned position table is a ValueError
+    naming --max_length and the limit (raised before any data is read or anything written)."""
+    limit = config_position_limit(config)
+    data_args.max_length, rule = fit_length("--max_length", data_args.max_length, limit, DEFAULT_MAX_LENGTH)
+    return rule
 
 
 def check_job(model_args, data_args, config, records_format: str = "instruction") -> None:
@@ -344,6 +365,7 @@ def print_sft_results(results: dict, output_dir: str) -> None:
         f"{results['prompt_truncated']}, response cut {results['response_truncated']}); held out "
         f"{results['validation_examples']}"
     )
+    print(f"max_length {results['max_length']}: {results['max_length_rule']}")
     for g in results["generations"]:
         prompt = repr(g["prompt"]) if "prompt" in g else f"{g['instruction']!r} {g['input']!r}"
         print(f"  prompt: {prompt}\n    expected: {g['output']!r}\n    model:    {g['generated']!r}")
@@ -367,7 +389,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     start = time.time()
     validate_sft_args(model_args, data_args, training_args)
     config = load_base_config(model_args)
-    check_job(model_args, data_args, config)
+    max_length_rule = fit_max_length(data_args, config)
     tokenizer = load_tokenizer(model_args)
     check_tokenizer(tokenizer, needs_pad=True)
     records, held_out, counts = read_records(data_args, training_args.seed)
@@ -387,6 +409,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         f"model: {total:,} parameters ({trainable:,} trained); {len(train_ds)} training / {len(eval_ds)} held-out "
         f"examples; template {template.name!r}; loss on the {'response' if data_args.response_only_loss else 'whole sequence'}"
     )
+    logger.info(f"max_length {data_args.max_length}: {max_length_rule}")
     if training_args.overwrite_output_dir:
         clear_checkpoints(training_args.output_dir)
     trainer = Trainer(
@@ -409,6 +432,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,
         template, generations,
     )  # fmt: skip
+    results["max_length_rule"] = max_length_rule
     results = finish_job(trainer, tokenizer, gen_config, results, start, extra=lambda d: save_template(template, d))
     if model_args.save_merged and trainer.is_world_process_zero():
         save_merged(trainer, tokenizer, gen_config, results, template, training_args.output_dir)

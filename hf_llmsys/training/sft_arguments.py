@@ -11,6 +11,7 @@ from .job import JobTrainingArguments
 
 DEFAULT_SFT_OUTPUT_DIR = "runs/llmsys-sft"
 PACKING_STRATEGIES = ("bfd", "flatten")
+DEFAULT_MAX_LENGTH = 512  # the default --max_length, clamped to the model's context
 
 
 @dataclass
@@ -78,7 +79,14 @@ class SFTDataArguments:
             "final reply; earlier turns are context)."
         },
     )
-    max_length: int = field(default=512, metadata={"help": "Tokens per example (prompt + response + EOS)."})
+    max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Tokens per example (prompt + response + EOS); None = min({DEFAULT_MAX_LENGTH}, the model's "
+            "context: max_position_embeddings / n_positions; T5's relative buckets have none, so 512). A value "
+            "past a learned position table (GPT-2 / GPT-3 style) is refused before any work."
+        },
+    )
     max_target_length: int | None = field(
         default=None, metadata={"help": "Encoder-decoder only: response tokens kept; None = max_length."}
     )
@@ -172,7 +180,7 @@ def validate_sft_args(model_args: SFTModelArguments, data_args: SFTDataArguments
         raise ValueError(f"--assistant_turns {data_args.assistant_turns!r}: must be one of {ASSISTANT_TURNS}")
     if data_args.packing_strategy not in PACKING_STRATEGIES:
         raise ValueError(f"--packing_strategy {data_args.packing_strategy!r}: must be one of {PACKING_STRATEGIES}")
-    if data_args.max_length < 2:
+    if data_args.max_length is not None and data_args.max_length < 2:
         raise ValueError(f"--max_length {data_args.max_length}: must be >= 2")
     if data_args.generation_max_new_tokens < 1 or data_args.num_generation_examples < 0:
         raise ValueError(

@@ -12,6 +12,7 @@ Output: model, tokenizer, generation config and `train_results.json`, saved atom
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -21,8 +22,9 @@ from transformers import AutoTokenizer, HfArgumentParser, Trainer, default_data_
 from transformers.utils import logging
 
 from ..data.tokenizer import train_bpe_tokenizer
+from ..evaluation.model_limits import config_position_limit, fit_length
 from . import seq2seq_train
-from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
+from .checkpoints import clear_checkpoints, find_checkpoint, newest_complete_checkpoint, train_or_skip
 from .job import (
     examples_per_step,
     finish_job,
@@ -36,6 +38,7 @@ from .job import (
 from .model_type_flags import flags_given
 from .output_dir import atomic_save, prepare_output_dir  # noqa: F401  (atomic_save: part of this job's API)
 from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import the job's arguments from here)
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_OUTPUT_DIR,
     DataArguments,
     LlmsysTrainingArguments,
@@ -101,7 +104,7 @@ def _default_window(args: ModelArguments) -> int:
     return max(1, args.block_size // 4)
 
 
-def _llama_config(args: ModelArguments, tokenizer):
+def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
     from ..models import LlmsysLlamaConfig
 
     return LlmsysLlamaConfig(
@@ -111,7 +114,7 @@ def _llama_config(args: ModelArguments, tokenizer):
         num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads,
-        max_position_embeddings=args.block_size,
+        max_position_embeddings=context or args.block_size,
         norm_eps=1e-5,
         **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
@@ -123,7 +126,7 @@ def _llama_config(args: ModelArguments, tokenizer):
     )
 
 
-def _gpt3_config(args: ModelArguments, tokenizer):
+def _gpt3_config(args: ModelArguments, tokenizer, context: int | None = None):
     from ..models import LlmsysGPT3Config
 
     return LlmsysGPT3Config(
@@ -133,7 +136,7 @@ def _gpt3_config(args: ModelArguments, tokenizer):
         num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads,
-        max_position_embeddings=args.block_size,
+        max_position_embeddings=context or args.block_size,
         **_layout_fields(args, _default_window(args)),  # None layout: GPT-3's dense / local alternation
         tie_word_embeddings=args.tie_word_embeddings,
         loss_chunk_size=args.loss_chunk_size,
@@ -147,16 +150,56 @@ def _gpt3_config(args: ModelArguments, tokenizer):
 CAUSAL_LM_CONFIGS = {"llmsys_llama": _llama_config, "llmsys_gpt3": _gpt3_config}
 
 
-def build_config(args: ModelArguments, tokenizer):
-    """The causal-LM config for these arguments and this tokenizer."""
-    return CAUSAL_LM_CONFIGS[args.model_type](args, tokenizer)
+def build_config(args: ModelArguments, tokenizer, context: int | None = None):
+    """The causal-LM config for these arguments and this tokenizer; `context`: its max_position_embeddings
+    (None: --block_size; a resumed checkpoint's own, so that its position table loads)."""
+    return CAUSAL_LM_CONFIGS[args.model_type](args, tokenizer, context)
 
 
-def build_model(args: ModelArguments, tokenizer):
+def build_model(args: ModelArguments, tokenizer, context: int | None = None):
     """A fresh causal LM of --model_type sized by `args` (resuming loads the checkpoint's weights into it)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_config(build_config(args, tokenizer))
+    return AutoModelForCausalLM.from_config(build_config(args, tokenizer, context))
+
+
+def resumed_checkpoint_config(training_args):
+    """The config of the checkpoint this run would resume (`find_checkpoint`'s choice, read quietly), or None."""
+    from transformers import AutoConfig
+
+    if training_args.resume_from_checkpoint:
+        checkpoint = training_args.resume_from_checkpoint
+    elif training_args.resume and not training_args.overwrite_output_dir:
+        checkpoint = newest_complete_checkpoint(training_args.output_dir)[0]
+    else:
+        checkpoint = None
+    if checkpoint is None or not os.path.isfile(os.path.join(checkpoint, "config.json")):
+        return None
+    return AutoConfig.from_pretrained(checkpoint)
+
+
+def checkpoint_context(checkpoint: str | None, block_size: int) -> int | None:
+    """max_position_embeddings of the model that resumes `checkpoint`: the checkpoint's own table (its weights
+    must load), or --block_size when that is longer (a RoPE model run past its context); None: no checkpoint."""
+    path = os.path.join(checkpoint, "config.json") if checkpoint else None
+    if path is None or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        context = json.load(handle).get("max_position_embeddings")
+    return max(context, block_size) if isinstance(context, int) else None
+
+
+def fit_block_size(model_args: ModelArguments, training_args) -> str:
+    """Set ``model_args.block_size`` (`model_limits.fit_length`, the rule of `llmsys sft --max_length`); returns
+    how it was chosen. A new model's position table is built to --block_size, so any value fits it; a resumed
+    checkpoint's model is the one given: default min(128, its context), past its learned table refused."""
+    config = resumed_checkpoint_config(training_args)
+    if config is None:
+        model_args.block_size = model_args.block_size or DEFAULT_BLOCK_SIZE
+        return f"--block_size {model_args.block_size} (a new model: its position table is built to this size)"
+    limit = config_position_limit(config)
+    model_args.block_size, rule = fit_length("--block_size", model_args.block_size, limit, DEFAULT_BLOCK_SIZE)
+    return f"{rule}, from the resumed checkpoint"
 
 
 def run_causal_lm_training(
@@ -166,16 +209,17 @@ def run_causal_lm_training(
     start = time.time()
     checkpoint = find_checkpoint(training_args)
     train_chunks, val_chunks = (None, None) if data_args.streaming else load_split_chunks(data_args, training_args.seed)
+    context = checkpoint_context(checkpoint, model_args.block_size)
     texts = tokenizer_texts(model_args, data_args, training_args.seed, train_chunks)
     tokenizer = get_tokenizer(model_args, texts, checkpoint)
     prepare_output_dir(
-        training_args.output_dir, build_config(model_args, tokenizer), training_args.overwrite_output_dir
+        training_args.output_dir, build_config(model_args, tokenizer, context), training_args.overwrite_output_dir
     )
     if training_args.overwrite_output_dir:
         clear_checkpoints(training_args.output_dir)
     train_ds, val_ds, baseline_ds = causal_blocks(train_chunks, val_chunks, tokenizer, model_args, data_args,
                                                   training_args.seed)  # fmt: skip
-    model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer))
+    model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer, context))
     size = "streamed" if data_args.streaming else len(train_ds)
     logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; "
@@ -193,7 +237,9 @@ def run_causal_lm_training(
     results = summarize(trainer.evaluate(), train_out, baseline_ds, val_ds, tokenizer, model_args, training_args)
     if data_args.streaming:
         results["train_tokens"] = None  # a stream has no length; tokens_seen counts what was trained on
-    results.update(describe_data(data_args))
+    results.update(
+        describe_data(data_args), block_size=model_args.block_size, block_size_rule=model_args.block_size_rule
+    )
     gen_config = generation_config(tokenizer, training_args.max_new_tokens)
     return finish_job(trainer, tokenizer, gen_config, results, start)
 
@@ -246,6 +292,8 @@ def run_training(
         raise ValueError(f"--model_type {model_args.model_type!r} is unknown; choose one of {sorted(TRAINING_JOBS)}")
     validate_pretrain_args(model_args, training_args, data_args, given)
     check_data_args(model_args, data_args, training_args, given)
+    model_args.block_size_rule = fit_block_size(model_args, training_args)
+    logger.info(f"block_size {model_args.block_size}: {model_args.block_size_rule}")
     return TRAINING_JOBS[model_args.model_type](model_args, data_args, training_args)
 
 

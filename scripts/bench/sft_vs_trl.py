@@ -26,15 +26,18 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
      the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
    - ``unexplained``: anything else (a defect on one side; the default test requires none).
 
-2. Training throughput (``--part speed``): real tokens per second of one epoch with each trainer, without and with
-   packing, repetitions interleaved, medians, ratios ours / TRL by CPU time and by wall time, the machine load
-   (the metric and what is held equal: `speed_part`).
+2. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
+   trainer, without and with packing, every run in a fresh process of its own, repetitions interleaved, medians,
+   ratios ours / TRL by CPU time, by wall time and by peak RSS, the machine load (the metric and what is held
+   equal: `speed_part`). Goals (issue 20): tokens/s >= 1.1x TRL padded, >= 1.3x packed, peak RSS <= TRL's.
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
                                                                           # t5_unigram (see load_tokenizer)
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
     python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
+    python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
+    python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
     python scripts/bench/sft_vs_trl.py --json results.json
 """
 
@@ -60,7 +63,10 @@ from hf_llmsys.data import IGNORE_INDEX, SFTExampleEncoder, load_records, load_t
 
 SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
-GOALS = {"padded": 1.0, "packed": 1.2}  # issue 11: >= 1.0x TRL without packing, >= 1.2x with
+GOALS = {"padded": 1.1, "packed": 1.3}  # issue 20: tokens/s >= 1.1x TRL's without packing, >= 1.3x with
+MEMORY_GOAL = 1.0  # issue 20: peak RSS <= TRL's
+RATIO_NAMES = {"tokens_per_s": "ratio", "tokens_per_cpu_s": "cpu_ratio", "peak_rss_mb": "rss_ratio",
+               "peak_rss_train_mb": "train_rss_ratio"}  # fmt: skip
 CATEGORIES = ("identical", "seam_merge", "mask_shift", "trl_double_eos", "truncation", "unexplained")
 
 
@@ -356,23 +362,47 @@ def _write_records(records: list[dict], path: Path) -> str:
     return str(path)
 
 
+def current_rss_mb() -> float:
+    """Resident set size of this process now, in MiB (Linux /proc; psutil elsewhere)."""
+    statm = Path("/proc/self/statm")
+    if statm.is_file():
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far (``ru_maxrss``: KiB on Linux, bytes on macOS), in MiB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
 @contextlib.contextmanager
 def timed_train(record: dict):
-    """Time every ``Trainer.train`` call inside (wall and process CPU seconds): the same hook for both sides.
+    """Time every ``Trainer.train`` call inside (wall and process CPU seconds) and note the memory around it: the
+    same hook for both sides.
 
     CPU time (all threads of this process) stays comparable when other jobs share the machine; wall time does not.
+    Memory: ``rss_train_start_mb`` (resident when training starts: model, data, optimizer not yet built) and
+    ``peak_rss_train_mb`` (the process's peak up to the end of training; each run is its own process, so this is
+    the training peak unless loading peaked higher).
     """
     from transformers import Trainer
 
     original = Trainer.train
 
     def train(self, *a, **kw):
+        record["rss_train_start_mb"] = current_rss_mb()
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             return original(self, *a, **kw)
         finally:
             record["wall_s"] = time.perf_counter() - wall
             record["cpu_s"] = time.process_time() - cpu
+            record["peak_rss_train_mb"] = peak_rss_mb()
 
     Trainer.train = train
     try:
@@ -433,8 +463,52 @@ def run_trl(base: str, records: list[dict], tokenizer, template, out: Path, args
             "steps": train_out.global_step, "rows": len(ids), **timing}  # fmt: skip
 
 
+MODES = {"padded": False, "packed": True}
+
+
+def worker(spec_file: str) -> None:
+    """``--worker SPEC``: one measured training run in this fresh process; prints its figures as one JSON line.
+
+    Each run is its own process so that its peak RSS (``ru_maxrss``) is its own: nothing allocated by an earlier
+    run, the other side or the parent is counted, and both sides pay the same interpreter, torch and
+    transformers start-up (``peak_rss_mb`` is the whole process's peak, ``peak_rss_train_mb`` its peak up to the
+    end of ``Trainer.train``; ours evaluates and saves afterwards, TRL does neither, so the first is the fair
+    "what the job needs" figure and the second shows where it peaks).
+    """
+    spec = json.loads(Path(spec_file).read_text())
+    torch.set_num_threads(spec["threads"])
+    quiet()
+    args = argparse.Namespace(**spec["args"])
+    workdir, packing = Path(spec["workdir"]), MODES[spec["mode"]]
+    load = os.getloadavg()
+    if spec["side"] == "ours":
+        run = run_ours(spec["base"], spec["train_file"], spec["val_file"], Path(spec["out"]), args, packing)
+    else:
+        tokenizer = load_tokenizer(args.tokenizer, workdir)
+        template = load_template(args.template, tokenizer)
+        records = json.loads(Path(spec["train_file"]).read_text(encoding="utf-8"))
+        run = run_trl(spec["base"], records, tokenizer, template, Path(spec["out"]), args, packing)
+    run.update(peak_rss_mb=peak_rss_mb(), pid=os.getpid(), load_start=load[0], load_end=os.getloadavg()[0])
+    print(json.dumps(run), flush=True)
+
+
+def spawn_run(spec: dict, workdir: Path) -> dict:
+    """Run `worker` for `spec` in a new Python process (same interpreter, environment and path) and parse it."""
+    import subprocess
+
+    spec_file = workdir / f"spec-{spec['side']}-{spec['mode']}-{spec['name']}.json"
+    spec_file.write_text(json.dumps(spec))
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_file)],
+                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{spec['side']} {spec['mode']} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
 def speed_part(args, workdir: Path) -> dict:
-    """Part 2: real tokens per second of one training epoch, ours vs TRL, without and with packing.
+    """Part 2: real tokens per second and peak memory of one training epoch, ours vs TRL, without and with packing.
 
     Metric: tokens / seconds inside ``Trainer.train`` (`timed_train`, the same hook on both sides; model loading,
     tokenization, packing and our before / after evaluation are outside it). Tokens are REAL tokens: the sum of
@@ -443,6 +517,8 @@ def speed_part(args, workdir: Path) -> dict:
     kept as ``trainer_tokens`` for reference (it also leaves out every EOS when the pad token is the EOS).
     Printed: the median over repetitions of tokens per CPU second (process time, all threads: robust when other
     jobs share the machine) and per wall second, and the ratios ours / TRL of those medians (> 1: ours faster).
+    Memory: every run is a fresh process (`worker`); its peak RSS (``ru_maxrss``) is the median's input, printed
+    with the ratio ours / TRL (< 1: ours needs less) and the RSS when training starts.
 
     Held equal: base folder (both load it with ``AutoModelForCausalLM``), records, template, max_length, rows per
     device batch, optimiser, learning-rate schedule, seed; fp32, no gradient checkpointing (TRL's defaults bf16
@@ -451,39 +527,35 @@ def speed_part(args, workdir: Path) -> dict:
     CPU time by an amount that depends on the load). Packing: both sides pack best-fit decreasing into rows of
     max_length and a batch is ``--batch`` rows, so both take the same number of optimizer steps over the same
     tokens (steps and rows are printed and compared). Without packing a batch is ``--batch`` examples padded.
+    LoRA (``--lora_r``): rank r, alpha 2r, dropout 0.05 on both; each side's default target modules (ours: the
+    fused attention / MLP input projections and the output projections, TRL: PEFT's ``all-linear``).
 
     Not held equal, on purpose (each is part of what a trainer does): TRL flattens a batch of rows into one row
     (attention over batch x max_length tokens, masked), ours keeps rows as rows; TRL computes the LM head over
     every position and its per-step entropy / token-accuracy metrics, ours only at supervised positions.
 
-    Warm-up: before the measured repetitions each side trains once per mode on 16 records (discarded: first
-    calls pay for lazy initialisation). Order alternates per repetition (ours first, then TRL first, ...).
+    Order: repetitions interleaved, the side that goes first alternating (ours first, then TRL first, ...). Each
+    run pays its own first-step costs (fresh process): the same for both sides, so there is no warm-up run.
     """
     import statistics
-    import subprocess
 
-    torch.set_num_threads(args.threads)
-    load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    load_before = os.getloadavg()
     tokenizer = load_tokenizer(args.tokenizer, workdir)
-    template = load_template(args.template, tokenizer)
     records, _ = load_records(args.records, skip_invalid=True)
     train, held_out = records[: args.train_records], records[args.train_records : args.train_records + 8]
     base = build_base(args.model, tokenizer, workdir)
     train_file = _write_records(train, workdir / "train.json")
     val_file = _write_records(held_out, workdir / "val.json")
-    warm_file = _write_records(train[:16], workdir / "warm.json")
-    modes = {"padded": False, "packed": True}
+    modes = [m for m in MODES if m in args.modes]
 
-    def one_run(side: str, mode: str, name: str, warm: bool = False) -> dict:
-        out = workdir / f"run-{side}-{mode}-{name}"
-        if side == "ours":
-            return run_ours(base, warm_file if warm else train_file, val_file, out, args, modes[mode])
-        return run_trl(base, train[:16] if warm else train, tokenizer, template, out, args, modes[mode])
+    def one_run(side: str, mode: str, name: str) -> dict:
+        spec = dict(side=side, mode=mode, name=name, base=base, train_file=train_file, val_file=val_file,
+                    out=str(workdir / f"run-{side}-{mode}-{name}"), workdir=str(workdir), threads=args.threads,
+                    args={k: v for k, v in vars(args).items() if k != "json"})  # fmt: skip
+        return spawn_run(spec, workdir)
 
-    log(f"threads {torch.get_num_threads()}; load before: {load_before}")
-    for mode in modes:
-        for side in ("ours", "trl"):
-            one_run(side, mode, "warm-up", warm=True)
+    log(f"threads {args.threads}; {len(train)} records, batch {args.batch}, max_length {args.max_length}, lora_r "
+        f"{args.lora_r}; load average before: {_load(load_before)}")  # fmt: skip
     runs = {mode: {"ours": [], "trl": []} for mode in modes}
     for rep in range(args.repeats):
         for mode in modes:
@@ -494,14 +566,16 @@ def speed_part(args, workdir: Path) -> dict:
                 runs[mode][side].append(run)
                 log(f"  rep {rep} {mode:6s} {side:4s}: {run['tokens']:7d} tokens, {run['rows']:4d} rows, "
                     f"{run['steps']:4d} steps, {run['wall_s']:7.2f} s wall, {run['cpu_s']:7.2f} s CPU, "
-                    f"{run['tokens_per_cpu_s']:8.1f} tokens/CPU s, {run['tokens_per_s']:8.1f} tokens/s")  # fmt: skip
+                    f"{run['tokens_per_cpu_s']:8.1f} tokens/CPU s, {run['tokens_per_s']:8.1f} tokens/s, peak RSS "
+                    f"{run['peak_rss_mb']:7.0f} MiB (training {run['peak_rss_train_mb']:.0f}, at its start "
+                    f"{run['rss_train_start_mb']:.0f}); load {run['load_start']:.1f}-{run['load_end']:.1f}")  # fmt: skip
     summary = {}
     for mode in modes:
-        entry = {"goal": GOALS[mode], "runs": runs[mode]}
-        for key in ("tokens_per_s", "tokens_per_cpu_s"):
+        entry = {"goal": GOALS[mode], "memory_goal": MEMORY_GOAL, "runs": runs[mode]}
+        for key in ("tokens_per_s", "tokens_per_cpu_s", "peak_rss_mb", "peak_rss_train_mb"):
             median = {side: statistics.median(r[key] for r in runs[mode][side]) for side in ("ours", "trl")}
             entry.update({f"ours_{key}": median["ours"], f"trl_{key}": median["trl"]})
-            entry["ratio" if key == "tokens_per_s" else "cpu_ratio"] = median["ours"] / median["trl"]
+            entry[RATIO_NAMES[key]] = median["ours"] / median["trl"]
         # per repetition (the two sides ran back to back): how stable the ratio is
         entry["cpu_ratio_per_repeat"] = [o["tokens_per_cpu_s"] / t["tokens_per_cpu_s"]
                                          for o, t in zip(runs[mode]["ours"], runs[mode]["trl"], strict=True)]  # fmt: skip
@@ -510,16 +584,22 @@ def speed_part(args, workdir: Path) -> dict:
         per_rep = ", ".join(f"{r:.2f}" for r in entry["cpu_ratio_per_repeat"])
         log(f"{mode}: ours {entry['ours_tokens_per_cpu_s']:.1f} / TRL {entry['trl_tokens_per_cpu_s']:.1f} tokens per "
             f"CPU s: ratio {entry['cpu_ratio']:.2f} (per repetition {per_rep}); ours {entry['ours_tokens_per_s']:.1f} "
-            f"/ TRL {entry['trl_tokens_per_s']:.1f} tokens per wall s: ratio {entry['ratio']:.2f}; steps ours "
-            f"{entry['steps']['ours']} TRL {entry['steps']['trl']} (goal >= {GOALS[mode]})")  # fmt: skip
-    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    log(f"machine load after: {load}")
+            f"/ TRL {entry['trl_tokens_per_s']:.1f} tokens per wall s: ratio {entry['ratio']:.2f} (goal >= "
+            f"{GOALS[mode]}); peak RSS ours {entry['ours_peak_rss_mb']:.0f} / TRL {entry['trl_peak_rss_mb']:.0f} "
+            f"MiB: ratio {entry['rss_ratio']:.2f} (goal <= {MEMORY_GOAL}; up to the end of training "
+            f"{entry['train_rss_ratio']:.2f}); steps ours {entry['steps']['ours']} TRL {entry['steps']['trl']}")  # fmt: skip
+    load_after = os.getloadavg()
+    log(f"load average after: {_load(load_after)}")
     return {
         "model": args.model, "tokenizer": args.tokenizer, "template": args.template, "max_length": args.max_length,
         "batch": args.batch, "train_records": len(train), "lora_r": args.lora_r, "repeats": args.repeats,
-        "threads": torch.get_num_threads(), "ours_options": args.ours_option, "uptime_before": load_before,
-        "uptime": load, **summary,
+        "threads": args.threads, "ours_options": args.ours_option, "loadavg_before": list(load_before),
+        "loadavg_after": list(load_after), "cpus": os.cpu_count(), **summary,
     }  # fmt: skip
+
+
+def _load(loadavg) -> str:
+    return f"{loadavg[0]:.2f}, {loadavg[1]:.2f}, {loadavg[2]:.2f} (1, 5, 15 min; {os.cpu_count()} CPUs)"
 
 
 # ---------------------------------------------------------------- command line
@@ -530,9 +610,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--part", choices=("masks", "speed", "all"), default="all")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="Alpaca records (JSON / JSONL / folder)")
     parser.add_argument("--n", type=int, default=500, help="records compared in the mask part (0: all)")
-    parser.add_argument(
-        "--tokenizer", default="gpt2", help=f"one of {', '.join(TOKENIZER_FAMILIES)}, smollm2, or a tokenizer folder"
-    )
+    parser.add_argument("--tokenizer", default=None,
+                        help=f"one of {', '.join(TOKENIZER_FAMILIES)}, smollm2, or a tokenizer folder; default: "
+                        "smollm2 with --model smollm2, else gpt2")  # fmt: skip
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
     parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
@@ -545,8 +625,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ours_option", action="append", default=[], metavar="KEY=VALUE",
                         help="speed part: an extra sft() option for our side (ablations), e.g. "
                         "logits_on_labels_only=false or packing_strategy=flatten; repeatable")  # fmt: skip
+    parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
+                        help="speed part: padded and / or packed")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
+    parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one measured run (speed part)
     args = parser.parse_args(argv)
+    if args.worker:
+        return args
+    if args.tokenizer is None:
+        args.tokenizer = "smollm2" if args.model == "smollm2" else "gpt2"
     options = {}
     for item in args.ours_option:
         key, sep, value = item.partition("=")
@@ -575,6 +662,9 @@ def quiet() -> None:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return {}
     quiet()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
