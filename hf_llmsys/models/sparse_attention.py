@@ -15,8 +15,12 @@ forward. Costs, time and memory (times B H D):
   the earlier blocks (in a few groups of query blocks, each gathering only the summaries it can see; the rest
   masked out): O(S * (n c + l)), i.e. O(S sqrt(S)) for l ~ sqrt(S).
 
+On CPU without dropout ``sparse_attention`` runs the same layouts through ``flash_blocks.py`` instead: calls of
+SDPA's fused flash kernel on views of q, k, v, keeping only the output and the logsumexp for backward (O(S)) and
+recomputing the block scores there, so peak memory matches the dense flash kernel's. Elsewhere,
 ``recompute=True`` wraps a kernel in ``torch.utils.checkpoint`` so nothing but q, k, v is kept for backward and
-the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation).
+the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation; the flash
+path recomputes by construction and ignores it).
 ``masked_dense_reference`` is the O(S^2) masked SDPA these kernels are tested against.
 """
 
@@ -31,6 +35,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers.integrations.sdpa_attention import repeat_kv
 
+from . import flash_blocks
 from .sparse_layouts import ATTENTION_LAYOUTS, dense_layout_mask, layout_mask_function
 
 SparseKernel = Callable[..., torch.Tensor]
@@ -209,6 +214,16 @@ def _fixed_kernel(q, k, v, *, scale, dropout, sparse_stride, sparse_summary, **_
     return fixed_attention(q, k, v, sparse_stride, sparse_summary, scale, dropout)
 
 
+FLASH_KERNELS: dict[str, SparseKernel] = {  # CPU, no dropout (flash_blocks.py)
+    "local": lambda q, k, v, *, scale, local_window, **_: flash_blocks.local_flash(q, k, v, local_window, scale),
+    "strided": lambda q, k, v, *, scale, num_heads, sparse_stride, **_: flash_blocks.strided_flash(
+        q, k, v, sparse_stride, scale, num_heads
+    ),
+    "fixed": lambda q, k, v, *, scale, sparse_stride, sparse_summary, **_: flash_blocks.fixed_flash(
+        q, k, v, sparse_stride, sparse_summary, scale
+    ),
+}
+
 SPARSE_KERNELS: dict[str, SparseKernel] = {
     "dense": _dense_kernel,
     "local": _local_kernel,
@@ -239,6 +254,8 @@ def sparse_attention(
     num_heads = q.shape[1] if num_heads is None else num_heads
     params = {"local_window": local_window, "sparse_stride": sparse_stride, "sparse_summary": sparse_summary}
     layout_mask_function(kind, num_heads=num_heads, **params)  # validates kind and parameters
+    if kind != "dense" and flash_blocks.applies(q, dropout):  # O(S) saved; recomputes block scores itself
+        return FLASH_KERNELS[kind](q, k, v, scale=scale, num_heads=num_heads, **params)
     kernel = SPARSE_KERNELS[kind]
     kwargs = {"scale": scale, "num_heads": num_heads, "dropout": dropout, **params}
     if recompute and torch.is_grad_enabled():
@@ -287,13 +304,13 @@ def flex_layout_attention(
     """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
     if dropout:
         raise ValueError(
-            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0 or "
-            "sparse_attention_backend='kernels'."
+            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
+            "model with attn_implementation='sdpa' (the block kernels of sparse_attention.py take dropout)."
         )
     if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError(
-            "sparse_attention_backend='flex' has no backward on CPU (torch 2.13); train with "
-            "sparse_attention_backend='kernels' on CPU, or run flex under torch.no_grad()."
+            "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
+            "attn_implementation='sdpa' (the block kernels), or run flex forward only under torch.no_grad()."
         )
     num_heads = params.pop("num_heads", None) or q.shape[1]
     params.pop("recompute", None)  # flex never stores the probabilities: its backward recomputes them anyway
