@@ -6,19 +6,15 @@ import pytest
 import torch
 
 from hf_llmsys.models import flash_blocks
-from hf_llmsys.models.sparse_attention import masked_dense_reference, sparse_attention
+from hf_llmsys.models.sparse_layouts import masked_dense_reference, sparse_attention
 
-CASES = [
-    ("local", {"local_window": 1}),
-    ("local", {"local_window": 4}),
-    ("local", {"local_window": 7}),
-    ("local", {"local_window": 200}),
-    ("strided", {"sparse_stride": 3}),
-    ("strided", {"sparse_stride": 8}),
-    ("fixed", {"sparse_stride": 4, "sparse_summary": 1}),
-    ("fixed", {"sparse_stride": 8, "sparse_summary": 3}),
-    ("fixed", {"sparse_stride": 5, "sparse_summary": 5}),
-]
+PARAMS = {
+    "local": [{"sliding_window": w} for w in (1, 4, 7, 200)],
+    "strided": [{"sparse_stride": 3}, {"sparse_stride": 8}],
+    "fixed": [{"sparse_stride": 4, "sparse_summary": 1}, {"sparse_stride": 8, "sparse_summary": 3},
+              {"sparse_stride": 5, "sparse_summary": 5}],
+}  # fmt: skip
+CASES = [(kind, params) for kind, rows in PARAMS.items() for params in rows]
 
 
 def _qkv(seq_len: int, heads: int = 5, transposed: bool = False, seed: int = 0):
@@ -67,5 +63,5 @@ def test_dropout_and_other_devices_take_the_autograd_kernels():
     q, k, v = _qkv(16, heads=4)
     assert flash_blocks.applies(q, 0.0) and not flash_blocks.applies(q, 0.1)
     assert not flash_blocks.applies(q.detach().to(torch.float64), 0.0)
-    out = sparse_attention("local", q, k, v, scale=0.3, local_window=4, dropout=0.1)
+    out = sparse_attention("local", q, k, v, scale=0.3, sliding_window=4, dropout=0.1)
     assert type(out.grad_fn).__name__ != "FlashBlockAttentionBackward"

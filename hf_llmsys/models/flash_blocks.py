@@ -3,16 +3,16 @@
 Legend: B batch, H heads, S sequence length (queries == keys), D head_dim, b block,
 n = S // b whole blocks, l = ``sparse_stride``, c = ``sparse_summary``, X / L the "heads" / length axes of one call.
 
-A layout is a short list of ``FlashCall``s per head: each is one call of aten's flash kernel
+A layout is a short list of ``FlashCall``s: each is one call of aten's flash kernel
 (``_scaled_dot_product_flash_attention_for_cpu``, which returns the per-query logsumexp) on *views* of that head's
 q, k, v (blocks, overlapping windows by ``unfold``, interleaved stride groups, broadcast summaries: no copies of
 the keys) with a small static mask. Calls that share query rows (``fixed``: own block + summaries) are merged
-exactly by their logsumexps. ``FlashBlockAttention`` saves q, k, v, the output and the logsumexp (B, H, S) and
+exactly by their logsumexps. The heads of one batch row (or of one head group) form each call's batch axis. ``FlashBlockAttention`` saves q, k, v, the output and the logsumexp (B, H, S) and
 recomputes the block scores in backward through the kernel's own backward, given the global output and
 logsumexp (Dao et al. 2022, "FlashAttention", Algorithm 2; the split-softmax identity of ring attention): the
-gradient of a union of key sets is the sum of the per-call gradients. One head runs at a time, so a call's
-transient buffers are 1/H of the inputs: peak memory stays below the dense flash kernel's (which returns its
-gradients in another layout that autograd copies), see ``scripts/bench/sparse_attention.py``.
+gradient of a union of key sets is the sum of the per-call gradients. Each part runs in ``PIECES`` calls of
+consecutive blocks, so a call's transient gradients are a fraction of one batch row's inputs: peak memory stays
+near the dense flash kernel's, see ``scripts/bench/sparse_attention.py``.
 
 Used by ``sparse_attention.sparse_attention`` for CPU tensors without dropout (the kernel takes no random state
 to replay); other devices run the autograd kernels of ``sparse_attention.py``.
@@ -63,7 +63,10 @@ def _band_mask(q_start: int, q_len: int, kv_start: int, kv_len: int, window: int
     return _additive((diff >= 0) & (diff < window), dtype)
 
 
-PIECES = 8  # calls per part and head: each call's gradients (its transient buffers) are ~1/(8 H) of the inputs
+PIECES = 8  # calls per part: each call's gradients (its transient buffers) are ~1/8 of one batch row's inputs
+
+# the summaries' keys are broadcast over a call's query blocks, so their gradient grows with the blocks of a call
+SUMMARY_PIECES = 16
 
 
 def _pieces(start: int, end: int, pieces: int = PIECES) -> list[tuple[int, int]]:
@@ -181,7 +184,7 @@ def fixed_calls(seq_len: int, stride: int, summary: int, dtype, device) -> tuple
              for a, b in _pieces(0, full)]  # fmt: skip
     if tail:
         calls.append(FlashCall(_rows(full * stride, seq_len), _rows(full * stride, seq_len), is_causal=True))
-    for start, end in _pieces(1, full):
+    for start, end in _pieces(1, full, SUMMARY_PIECES):
         keys, fold = _summary_keys(start, end, stride, summary, end - 1)
         blocks = torch.arange(start, end, device=device)[:, None]
         earlier = torch.arange(end - 1, device=device).repeat_interleave(summary) < blocks  # (X, visible*c)
@@ -209,34 +212,38 @@ def _run_calls(calls, q, k, v, out, lse, scale: float) -> None:
 
 
 class FlashBlockAttention(torch.autograd.Function):
-    """Causal attention (B, H, S, D) -> (B, H, S, D) as per-head ``FlashCall``s; saves q, k, v, out, logsumexp."""
+    """Causal attention (B, H, S, D) -> (B, H, S, D) as ``FlashCall``s per batch row and head group; saves q, k, v,
+    out and the logsumexp. ``groups``: ((heads, calls), ...), a slice of heads and the calls they run."""
 
     @staticmethod
-    def forward(ctx, q, k, v, calls_of_head, scale: float):
+    def forward(ctx, q, k, v, groups, scale: float):
         out = q.new_empty(q.shape)
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)  # (B, H, S)
-        for h in range(q.shape[1]):
-            _run_calls(calls_of_head(h), q[:, h], k[:, h], v[:, h], out[:, h], lse[:, h], scale)
+        for row in range(q.shape[0]):
+            for heads, calls in groups:  # the heads act as the calls' batch axis: (h, S, D) views
+                _run_calls(calls, q[row, heads], k[row, heads], v[row, heads], out[row, heads], lse[row, heads], scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.calls_of_head, ctx.scale = calls_of_head, scale
+        ctx.groups, ctx.scale = groups, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
         grads = [torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
-        for h in range(q.shape[1]):
-            qh, kh, vh, oh, gh, lh = (x[:, h] for x in (q, k, v, out, grad_out, lse))
-            dq, dk, dv = (grad[:, h] for grad in grads)
-            for call in ctx.calls_of_head(h):
-                dq_c, dk_c, dv_c = _BACKWARD(
-                    call.queries(gh), call.queries(qh), call.keys(kh), call.keys(vh), call.queries(oh),
-                    call.queries(lh[..., None])[..., 0], 0.0, call.is_causal, attn_mask=call.mask, scale=ctx.scale,
-                )  # fmt: skip
-                call.queries(dq).add_(dq_c)
-                call.add_key_grad(dk, dk_c)
-                call.add_key_grad(dv, dv_c)
-                del dq_c, dk_c, dv_c  # before the next call allocates its own
+        for row in range(q.shape[0]):
+            for heads, calls in ctx.groups:
+                qh, kh, vh, oh, gh, lh = (x[row, heads] for x in (q, k, v, out, grad_out, lse))
+                dq, dk, dv = (grad[row, heads] for grad in grads)
+                for call in calls:
+                    dq_c, dk_c, dv_c = _BACKWARD(
+                        call.queries(gh), call.queries(qh), call.keys(kh), call.keys(vh), call.queries(oh),
+                        call.queries(lh[..., None])[..., 0], 0.0, call.is_causal, attn_mask=call.mask,
+                        scale=ctx.scale,
+                    )  # fmt: skip
+                    call.queries(dq).add_(dq_c)
+                    call.add_key_grad(dk, dk_c)
+                    call.add_key_grad(dv, dv_c)
+                    del dq_c, dk_c, dv_c  # before the next call allocates its own
         return *grads, None, None
 
 
@@ -248,7 +255,7 @@ def applies(q: torch.Tensor, dropout: float) -> bool:
 def local_flash(q, k, v, window: int, scale: float, block: int | None = None) -> torch.Tensor:
     """Band q - window < kv <= q (B, H, S, D), O(S * window) work, O(S) saved."""
     calls = local_calls(q.shape[2], window, block or window, q.dtype, q.device)
-    return FlashBlockAttention.apply(q, k, v, lambda h: calls, scale)
+    return FlashBlockAttention.apply(q, k, v, ((slice(None), calls),), scale)
 
 
 def strided_flash(q, k, v, stride: int, scale: float, num_heads: int) -> torch.Tensor:
@@ -256,10 +263,11 @@ def strided_flash(q, k, v, stride: int, scale: float, num_heads: int) -> torch.T
     half = num_heads // 2
     band = local_calls(q.shape[2], stride, stride, q.dtype, q.device)
     every_lth = every_lth_calls(q.shape[2], stride)
-    return FlashBlockAttention.apply(q, k, v, lambda h: band if h < half else every_lth, scale)
+    groups = ((slice(0, half), band), (slice(half, num_heads), every_lth))
+    return FlashBlockAttention.apply(q, k, v, tuple(group for group in groups if group[0].stop > group[0].start), scale)
 
 
 def fixed_flash(q, k, v, stride: int, summary: int, scale: float) -> torch.Tensor:
     """Own block of ``stride`` (causal) plus the last ``summary`` positions of every earlier block."""
     calls = fixed_calls(q.shape[2], stride, summary, q.dtype, q.device)
-    return FlashBlockAttention.apply(q, k, v, lambda h: calls, scale)
+    return FlashBlockAttention.apply(q, k, v, ((slice(None), calls),), scale)

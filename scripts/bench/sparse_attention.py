@@ -59,7 +59,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hf_llmsys.models.sparse_attention import flex_layout_attention, sparse_attention  # noqa: E402
+from hf_llmsys.models.sparse_layouts import flex_layout_attention, sparse_attention  # noqa: E402
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward
@@ -125,7 +125,7 @@ def default_stride(seq_len: int) -> int:
 def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
     """(q, k, v) -> output for a variant name such as ``local``, ``strided+rc``, ``gpt3`` or ``dense-stored``."""
     kind, recompute = name.removesuffix("+rc"), name.endswith("+rc")
-    params = dict(local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8)
+    params = dict(sliding_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8)
     scale = args.head_dim**-0.5
     if kind == "dense-stored":
         return lambda q, k, v: stored_attention(q, k, v, scale=scale)
@@ -224,6 +224,8 @@ def run(args: argparse.Namespace) -> dict:
         variants += ["dense-fwd", "dense@flex-fwd", "local@flex-fwd", "strided@flex-fwd", "fixed@flex-fwd"]
     elif args.flex:
         variants += ["dense@flex", "local@flex", "strided@flex", "fixed@flex"]
+    if args.variants:
+        variants = [name for name in variants if name in args.variants]
     results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in variants}
     for seq_len in args.lengths:
         names = [n for n in variants if not (n == "dense-stored" and seq_len > args.max_stored_length)]
@@ -270,22 +272,23 @@ def print_tables(results: dict, lengths: list[int]) -> None:
                 print(f"{name:<13}" + "".join(cell(name, s, key) for s in lengths))
     print("\nstored vs recomputed: memory kept from forward until backward, MB (cf. Child et al. 2019, table 4)")
     print(f"{'kind':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths))
-    for kind in ("local", "strided", "fixed", "gpt3"):
+    for kind in (k for k in ("local", "strided", "fixed", "gpt3") if results.get(k) and results.get(k + "+rc")):
         cells = []
         for seq_len in lengths:
             stored, recomputed = results[kind][seq_len]["saved_mb"], results[kind + "+rc"][seq_len]["saved_mb"]
             cells.append(f"{stored:9.1f} -> {recomputed:7.1f}  ")
         print(f"{kind:<13}" + "".join(f"{c:>22}" for c in cells))
-    stored_row = [results["dense-stored"].get(s) for s in lengths]
+    stored_row = [results.get("dense-stored", {}).get(s) for s in lengths]
     print(f"{'dense-stored':<13}" + "".join(f"{r['saved_mb']:20.1f}  " if r else f"{'-':>22}" for r in stored_row))
-    if GOAL_LENGTH in lengths:
+    if GOAL_LENGTH in lengths and all(results.get(kind) for kind in ("dense", "local", "strided")):
         print(f"\ngoal at S={GOAL_LENGTH}: >= {GOAL_SPEEDUP}x faster and <= {GOAL_MEMORY} of dense memory")
         for kind in ("local", "strided"):
             row, ref = results[kind][GOAL_LENGTH], results["dense"][GOAL_LENGTH]
             speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
             verdict = "met" if speed >= GOAL_SPEEDUP and memory <= GOAL_MEMORY else "NOT met"
             print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
-    for seq_len in (s for s in lengths if s in SPARSE_MEMORY_LENGTHS):
+    kinds_measured = all(results.get(kind) for kind in ("dense", "local", "strided", "fixed"))
+    for seq_len in (s for s in lengths if s in SPARSE_MEMORY_LENGTHS and kinds_measured):
         print(f"\ngoal at S={seq_len} (issue 22): peak memory <= {SPARSE_MEMORY_GOAL:.2f} of dense flash SDPA, speed "
               + ", ".join(f"{kind} >= {goal}x" for kind, goal in SPARSE_SPEED_GOALS.items()))  # fmt: skip
         ref = results["dense"][seq_len]
@@ -307,7 +310,7 @@ def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: s
     config = LlmsysGPT3Config(
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
         intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
-        local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
+        sliding_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
         bos_token_id=0, eos_token_id=0, **({"hidden_act": hidden_act} if hidden_act else {}),
     )  # fmt: skip
     torch.manual_seed(0)
@@ -423,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--window", type=int, default=256, help="local_window (GPT-3 / GPT-Neo band)")
+    parser.add_argument("--window", type=int, default=256, help="sliding_window (GPT-3 / GPT-Neo band)")
     parser.add_argument("--stride", type=int, default=None, help="sparse_stride l (default ~sqrt(S))")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions (round-robin over the variants)")
     parser.add_argument("--warmup", type=int, default=1)
@@ -431,6 +434,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--variants", nargs="+", default=None, help="only these rows (e.g. dense local strided fixed)")
     parser.add_argument("--flex", action="store_true", help="also time FlexAttention BlockMasks (CUDA: backward)")
     parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
     parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
