@@ -142,6 +142,10 @@ def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
         return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale)
     if "@flex" in kind:  # FlexAttention BlockMask of the same layout (backward needs CUDA)
         layout = kind.split("@flex")[0]
+        if forward_only(kind):  # torch refuses CPU flex on inputs that require grad, even under no_grad
+            return lambda q, k, v: flex_layout_attention(
+                layout, q.detach(), k.detach(), v.detach(), scale=scale, **params
+            )
         return lambda q, k, v: flex_layout_attention(layout, q, k, v, scale=scale, **params)
     return lambda q, k, v: sparse_attention(kind, q, k, v, scale=scale, recompute=recompute, **params)
 
@@ -220,7 +224,8 @@ def run(args: argparse.Namespace) -> dict:
     variants += ["local+rc", "strided+rc", "fixed+rc", "gpt3+rc"]
     if args.flex and args.device == "cpu":
         print("--flex on CPU: torch has no FlexAttention backward there; the flex rows (@flex-fwd) time the forward "
-              "only, under torch.no_grad(), against dense-fwd (SDPA forward only).")  # fmt: skip
+              "only, under torch.no_grad(), against dense-fwd (SDPA forward only); their memory is not counted "
+              "(the CPU counter cannot enter flex's compiled op: nan).")  # fmt: skip
         variants += ["dense-fwd", "dense@flex-fwd", "local@flex-fwd", "strided@flex-fwd", "fixed@flex-fwd"]
     elif args.flex:
         variants += ["dense@flex", "local@flex", "strided@flex", "fixed@flex"]
@@ -231,7 +236,10 @@ def run(args: argparse.Namespace) -> dict:
         names = [n for n in variants if not (n == "dense-stored" and seq_len > args.max_stored_length)]
         fns = {name: variant_fn(name, args, seq_len) for name in names}
         for name in names:  # memory first, one variant at a time
-            peak, saved = memory_variant(fns[name], args, seq_len, backward=not forward_only(name))
+            if "@flex" in name and args.device == "cpu":  # the dispatch-mode counter cannot enter flex's compiled op
+                peak = saved = float("nan")
+            else:
+                peak, saved = memory_variant(fns[name], args, seq_len, backward=not forward_only(name))
             results[name][seq_len] = {"peak_mb": peak / 2**20, "saved_mb": saved / 2**20}
         inputs = _inputs(args, seq_len)
         times: dict[str, list[float]] = {name: [] for name in names}
