@@ -2,17 +2,20 @@
 
 A new positional encoding or attention layout is one class (or predicate) plus one registry row: shown here with
 test-only entries that the decoders (GPT-3-style, and LLaMA-style for layouts) then handle correctly without any
-other change (cache kind, kernel or mask path, flash refusal, and the ``has_length_limit`` attribute evaluation
-tools duck-type on).
+other change (cache kind, kernel or mask path, flash refusal, the ``has_length_limit`` attribute evaluation
+tools duck-type on, the model card's rows and the demo's sparse tab).
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.attention_plan import plan_layer_attention
+from hf_llmsys.demo import sparse_tab
+from hf_llmsys.hub.architecture import describe
 from hf_llmsys.models.mask_inputs import MaskInputs
 from hf_llmsys.models.positions import (
     POSITIONAL_ENCODINGS,
@@ -20,7 +23,7 @@ from hf_llmsys.models.positions import (
     NoPositionalEncoding,
     PositionalEncoding,
 )
-from hf_llmsys.models.sparse_layouts import ATTENTION_LAYOUTS, AttentionLayout
+from hf_llmsys.models.sparse_layouts import LAYOUTS, AttentionLayout, LocalLayout
 
 
 def test_every_registered_encoding_declares_its_capabilities():
@@ -52,7 +55,7 @@ def gpt3(config_class=LlmsysGPT3Config, **overrides):
 def kernels(model, seq_len=16) -> list[bool]:
     """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask)."""
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
-    return [plan.kernel is not None for plan in plan_layer_attention(model.config, inputs)]
+    return [layer.layout.attention(model.config, inputs).kernel is not None for layer in model.model.layers]
 
 
 @pytest.mark.parametrize("cls, uses_kernels", [(HalfSlopeALiBi, False), (ConstantNoPE, True)])
@@ -82,11 +85,17 @@ def test_learned_positions_declare_their_length_limit():
     assert issubclass(POSITIONAL_ENCODINGS["learned"], PositionalEncoding)
 
 
-def _previous_token(**_):
-    def previous_token(batch_idx, head_idx, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (kv_idx >= q_idx - 1)
+class PreviousTokenLayout(AttentionLayout):
+    """Test-only layout: kv in {q - 1, q}, no parameters, no kernel of its own."""
 
-    return previous_token
+    name = "previous_token"
+    card_text_template = "previous token only"
+
+    def predicate(self):
+        def previous_token(batch_idx, head_idx, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & (kv_idx >= q_idx - 1)
+
+        return previous_token
 
 
 @pytest.mark.parametrize("config_class, model_class", [(LlmsysGPT3Config, LlmsysGPT3ForCausalLM),
@@ -94,9 +103,7 @@ def _previous_token(**_):
 def test_a_new_layout_is_one_registry_row(monkeypatch, config_class, model_class):
     """A "previous token" layout (kv in {q-1, q}) without a kernel of its own: it runs as a mask in every decoder,
     and a one-layer model's logits at t then depend on tokens t-1 and t only."""
-    monkeypatch.setitem(
-        ATTENTION_LAYOUTS, "previous_token", AttentionLayout((), _previous_token, lambda h: [slice(0, h)])
-    )
+    monkeypatch.setitem(LAYOUTS, "previous_token", PreviousTokenLayout)
     config = gpt3(
         config_class, num_hidden_layers=1, attention_layout=["previous_token"], position_embedding_type="none"
     )
@@ -116,10 +123,8 @@ def test_a_new_layout_is_one_registry_row(monkeypatch, config_class, model_class
 def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
     """A layout that declares ``windowed_cache`` (here: the local band under another name) makes its layers
     transformers' "sliding_attention" layers: window-sized caches, and cached decoding still equals the full forward."""
-    local = ATTENTION_LAYOUTS["local"]
-    monkeypatch.setitem(
-        ATTENTION_LAYOUTS, "band", AttentionLayout(local.required, local.build, local.head_groups, windowed_cache=True)
-    )
+    band = type("BandLayout", (LocalLayout,), {"name": "band", "has_block_kernel": False})
+    monkeypatch.setitem(LAYOUTS, "band", band)
     config = gpt3(LlmsysLlamaConfig, attention_layout=["dense", "band"])
     assert config.layer_types == ["full_attention", "sliding_attention"]
     model = LlmsysLlamaForCausalLM(config).eval()
@@ -131,3 +136,19 @@ def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
         assert prefix.cache.layers[1].keys.shape[-2] < 8 <= prefix.cache.layers[0].keys.shape[-2]  # window-sized
         step = model(ids[:, 8:], cache=prefix.cache).logits
     torch.testing.assert_close(step, full[:, 8:], atol=1e-5, rtol=0)
+
+
+def test_a_new_layout_appears_in_the_card_and_the_demo(monkeypatch):
+    """The model card and the demo's sparse tab ask the registered class: no table of names to extend."""
+    monkeypatch.setitem(LAYOUTS, "previous_token", PreviousTokenLayout)
+    config = gpt3(attention_layout=["dense", "previous_token"])
+    rows = dict(describe(config).rows)
+    assert rows["per-layer attention"] == "dense causal, previous token only"
+    assert "previous_token-attention" in describe(config).tags
+    assert "previous_token" in sparse_tab.kinds()
+    counts = sparse_tab.keys_per_query(16, 4, 4, 4, 2).set_index("layout")
+    assert counts.loc["previous_token", "max keys per query"] == 2
+    panels = sparse_tab.layout_figure(16, 4, 4, 2).axes
+    assert any(axis.get_title() == "previous_token" for axis in panels)
+    memory = sparse_tab.memory_table(16, 4, 8, 4, 4, 2).set_index("layout")
+    assert math.isnan(memory.loc["previous_token", "measured saved, no recompute (MB)"])  # no kernel: a mask

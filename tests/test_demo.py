@@ -166,7 +166,7 @@ def test_sparse_layouts_keys_and_memory(served):
     assert_plot(figure)
     keys = frame(keys).set_index("layout")
     assert keys.loc["dense", "max keys per query"] == 64
-    local = attended_counts("local", 64, num_heads=4, local_window=16)
+    local = attended_counts("local", 64, num_heads=4, sliding_window=16)
     assert keys.loc["local", "mean keys per query"] == pytest.approx(float(local.float().mean()))
     memory = frame(memory).set_index("layout")
     qkv_mb = 3 * 4 * 64 * 16 * 4 / 2**20

@@ -113,7 +113,7 @@ def _manual_forward(model, ids, layouts, window):
     heads, head_dim = model.config.num_attention_heads, model.config.head_dim
     hidden = inner.embed_tokens(ids) + inner.positions.embed_positions(torch.arange(seq_len))[None]
     for layer, kind in zip(inner.layers, layouts, strict=True):
-        keep = dense_layout_mask(kind, seq_len, local_window=window)[0]  # (S, S)
+        keep = dense_layout_mask(kind, seq_len, sliding_window=window)[0]  # (S, S)
         qkv = layer.self_attn.qkv_proj(layer.input_layernorm(hidden)).view(1, seq_len, 3, heads, head_dim)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, S, D)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)
@@ -257,7 +257,7 @@ def test_gpt2_names_are_aliases():
         (dict(attention_layout=["dense", "banded"]), "unknown kinds ['banded']"),
         (dict(attention_layout=["dense", "local", "local"], num_hidden_layers=4), "does not divide num_layers=4"),
         (dict(attention_layout=[]), "empty"),
-        (dict(attention_layout=["local"], local_window=0), "local_window: layout 'local' needs an integer >= 1"),
+        (dict(attention_layout=["local"], local_window=0), "sliding_window: layout 'local' needs an integer >= 1"),
         (dict(attention_layout=["fixed"], sparse_stride=4), "sparse_summary"),
         (dict(attention_layout=["fixed"], sparse_stride=4, sparse_summary=5), "sparse_summary <= sparse_stride"),
         (dict(attention_layout=["strided"]), "sparse_stride"),

@@ -14,9 +14,7 @@ from decoding import stepwise_logits
 from tensor_tracking import LargestTensor
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
-from hf_llmsys.models.attention_plan import plan_layer_attention
 from hf_llmsys.models.mask_inputs import MaskInputs
-from hf_llmsys.models.sparse_attention import LayoutKernel
 
 LAYOUTS = {
     "gpt3": ["dense", "local"],
@@ -71,8 +69,8 @@ def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
         layout_config(["local", "strided"], local_window=16, sparse_stride=16, max_position_embeddings=seq_len)
     )
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 64), None, None, torch.arange(seq_len)[None], 0)
-    plans = plan_layer_attention(model.config, inputs)
-    assert all(isinstance(plan.kernel, LayoutKernel) and plan.mask is None for plan in plans)
+    answers = [layer.layout.attention(model.config, inputs) for layer in model.model.layers]
+    assert all(callable(answer.kernel) and answer.mask is None for answer in answers)
     ids = torch.randint(0, 100, (1, seq_len))
     with LargestTensor() as tracker:
         model(ids, labels=ids).loss.backward()

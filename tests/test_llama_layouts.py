@@ -41,7 +41,7 @@ def masked_reference(model, ids: torch.Tensor) -> torch.Tensor:
     hidden = inner.embed_tokens(ids)
     rotate = inner.positions.prepare(hidden, positions).rotate
     for layer, kind in zip(inner.layers, config.layer_layouts(), strict=True):
-        keep = dense_layout_mask(kind, seq_len, local_window=WINDOW)[0]  # (S, S)
+        keep = dense_layout_mask(kind, seq_len, sliding_window=WINDOW)[0]  # (S, S)
         qkv = layer.self_attn.qkv_proj(layer.input_layernorm(hidden)).view(*ids.shape, -1, head_dim)
         qk = rotate(qkv[:, :, : heads + kv_heads])
         q = qk[:, :, :heads].transpose(1, 2)  # (B, H, S, D)

@@ -7,21 +7,15 @@ import torch
 from tensor_tracking import LargestTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_llmsys.models.sparse_attention import (
-    SPARSE_KERNELS,
-    fixed_attention,
-    local_attention,
-    masked_dense_reference,
-    sparse_attention,
-    strided_attention,
-)
+from hf_llmsys.models.sparse_attention import fixed_attention, local_attention, strided_attention
+from hf_llmsys.models.sparse_layouts import LAYOUTS, masked_dense_reference, sparse_attention
 
-PARAMS = {"local_window": 8, "sparse_stride": 8, "sparse_summary": 2}
+PARAMS = {"sliding_window": 8, "sparse_stride": 8, "sparse_summary": 2}
 CASES = [
     ("dense", 4, PARAMS),
     ("local", 4, PARAMS),
-    ("local", 4, {"local_window": 5}),
-    ("local", 4, {"local_window": 1}),
+    ("local", 4, {"sliding_window": 5}),
+    ("local", 4, {"sliding_window": 1}),
     ("strided", 4, PARAMS),
     ("strided", 5, PARAMS),
     ("strided", 2, {"sparse_stride": 3}),
@@ -71,7 +65,7 @@ def test_direct_functions_match_dispatch():
     q, k, v = _qkv(5, 30)
     with torch.no_grad():
         torch.testing.assert_close(
-            local_attention(q, k, v, 8, 0.3), sparse_attention("local", q, k, v, scale=0.3, local_window=8)
+            local_attention(q, k, v, 8, 0.3), sparse_attention("local", q, k, v, scale=0.3, sliding_window=8)
         )
         torch.testing.assert_close(
             strided_attention(q, k, v, 8, 0.3, 5), sparse_attention("strided", q, k, v, scale=0.3, sparse_stride=8)
@@ -80,14 +74,14 @@ def test_direct_functions_match_dispatch():
             fixed_attention(q, k, v, 8, 2, 0.3),
             sparse_attention("fixed", q, k, v, scale=0.3, sparse_stride=8, sparse_summary=2),
         )
-    assert set(SPARSE_KERNELS) == {"dense", "local", "strided", "fixed"}
+    assert {kind for kind, cls in LAYOUTS.items() if cls.has_block_kernel} == {"local", "strided", "fixed"}
 
 
 def test_bad_arguments_raise():
     q, k, v = _qkv(4, 8)
     with pytest.raises(ValueError, match="unknown attention layout"):
         sparse_attention("banded", q, k, v, scale=1.0)
-    with pytest.raises(ValueError, match="local_window"):
+    with pytest.raises(ValueError, match="sliding_window"):
         sparse_attention("local", q, k, v, scale=1.0)
     with pytest.raises(ValueError, match="sparse_summary"):
         sparse_attention("fixed", q, k, v, scale=1.0, sparse_stride=4, sparse_summary=5)
@@ -114,7 +108,7 @@ def _largest_tensor(fn, seq_len: int, num_heads: int = 2) -> tuple[int, int]:
 @pytest.mark.parametrize(
     "kind, params",
     [
-        ("local", {"local_window": 64}),
+        ("local", {"sliding_window": 64}),
         ("strided", {"sparse_stride": 64}),
         ("fixed", {"sparse_stride": 64, "sparse_summary": 2}),
     ],
@@ -138,7 +132,7 @@ def test_recompute_saves_only_inputs(kind):
 def test_memory_tracker_sees_the_dense_mask():
     seq_len = 512
     largest, _ = _largest_tensor(
-        lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.25, local_window=64), seq_len
+        lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.25, sliding_window=64), seq_len
     )
     assert largest >= seq_len * seq_len
 
@@ -156,7 +150,7 @@ class _OpNames(TorchDispatchMode):
 
 
 @pytest.mark.parametrize(
-    "kind, params", [("local", {"local_window": 8}), ("fixed", {"sparse_stride": 8, "sparse_summary": 2})]
+    "kind, params", [("local", {"sliding_window": 8}), ("fixed", {"sparse_stride": 8, "sparse_summary": 2})]
 )
 def test_masked_kernels_take_the_fused_cpu_path(kind, params):
     # The block masks are 4-D: with a 3-D mask SDPA on CPU falls back to the math path (bmm + softmax), ~2x slower.
@@ -173,7 +167,7 @@ def test_local_kernel_with_smaller_blocks_equals_reference(window, block):
     projection = torch.randn(2, 2, 37, 16)
     out, grads = _output_and_grads(lambda q, k, v: local_attention(q, k, v, window, 0.3, block=block), qkv, projection)
     ref, ref_grads = _output_and_grads(
-        lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.3, local_window=window), qkv, projection
+        lambda q, k, v: masked_dense_reference("local", q, k, v, scale=0.3, sliding_window=window), qkv, projection
     )
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
     for grad, ref_grad in zip(grads, ref_grads, strict=True):

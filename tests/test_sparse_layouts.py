@@ -10,7 +10,7 @@ import transformers
 from transformers.masking_utils import create_causal_mask, sliding_window_causal_mask_function
 
 from hf_llmsys.models.sparse_layouts import (
-    ATTENTION_LAYOUTS,
+    LAYOUTS,
     attended_counts,
     dense_layout_mask,
     head_group_mask_functions,
@@ -19,14 +19,14 @@ from hf_llmsys.models.sparse_layouts import (
 )
 
 
-def reference_keeps(kind, h, q, kv, num_heads=1, local_window=None, sparse_stride=None, sparse_summary=None):
+def reference_keeps(kind, h, q, kv, num_heads=1, sliding_window=None, sparse_stride=None, sparse_summary=None):
     """Whether query q keeps key kv in head h, written from the definitions in issue 5 / Child et al."""
     if kv > q:
         return False
     if kind == "dense":
         return True
     if kind == "local":
-        return q - local_window < kv
+        return q - sliding_window < kv
     block = sparse_stride
     if kind == "strided":
         return q - block < kv if h < num_heads // 2 else (q - kv) % block == 0
@@ -46,9 +46,9 @@ def reference_mask(kind, seq_len, num_heads=1, **params):
 
 CASES = [
     ("dense", {}),
-    ("local", {"local_window": 1}),
-    ("local", {"local_window": 4}),
-    ("local", {"local_window": 40}),
+    ("local", {"sliding_window": 1}),
+    ("local", {"sliding_window": 4}),
+    ("local", {"sliding_window": 40}),
     ("strided", {"num_heads": 2, "sparse_stride": 4}),
     ("strided", {"num_heads": 3, "sparse_stride": 3}),
     ("strided", {"num_heads": 4, "sparse_stride": 1}),
@@ -81,7 +81,7 @@ def test_local_matches_gpt_neo_band():
     gpt_neo = torch.bitwise_xor(causal, torch.tril(causal, -window))
     q, kv = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
     sliding = sliding_window_causal_mask_function(window)(0, 0, q, kv)
-    mask = dense_layout_mask("local", seq_len, local_window=window)[0]
+    mask = dense_layout_mask("local", seq_len, sliding_window=window)[0]
     assert torch.equal(mask, gpt_neo) and torch.equal(mask, sliding)
     assert torch.equal(mask, (kv > q - window) & (kv <= q))
 
@@ -97,7 +97,7 @@ def test_strided_odd_heads_extra_head_in_second_group():
 @pytest.mark.parametrize(
     ("kind", "params"),
     [
-        ("local", {"local_window": 64}),
+        ("local", {"sliding_window": 64}),
         ("strided", {"num_heads": 2, "sparse_stride": 64}),
         ("fixed", {"sparse_stride": 64, "sparse_summary": 1}),
     ],
@@ -110,7 +110,7 @@ def test_attended_counts_grow_subquadratically(kind, params):
     q = torch.arange(4096)
     stride = params.get("sparse_stride")
     if kind == "local":
-        assert (large <= params["local_window"]).all()
+        assert (large <= params["sliding_window"]).all()
     elif kind == "strided":
         assert torch.equal(large[0], (q + 1).clamp(max=stride)) and torch.equal(large[1], q // stride + 1)
     else:
@@ -155,9 +155,9 @@ def test_resolve_layer_layouts_rejects(layout, num_layers, field):
     ("kind", "params", "field"),
     [
         ("banded", {}, "kind"),
-        ("local", {}, "local_window"),
-        ("local", {"local_window": 0}, "local_window"),
-        ("local", {"local_window": 2.5}, "local_window"),
+        ("local", {}, "sliding_window"),
+        ("local", {"sliding_window": 0}, "sliding_window"),
+        ("local", {"sliding_window": 2.5}, "sliding_window"),
         ("strided", {"sparse_stride": 4}, "num_heads"),
         ("strided", {"num_heads": 4, "sparse_stride": 0}, "sparse_stride"),
         ("fixed", {"sparse_stride": 4}, "sparse_summary"),
@@ -179,7 +179,7 @@ def test_unknown_kind_lists_registry_and_bad_seq_len():
         dense_layout_mask("dense", 0)
     with pytest.raises(ValueError, match="seq_len"):
         attended_counts("dense", 0)
-    assert sorted(ATTENTION_LAYOUTS) == ["dense", "fixed", "local", "strided"]
+    assert sorted(LAYOUTS) == ["dense", "fixed", "local", "strided"]
 
 
 def tiny_config(attn_implementation):
@@ -209,7 +209,7 @@ def hf_keep_mask(attn_implementation, mask_fn, seq_len, padding=None):
 
 HF_CASES = [
     ("dense", {}),
-    ("local", {"local_window": 3}),
+    ("local", {"sliding_window": 3}),
     ("strided", {"num_heads": 4, "sparse_stride": 3}),
     ("fixed", {"sparse_stride": 4, "sparse_summary": 1}),
 ]

@@ -5,7 +5,7 @@ Memory per layer and sequence (batch 1, H heads, head dim D, float32): an eager 
 probabilities for backward: H x S x S values for a dense masked matrix, H x (kept pairs) for a kernel that only
 forms the kept blocks; with recomputation (Child et al. 2019, sec. 5.4) only q, k, v (3 x H x S x D) are kept and
 the probabilities are recomputed in backward. "measured" is the bytes autograd actually saves for backward when
-``hf_llmsys.models.sparse_attention.sparse_attention`` runs at this length (saved-tensor hooks), with and without
+``hf_llmsys.models.sparse_layouts.sparse_attention`` runs at this length (saved-tensor hooks), with and without
 ``recompute``.
 """
 
@@ -17,33 +17,34 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..models.sparse_attention import sparse_attention
-from ..models.sparse_layouts import attended_counts, dense_layout_mask
+from ..models.sparse_layouts import LAYOUTS, attended_counts, dense_layout_mask, sparse_attention
 from .plots import heatmaps
 
-KINDS = ("dense", "local", "strided", "fixed")
 MB = 2**20
 
 
+def kinds() -> list[str]:
+    """Every registered layout kind (``sparse_layouts.LAYOUTS``), read per call: a new row appears here."""
+    return list(LAYOUTS)
+
+
 def layout_params(kind: str, heads: int, stride: int, window: int, summary: int) -> dict:
-    """The parameters each layout kind takes (sparse_layouts' names)."""
-    return {
-        "dense": {"num_heads": heads},
-        "local": {"num_heads": heads, "local_window": window},
-        "strided": {"num_heads": heads, "sparse_stride": stride},
-        "fixed": {"num_heads": heads, "sparse_stride": stride, "sparse_summary": summary},
-    }[kind]
+    """The parameters layout ``kind`` declares (``AttentionLayout.parameters``), from the tab's sliders."""
+    sliders = {"sliding_window": window, "sparse_stride": stride, "sparse_summary": summary}
+    return {"num_heads": heads, **{name: sliders[name] for name in LAYOUTS[kind].parameters}}
 
 
 def layout_figure(length: int, stride: int, window: int, summary: int):
-    """The four patterns as images (strided: one panel per head group), query rows against key columns."""
+    """Every layout's pattern as images (one panel per head group), query rows against key columns."""
     panels = []
-    for kind in KINDS:
-        mask = dense_layout_mask(kind, length, **layout_params(kind, 2, stride, window, summary))  # (2, S, S)
-        if kind == "strided":
-            panels += [("strided, heads 0..H/2 (previous l)", mask[0]), ("strided, heads H/2.. (every l-th)", mask[1])]
-        else:
-            panels.append((kind, mask[0]))
+    for kind in kinds():
+        cls = LAYOUTS[kind]
+        heads = max(2, cls.min_heads)
+        params = layout_params(kind, heads, stride, window, summary)
+        mask = dense_layout_mask(kind, length, **params)  # (H, S, S)
+        groups = cls(**params).head_groups()
+        for group, label in zip(groups, cls.group_labels, strict=True):
+            panels.append((kind if len(groups) == 1 else f"{kind}, {label}", mask[group.start]))
     return heatmaps(panels, cmap="Greys", colorbar=False, cols=5)
 
 
@@ -51,7 +52,7 @@ def keys_per_query(length: int, heads: int, stride: int, window: int, summary: i
     """Mean and largest number of keys a query attends to, per layout, and the share of the causal pairs."""
     causal_pairs = length * (length + 1) / 2
     rows = []
-    for kind in KINDS:
+    for kind in kinds():
         counts = attended_counts(kind, length, **layout_params(kind, heads, stride, window, summary))  # (H, S)
         rows.append({"layout": kind, "mean keys per query": float(counts.float().mean()),
                      "max keys per query": int(counts.max()),
@@ -74,11 +75,18 @@ def saved_bytes(kind: str, length: int, heads: int, head_dim: int, recompute: bo
     return sum(storages.values())
 
 
+def measured(kind: str, length: int, heads: int, head_dim: int, recompute: bool, params: dict) -> float:
+    """``saved_bytes`` in MB, or NaN for a layout without a block kernel (it runs as a mask)."""
+    if not LAYOUTS[kind].has_block_kernel and kind != "dense":
+        return float("nan")
+    return saved_bytes(kind, length, heads, head_dim, recompute, **params) / MB
+
+
 def memory_table(length: int, heads: int, head_dim: int, stride: int, window: int, summary: int) -> pd.DataFrame:
     """Stored vs recomputed memory per layer for this length: derived from the layout, and measured."""
     qkv = 3 * heads * length * head_dim * 4
     rows = []
-    for kind in KINDS:
+    for kind in kinds():
         params = layout_params(kind, heads, stride, window, summary)
         kept = int(attended_counts(kind, length, **params).sum())  # (query, key) pairs over all heads
         params = {k: v for k, v in params.items() if k != "num_heads"}
@@ -87,8 +95,8 @@ def memory_table(length: int, heads: int, head_dim: int, stride: int, window: in
             "stored probs, masked dense (MB)": heads * length * length * 4 / MB,
             "stored probs, kept pairs only (MB)": kept * 4 / MB,
             "recomputed: q, k, v only (MB)": qkv / MB,
-            "measured saved, no recompute (MB)": saved_bytes(kind, length, heads, head_dim, False, **params) / MB,
-            "measured saved, recompute (MB)": saved_bytes(kind, length, heads, head_dim, True, **params) / MB,
+            "measured saved, no recompute (MB)": measured(kind, length, heads, head_dim, False, params),
+            "measured saved, recompute (MB)": measured(kind, length, heads, head_dim, True, params),
         })  # fmt: skip
     return pd.DataFrame(rows)
 

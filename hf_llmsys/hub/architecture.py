@@ -3,7 +3,8 @@
 One describer per model type (``ARCHITECTURES``: model_type -> function(config) -> ``Architecture``); parameters
 are counted on the model built from the config on the meta device (no memory, no weights), so the figure is the
 model's own, never a number written down. Positional encodings, feed-forward kinds and attention layouts are
-named through small tables so that a new variant is one row.
+described by their own classes (``positions.POSITIONAL_ENCODINGS``, ``sparse_layouts.LAYOUTS``: card text, tag,
+citations), so that a new variant is one class and one registry row with no change here.
 """
 
 from __future__ import annotations
@@ -15,17 +16,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
 
 from .. import registration
-
-# position_embedding_type -> (card text, tag, citation keys)
-POSITIONAL_ENCODING_NAMES = {
-    "rope": ("RoPE", "rope", ["su2021roformer"]),
-    "none": ("none (NoPE)", "nope", ["kazemnejad2023nope"]),
-    "sinusoidal": ("sinusoidal absolute", "sinusoidal-positions", ["vaswani2017attention"]),
-    "learned": ("learned absolute", "learned-positions", ["radford2019gpt2"]),
-    "alibi": ("ALiBi linear biases", "alibi", ["press2022alibi"]),
-    "t5": ("T5 relative buckets", "t5-relative-bias", ["raffel2020t5"]),
-    "relative": ("Shaw et al. relative embeddings", "relative-positions", ["shaw2018relative"]),
-}
+from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.sparse_layouts import AttentionLayout, DenseLayout, layouts_from_config
 
 # (activation, gated) -> feed-forward name
 FEED_FORWARD_NAMES = {
@@ -34,15 +26,6 @@ FEED_FORWARD_NAMES = {
     ("gelu_new", True): "GeGLU (tanh GELU)",
     ("relu", True): "ReGLU",
 }
-
-# attention layout kind -> card text (GPT-3-style sparse layers)
-LAYOUT_NAMES = {
-    "dense": "dense causal",
-    "local": "local band of {local_window}",
-    "strided": "strided (stride {sparse_stride})",
-    "fixed": "fixed (block {sparse_stride}, {sparse_summary} summary)",
-}
-
 
 # Fields that make two configs the same model shape (a card names the preset whose shape a config has).
 SHAPE_FIELDS = (
@@ -100,27 +83,24 @@ def attention_kind(heads: int, kv_heads: int) -> tuple[str, str, list[str]]:
 
 
 def positional_encoding(config) -> tuple[str, str, list[str]]:
-    """The positional encoding's card text, tag and citations; RoPE adds its scaling type, theta and pairing."""
+    """The positional encoding's card text, tag and citations, from its registered class."""
     kind = getattr(config, "position_embedding_type", "rope")
-    text, tag, cites = POSITIONAL_ENCODING_NAMES.get(kind, (kind, kind, []))
-    if kind == "rope":
-        rope = getattr(config, "rope_parameters", None) or {}
-        pairing = "interleaved pairs (Meta)" if getattr(config, "rope_interleaved", False) else "rotate-half"
-        scaling = rope.get("rope_type", "default")
-        text = f"RoPE ({scaling}), theta {rope.get('rope_theta', 10000.0):g}, {pairing}"
-    return text, tag, list(cites)
+    encoding = POSITIONAL_ENCODINGS.get(kind)
+    if encoding is None:
+        return kind, kind, []
+    return encoding.card_text(config), encoding.card_tag, list(encoding.citations)
 
 
-def layer_layouts(config) -> list[str]:
-    """Per-layer attention kinds: the config's own list when it has one, else dense causal in every layer."""
+def layer_layouts(config) -> list[AttentionLayout]:
+    """Per-layer layout objects, as the model builds them (dense causal in every layer for other configs)."""
     if hasattr(config, "layer_layouts"):
-        return list(config.layer_layouts())
-    return ["dense"] * config.num_hidden_layers
+        return layouts_from_config(config)
+    return [DenseLayout(config.num_attention_heads)] * config.num_hidden_layers
 
 
-def describe_layouts(config, kinds: list[str]) -> str:
+def describe_layouts(config, layouts: list[AttentionLayout]) -> str:
     """'dense causal, local band of 256 (x6)': the per-layer pattern, compressed when it repeats."""
-    names = [LAYOUT_NAMES.get(kind, kind).format(**vars_of(config)) for kind in kinds]
+    names = [layout.card_text() for layout in layouts]
     for period in range(1, len(names) + 1):
         if len(names) % period == 0 and names == names[:period] * (len(names) // period):
             break
@@ -129,10 +109,6 @@ def describe_layouts(config, kinds: list[str]) -> str:
     if period == 1:
         return f"{pattern} in all {len(names)} layers"
     return f"{pattern} (repeated x{repeats})" if repeats > 1 else pattern
-
-
-def vars_of(config) -> dict:
-    return {key: getattr(config, key, None) for key in ("local_window", "sparse_stride", "sparse_summary")}
 
 
 def describe_decoder(config, name: str, paper: str) -> Architecture:
@@ -145,7 +121,7 @@ def describe_decoder(config, name: str, paper: str) -> Architecture:
     activation, gated = config.hidden_act, getattr(config, "mlp_gated", True)
     norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(getattr(config, "norm_type", "rmsnorm"), "?")
     eps = getattr(config, "norm_eps", None)
-    kinds = layer_layouts(config)
+    layouts = layer_layouts(config)
     parameters = count_parameters(config, AutoModelForCausalLM)
     rows = [
         ("parameters", f"{parameters:,}"),
@@ -155,19 +131,18 @@ def describe_decoder(config, name: str, paper: str) -> Architecture:
         ("feed-forward", f"{feed_forward_name(activation, gated)}, intermediate {config.intermediate_size}"),
         ("norm", f"{norm} pre-norm, eps {eps:g}" if eps is not None else f"{norm} pre-norm"),
         ("positional encoding", position),
-        ("per-layer attention", describe_layouts(config, kinds)),
+        ("per-layer attention", describe_layouts(config, layouts)),
         ("context", f"{config.max_position_embeddings} tokens"),
         ("vocabulary / embeddings", f"{config.vocab_size:,}, {'tied' if config.tie_word_embeddings else 'untied'}"),
     ]
-    sparse = sorted(set(kinds) - {"dense"})
+    sparse = sorted({layout.name for layout in layouts} - {"dense"})
     tags = [config.model_type, position_tag, attention_tag, *(f"{kind}-attention" for kind in sparse)]
     cites = [paper, *position_cites, *attention_cites]
     if gated and activation == "silu":
         cites.append("shazeer2020glu")
     if norm == "RMSNorm":
         cites.append("zhang2019rmsnorm")
-    if set(sparse) & {"strided", "fixed"}:
-        cites.append("child2019sparse")
+    cites += dict.fromkeys(cite for layout in layouts for cite in layout.citations if cite not in cites)
     return Architecture(
         name, config.model_type, parameters, rows, "text-generation", "AutoModelForCausalLM", tags, cites
     )

@@ -21,7 +21,6 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
-from .sparse_attention import LayoutKernel
 
 
 def eager_attention_forward(
@@ -97,13 +96,13 @@ class GroupedQueryAttention(nn.Module):
         positions: PositionState,
         attention_mask: torch.Tensor | None = None,
         cache=None,
-        kernel: LayoutKernel | None = None,
+        kernel: Callable | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states (B, S, hidden) -> (B, S, hidden), attention probabilities (eager only) or None.
 
         ``attention_mask``: the mask for the configured attention function (transformers' masking utilities).
-        ``kernel``: a layout kernel (``attention_plan.py``) that computes this call instead of that function.
+        ``kernel``: a layout kernel (``sparse_layouts.AttentionLayout.kernel``) that computes this call instead.
         """
         batch, seq_len, _ = hidden_states.shape
         heads_qk = self.num_heads + self.num_key_value_heads
@@ -115,8 +114,8 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
-        if kernel is not None:  # a sparse layout computed without any mask (sparse_attention.py)
-            attention = kernel.attention_function
+        if kernel is not None:  # a sparse layout computed without any mask (sparse_layouts.py)
+            attention = kernel
         else:
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None

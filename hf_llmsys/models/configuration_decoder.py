@@ -18,7 +18,7 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   kernels where they apply, or always as masks, the O(S^2) reference), attention_recompute (kernels recompute the
   attention probabilities in backward);
 - ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
-  derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.windowed_cache``, "local")
+  derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.cache_kind``, "local")
   is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
   built once per forward for every cached key), every other layer "full_attention". A given list must equal that.
 - training: initializer_range, z_loss_coefficient, loss_chunk_size (> 0: in training mode with labels the loss is
@@ -38,7 +38,7 @@ from .feed_forward import GATED_VARIANTS, llama_intermediate_size
 from .norms import NORM_CLASSES
 from .positions import POSITIONAL_ENCODINGS
 from .presets import PresetMixin
-from .sparse_layouts import ATTENTION_LAYOUTS, layout_mask_function, resolve_layer_layouts
+from .sparse_layouts import LAYOUTS, WINDOWED_CACHE, layout_class, resolve_layer_layouts
 
 # Other names of decoder fields, accepted by every decoder config (an old name -> the field).
 DECODER_ALIASES = {
@@ -138,10 +138,10 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
         return resolve_layer_layouts(layout, self.num_hidden_layers)
 
     def layout_params(self) -> dict[str, int | None]:
-        """Keyword arguments of ``sparse_layouts.layout_mask_function`` for this config."""
+        """The layout parameters of this config, by the field names the layout classes read."""
         return dict(
             num_heads=self.num_attention_heads,
-            local_window=self.sliding_window,
+            sliding_window=self.sliding_window,
             sparse_stride=self.sparse_stride,
             sparse_summary=self.sparse_summary,
         )
@@ -160,7 +160,7 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
         if encoding is None:
             return None
         windowed = not encoding.adds_score_bias
-        return [SLIDING if windowed and ATTENTION_LAYOUTS[kind].windowed_cache else FULL for kind in kinds]
+        return [SLIDING if windowed and LAYOUTS[kind].cache_kind == WINDOWED_CACHE else FULL for kind in kinds]
 
     def resolve_layer_types(self) -> None:
         """Derive ``layer_types`` if it is None and check it: models call this when built, so a config whose
@@ -177,7 +177,7 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
             return  # validate_sizes names num_hidden_layers
         for kind in sorted(set(self.layer_layouts())):
             try:
-                layout_mask_function(kind, **self.layout_params())
+                layout_class(kind).from_config(self)
             except ValueError as error:
                 raise ValueError(f"{error} (config fields: sliding_window, alias local_window; sparse_stride; "
                                  "sparse_summary)") from None  # fmt: skip

@@ -2,8 +2,8 @@
 
 Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
 ``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) ->
-N ``DecoderLayer``, each attending with its layout (``config.attention_layout``; planned once per forward as a mask
-or a kernel, ``attention_plan.py``) -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
+N ``DecoderLayer``, each holding its layout object (``sparse_layouts.py``, built once from
+``config.attention_layout``), which answers once per forward with a mask or a kernel -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
 loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
 coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). With ``config.loss_chunk_size > 0``
 a training forward with labels computes both chunked (``chunked_cross_entropy.py``: the (B, S, V) logits never
@@ -25,7 +25,6 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
-from .attention_plan import plan_layer_attention
 from .beam_search import LengthPenaltyTypeMixin
 from .chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels, uses_chunked_loss
 from .decoder_layer import DecoderLayer
@@ -34,6 +33,7 @@ from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
+from .sparse_layouts import layouts_from_config
 from .token_inputs import embed_token_ids
 
 
@@ -50,7 +50,8 @@ class DecoderModel(DecoderPreTrainedModel):
         config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        layouts = layouts_from_config(config)  # built once: one object per distinct kind, shared by its layers
+        self.layers = nn.ModuleList(DecoderLayer(config, i, layouts[i]) for i in range(config.num_hidden_layers))
         self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False
         self.post_init()
@@ -82,13 +83,19 @@ class DecoderModel(DecoderPreTrainedModel):
             self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen,
             positions_given=positions_given,
         )  # fmt: skip
-        plans = plan_layer_attention(self.config, mask_inputs)  # per layer: its layout as a mask or a kernel
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
         positions = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
-        for layer, plan in zip(self.layers, plans, strict=True):
-            hidden_states = layer(hidden_states, positions, plan, positions.attention_bias, cache=cache, **kwargs)
+        # each distinct layout answers once, before any layer writes the cache: its mask or its kernel
+        answers = {layout: layout.attention(self.config, mask_inputs) for layout in self.layouts()}
+        for layer in self.layers:
+            attention = answers[layer.layout]
+            hidden_states = layer(hidden_states, positions, attention, positions.attention_bias, cache=cache, **kwargs)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
+
+    def layouts(self) -> list:
+        """The distinct layout objects of the layers (``sparse_layouts.AttentionLayout``), in layer order."""
+        return list(dict.fromkeys(layer.layout for layer in self.layers))
 
 
 def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):
@@ -127,7 +134,7 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
 
     def create_masks_for_generate(self, attention_mask=None, cache=None, **kwargs):
         """The 2D padding mask where generate would prepare 4D masks per cache kind (static caches): each layer
-        builds the mask of its own layout in forward (``attention_plan.py``), which a prepared causal or
+        builds the mask of its own layout in forward (``sparse_layouts.py``), which a prepared causal or
         sliding-window mask would override. For a pre-allocated cache it is padded with zeros to the cache's
         ``max_cache_len`` (its slots past the written tokens are future keys, masked anyway), so every decoding step
         sees the same shapes and a compiled forward (``torch.compile``, ``generate``'s static-cache compile) is not

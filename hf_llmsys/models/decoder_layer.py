@@ -10,17 +10,20 @@ import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import GroupedQueryAttention
-from .attention_plan import LayerAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
 from .positions import PositionState
+from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
 
 
 class DecoderLayer(GradientCheckpointingLayer):
     """Pre-norm residual block: self-attention then feed-forward."""
 
-    def __init__(self, config, layer_idx: int):
+    def __init__(self, config, layer_idx: int, layout: AttentionLayout | None = None):
+        """``layout``: this layer's attention layout, built once (``sparse_layouts.layouts_from_config``); None
+        builds it from ``config.layer_layouts()[layer_idx]``."""
         super().__init__()
+        self.layout = layout or layout_class(config.layer_layouts()[layer_idx]).from_config(config)
         self.self_attn = GroupedQueryAttention(config, layer_idx)
         self.mlp = build_feed_forward(
             config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_gated, bias=config.mlp_bias
@@ -38,7 +41,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
-        """``attention``: this layer's plan for this forward (its mask, or the kernel of its layout).
+        """``attention``: what ``self.layout.attention`` answered for this forward (its mask, or its kernel).
         ``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
         checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
         positions = positions.with_attention_bias(position_bias)

@@ -1,7 +1,7 @@
 """The GPT-3-style decoder (model_type ``llmsys_gpt3``): pre-norm LayerNorm, GELU MLP, per-layer attention layouts.
 
 Built from the shared blocks in ``decoder.py``, which give every decoder its per-layer layouts (``attention_layout``,
-run as kernels or masks: ``attention_plan.py``); GPT-3's defaults live in ``LlmsysGPT3Config``. What is GPT-3's
+run as kernels or masks: ``sparse_layouts.py``); GPT-3's defaults live in ``LlmsysGPT3Config``. What is GPT-3's
 own is here: init follows GPT-2 (residual output projections, o_proj and down_proj, get std
 initializer_range / sqrt(2 * layers)), and transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints
 load through the key maps in ``weight_conversion.py`` (``config.checkpoint_format`` says which layout a model reads

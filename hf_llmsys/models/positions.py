@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .attention_backends import attention_backend
 from .position_biases import (
     alibi_bias,
     alibi_slopes,
@@ -34,6 +35,7 @@ from .position_biases import (
     sinusoidal_table,
     t5_relative_position_bucket,
 )
+from .registries import registered
 from .rotary import RotaryEmbedding, apply_rotary_signed
 
 
@@ -86,6 +88,15 @@ class PositionalEncoding(nn.Module):
 
     has_length_limit: bool = False
     adds_score_bias: bool = False
+    # the model card's words: table text, Hub tag, citation keys (hub/citations)
+    card_name: str = "none (NoPE)"
+    card_tag: str = "nope"
+    citations: tuple[str, ...] = ("kazemnejad2023nope",)
+
+    @classmethod
+    def card_text(cls, config) -> str:
+        """The card's description of this encoding under ``config``."""
+        return cls.card_name
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -105,6 +116,15 @@ class NoPositionalEncoding(PositionalEncoding):
 
 class RotaryPositionalEncoding(PositionalEncoding):
     """RoPE applied to q and k in every layer from one cos/sin table per forward."""
+
+    card_name, card_tag, citations = "RoPE", "rope", ("su2021roformer",)
+
+    @classmethod
+    def card_text(cls, config) -> str:
+        """'RoPE (default), theta 10000, rotate-half': its scaling type, theta and pairing."""
+        rope = getattr(config, "rope_parameters", None) or {}
+        pairing = "interleaved pairs (Meta)" if getattr(config, "rope_interleaved", False) else "rotate-half"
+        return f"RoPE ({rope.get('rope_type', 'default')}), theta {rope.get('rope_theta', 10000.0):g}, {pairing}"
 
     def __init__(self, config):
         super().__init__()
@@ -130,6 +150,8 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
     a unigram model.
     """
 
+    card_name, card_tag, citations = "sinusoidal absolute", "sinusoidal-positions", ("vaswani2017attention",)
+
     def __init__(self, config):
         super().__init__()
         self.hidden_size = config.hidden_size
@@ -145,6 +167,7 @@ class LearnedPositionalEncoding(PositionalEncoding):
     """A trained table of ``max_position_embeddings`` absolute position vectors (GPT-2/GPT-3 style)."""
 
     has_length_limit = True
+    card_name, card_tag, citations = "learned absolute", "learned-positions", ("radford2019gpt2",)
 
     def __init__(self, config):
         super().__init__()
@@ -174,7 +197,7 @@ def check_bias_support(config, needs_eager: bool = False) -> None:
     """Raise a clear ValueError when the configured attention kernel cannot take this encoding's bias."""
     implementation = config._attn_implementation or "eager"
     kind = config.position_embedding_type
-    if "flash" in implementation:
+    if not attention_backend(implementation).takes_score_bias:
         raise ValueError(
             f"position_embedding_type={kind!r} adds a bias to the attention scores, which "
             f"attn_implementation={implementation!r} cannot take; use 'sdpa', 'eager' or 'flex_attention'."
@@ -214,6 +237,8 @@ class BiasPositionalEncoding(PositionalEncoding):
 class ALiBiPositionalEncoding(BiasPositionalEncoding):
     """Attention with Linear Biases (Press et al. 2022): score(i, j) -= m_h * (i - j); no embeddings added."""
 
+    card_name, card_tag, citations = "ALiBi linear biases", "alibi", ("press2022alibi",)
+
     def bias(self, distance: torch.Tensor) -> torch.Tensor:
         slopes = alibi_slopes(self.num_heads).to(distance.device)  # (H,), rebuilt: no buffer to re-initialise
         return alibi_bias(slopes, distance)
@@ -221,6 +246,8 @@ class ALiBiPositionalEncoding(BiasPositionalEncoding):
 
 class T5RelativePositionalEncoding(BiasPositionalEncoding):
     """T5's bucketed relative bias (Raffel et al. 2020): one learned scalar per (bucket, head), shared by all layers."""
+
+    card_name, card_tag, citations = "T5 relative buckets", "t5-relative-bias", ("raffel2020t5",)
 
     def __init__(self, config, bidirectional: bool | None = None):
         """``bidirectional``: buckets for both signs (an encoder); None reads config.relative_attention_bidirectional."""
@@ -245,6 +272,7 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     """
 
     adds_score_bias = True
+    card_name, card_tag, citations = "Shaw et al. relative embeddings", "relative-positions", ("shaw2018relative",)
 
     def __init__(self, config):
         super().__init__()
@@ -302,9 +330,7 @@ POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
 
 def encoding_class(kind: str) -> type[PositionalEncoding]:
     """The class registered under ``position_embedding_type`` ``kind`` (its capabilities are class attributes)."""
-    if kind not in POSITIONAL_ENCODINGS:
-        raise ValueError(f"position_embedding_type={kind!r} is unknown; choose one of {sorted(POSITIONAL_ENCODINGS)}.")
-    return POSITIONAL_ENCODINGS[kind]
+    return registered(POSITIONAL_ENCODINGS, kind, "position_embedding_type", "positional encoding")
 
 
 def build_positional_encoding(config) -> PositionalEncoding:

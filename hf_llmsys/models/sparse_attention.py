@@ -15,25 +15,22 @@ forward. Costs, time and memory (times B H D):
   the earlier blocks (in a few groups of query blocks, each gathering only the summaries it can see; the rest
   masked out): O(S * (n c + l)), i.e. O(S sqrt(S)) for l ~ sqrt(S).
 
+The layout classes of ``sparse_layouts.py`` call these kernels (``AttentionLayout.block_kernel``). On CPU without
+dropout they run the same layouts through ``flash_blocks.py`` instead: calls of
+SDPA's fused flash kernel on views of q, k, v, keeping only the output and the logsumexp for backward (O(S)) and
+recomputing the block scores there, so peak memory matches the dense flash kernel's. Elsewhere,
 ``recompute=True`` wraps a kernel in ``torch.utils.checkpoint`` so nothing but q, k, v is kept for backward and
-the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation).
-``masked_dense_reference`` is the O(S^2) masked SDPA these kernels are tested against.
+the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation; the flash
+path recomputes by construction and ignores it).
+``sparse_layouts.masked_dense_reference`` is the O(S^2) masked SDPA these kernels are tested against.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-from transformers.integrations.sdpa_attention import repeat_kv
-
-from .sparse_layouts import ATTENTION_LAYOUTS, dense_layout_mask, layout_mask_function
-
-SparseKernel = Callable[..., torch.Tensor]
 
 
 def _pad_seq(x: torch.Tensor, before: int, after: int) -> torch.Tensor:
@@ -193,68 +190,6 @@ def fixed_attention(
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
 
 
-def _dense_kernel(q, k, v, *, scale, dropout, **_):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
-
-
-def _local_kernel(q, k, v, *, scale, dropout, local_window, **_):
-    return local_attention(q, k, v, local_window, scale, dropout)
-
-
-def _strided_kernel(q, k, v, *, scale, dropout, num_heads, sparse_stride, **_):
-    return strided_attention(q, k, v, sparse_stride, scale, num_heads, dropout)
-
-
-def _fixed_kernel(q, k, v, *, scale, dropout, sparse_stride, sparse_summary, **_):
-    return fixed_attention(q, k, v, sparse_stride, sparse_summary, scale, dropout)
-
-
-SPARSE_KERNELS: dict[str, SparseKernel] = {
-    "dense": _dense_kernel,
-    "local": _local_kernel,
-    "strided": _strided_kernel,
-    "fixed": _fixed_kernel,
-}
-
-
-def sparse_attention(
-    kind: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    scale: float,
-    num_heads: int | None = None,
-    local_window: int | None = None,
-    sparse_stride: int | None = None,
-    sparse_summary: int | None = None,
-    recompute: bool = False,
-    dropout: float = 0.0,
-) -> torch.Tensor:
-    """Causal self-attention of layout ``kind`` on (B, H, S, D) q, k, v, without any S x S tensor (but dense).
-
-    ``dropout`` is attention dropout on the probabilities (SDPA's ``dropout_p``); under ``recompute`` the
-    checkpoint replays the same random state in backward.
-    """
-    num_heads = q.shape[1] if num_heads is None else num_heads
-    params = {"local_window": local_window, "sparse_stride": sparse_stride, "sparse_summary": sparse_summary}
-    layout_mask_function(kind, num_heads=num_heads, **params)  # validates kind and parameters
-    kernel = SPARSE_KERNELS[kind]
-    kwargs = {"scale": scale, "num_heads": num_heads, "dropout": dropout, **params}
-    if recompute and torch.is_grad_enabled():
-        return checkpoint(lambda q_, k_, v_: kernel(q_, k_, v_, **kwargs), q, k, v, use_reentrant=False)
-    return kernel(q, k, v, **kwargs)
-
-
-def masked_dense_reference(
-    kind: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **params: int | None
-) -> torch.Tensor:
-    """SDPA with the full (H, S, S) layout mask from ``dense_layout_mask``: the O(S^2) test reference."""
-    params.setdefault("num_heads", q.shape[1])
-    mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)
-
-
 # --- FlexAttention: the same layouts as BlockMasks (Dong et al. 2024, "Flex Attention") ---------------------------
 # A BlockMask lists, per (query block, key block) of 128 x 128, whether the block is empty, full or partial, so the
 # fused kernel skips empty blocks: O(S * kept keys) work without an S x S tensor. Compiled; on CPU torch 2.13 has
@@ -271,63 +206,16 @@ def _flex_attention():
     return _COMPILED_FLEX
 
 
-@functools.lru_cache(maxsize=64)
-def layout_block_mask(kind: str, params: tuple, num_heads: int, seq_len: int, device: str):
-    """The layout's BlockMask for (S, S) causal self-attention; per head only for head-dependent kinds."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    mask_fn = layout_mask_function(kind, num_heads=num_heads, **dict(params))
-    heads = num_heads if len(ATTENTION_LAYOUTS[kind].head_groups(num_heads)) > 1 else None
-    return create_block_mask(mask_fn, B=None, H=heads, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
-
-
-def flex_layout_attention(
-    kind: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, dropout: float = 0.0, **params
-) -> torch.Tensor:
-    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
+def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> torch.Tensor:
+    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask)."""
     if dropout:
         raise ValueError(
-            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0 or "
-            "sparse_attention_backend='kernels'."
+            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
+            "model with attn_implementation='sdpa' (the block kernels take dropout)."
         )
     if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError(
-            "sparse_attention_backend='flex' has no backward on CPU (torch 2.13); train with "
-            "sparse_attention_backend='kernels' on CPU, or run flex under torch.no_grad()."
+            "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
+            "attn_implementation='sdpa' (the block kernels), or run flex forward only under torch.no_grad()."
         )
-    num_heads = params.pop("num_heads", None) or q.shape[1]
-    params.pop("recompute", None)  # flex never stores the probabilities: its backward recomputes them anyway
-    key = tuple(sorted((name, value) for name, value in params.items() if value is not None))
-    block_mask = layout_block_mask(kind, key, num_heads, q.shape[2], str(q.device))
     return _flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
-
-
-# --- a layer's kernel as a transformers attention function ------------------------------------------------------
-SPARSE_BACKENDS = {
-    "kernels": sparse_attention,  # dense SDPA calls on rearranged tensors (this file)
-    "flex": flex_layout_attention,  # FlexAttention BlockMask (fused; GPU for training)
-}
-
-
-@dataclass(frozen=True)
-class LayoutKernel:
-    """A layer's layout run as a kernel (no mask tensor exists at all): part of its ``attention_plan.LayerAttention``.
-
-    ``GroupedQueryAttention`` (its ``kernel`` argument) calls ``attention_function`` in place of the configured
-    attention implementation. Valid only for causal self-attention over the whole unpadded sequence (no cache
-    prefix, no padding, no score bias): ``attention_plan.kernel_backend`` checks that before choosing it.
-    """
-
-    kind: str
-    params: tuple  # ((name, value), ...) of local_window / sparse_stride / sparse_summary / num_heads
-    backend: str = "kernels"
-    recompute: bool = False
-
-    def attention_function(self, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
-        key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
-        value = repeat_kv(value, module.num_key_value_groups)
-        out = SPARSE_BACKENDS[self.backend](
-            self.kind, query, key, value, scale=scaling, dropout=dropout, recompute=self.recompute, **dict(self.params)
-        )  # (B, H, S, D)
-        return out.transpose(1, 2).contiguous(), None

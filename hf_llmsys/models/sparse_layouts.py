@@ -1,12 +1,12 @@
-"""Attention layouts of the decoders' layers (GPT-3's sparse attention): which (query, key) pairs a layer keeps.
+"""Attention layouts of the decoders' layers (GPT-3's sparse attention): one class per kind, one registry row each.
 
 GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", section 2.1) "uses alternating dense and
 locally banded sparse attention patterns in the layers, similar to the Sparse Transformer" (Child et al. 2019,
 "Generating Long Sequences with Sparse Transformers", section 4.2). The kinds, with q the query position and kv
-the key position (``l`` = ``sparse_stride``, ``c`` = ``sparse_summary``):
+the key position (``w`` = ``sliding_window``, ``l`` = ``sparse_stride``, ``c`` = ``sparse_summary``):
 
 - ``dense``: every kv <= q.
-- ``local``: a band of ``local_window`` tokens including the current one, q - local_window < kv <= q
+- ``local``: a band of w tokens including the current one, q - w < kv <= q
   (GPT-Neo's local layers with ``window_size=256`` keep exactly this band).
 - ``strided``: Child et al.'s strided factorisation across heads. Heads ``h < num_heads // 2`` attend to the
   previous l tokens (q - l < kv <= q); the other heads to every l-th earlier token ((q - kv) % l == 0, kv <= q).
@@ -23,58 +23,50 @@ transformers' causal part and harmless.
 
 Heads: transformers' sdpa / eager mask builders call the predicate with a single head (``head_idx == 0``) and
 return masks of shape (batch, 1, q_len, kv_len), so a head-dependent layout ("strided") given to
-``create_causal_mask`` silently yields the head-0 pattern for every head. Build such masks per head group with
-:func:`head_group_mask_functions` (one head-independent predicate per group of heads) instead.
+``create_causal_mask`` silently yields the head-0 pattern for every head. Its masks are built per head group
+(``AttentionLayout.head_groups``: one head-independent predicate per group of heads) instead.
 
-Shapes: ``dense_layout_mask`` (H, S, S) bool, [h, q, kv]; ``attended_counts`` (H, S) int64, [h, q].
+The object (``AttentionLayout``; ``LAYOUTS``: kind -> class, as ``positions.POSITIONAL_ENCODINGS``) owns everything
+a layer needs to know about its layout: its parameters (config field names) and their validation, its predicate
+and head groups, its kernels per attention backend (``attention_backends.py``: the block kernels of
+``flash_blocks.py`` / ``sparse_attention.py`` under sdpa, FlexAttention BlockMasks, or none: a mask) and the
+backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
+position-anchored, and its model-card / demo text. ``DecoderModel`` builds each layer's layout once, from the
+config (``layouts_from_config``); in a forward each distinct layout answers one question,
+``layout.attention(config, mask_inputs)``: a kernel, or a mask. A new layout is one subclass and one row.
+
+Shapes: ``dense_layout_mask`` (H, S, S) bool, [h, q, kv]; ``attended_counts`` (H, S) int64, [h, q]; kernels take
+q, k, v (B, H, S, D) and return (B, H, S, D).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+from transformers.integrations.sdpa_attention import repeat_kv
+from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
+
+from .attention_backends import attention_backend
+from .flash_blocks import applies as flash_applies
+from .flash_blocks import fixed_flash, local_flash, strided_flash
+from .mask_inputs import MaskInputs, at_positions
+from .positions import encoding_class
+from .registries import registered
+from .sparse_attention import fixed_attention, flex_attention, local_attention, strided_attention
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Kernel = Callable[..., tuple[torch.Tensor, None]]
+FULL_CACHE, WINDOWED_CACHE = "full", "windowed"
 
 
-@dataclass(frozen=True)
-class AttentionLayout:
-    """One layout kind: the parameters it needs, how to build its predicate and head groups, what it can do.
-
-    ``position_anchored``: masks evaluate the predicate at token positions, not at row / cache-slot indices: the
-    pattern then counts real tokens, so a padded row (left padding, or padding between tokens) attends as the same
-    tokens packed or alone do. Needed where the pattern depends on absolute positions (``fixed`` blocks start at
-    multiples of l) or on distances q - kv that must skip padding (``strided``'s every-l-th token). ``local`` is
-    not anchored: its band is over cache slots, as transformers' sliding window, because its windowed KV cache
-    keeps the last ``local_window - 1`` slots.
-    ``windowed_cache``: the layout is a band of the last ``sliding_window`` keys, so (with an encoding that adds no
-    score bias) its layers are transformers' "sliding_attention" layers: a window-sized KV cache, transformers'
-    sliding-window mask, and flash attention's own band.
-    """
-
-    required: tuple[str, ...]
-    build: Callable[..., MaskFunction]
-    head_groups: Callable[[int], list[slice]]
-    position_anchored: bool = False
-    windowed_cache: bool = False
-
-
-def _one_group(num_heads: int) -> list[slice]:
-    return [slice(0, num_heads)]
-
-
-def _two_halves(num_heads: int) -> list[slice]:
-    half = num_heads // 2
-    return [slice(0, half), slice(half, num_heads)]
-
-
-def _dense(**_: int) -> MaskFunction:
-    def dense(batch_idx, head_idx, q_idx, kv_idx):
-        return kv_idx <= q_idx
-
-    return dense
+def _check_int(name: str, value: object, minimum: int, kind: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: layout {kind!r} needs an integer >= {minimum}, got {value!r}.")
+    return value
 
 
 def _band(width: int) -> MaskFunction:
@@ -84,84 +76,170 @@ def _band(width: int) -> MaskFunction:
     return band
 
 
-def _local(*, local_window: int, **_: int) -> MaskFunction:
-    return _band(local_window)
+class AttentionLayout:
+    """One layout kind with its parameters bound: what a decoder layer asks about how it attends.
 
+    Class attributes (the capabilities, read by the config, the model card, the demo and the tools):
+        name: the registry kind ("dense", "local", ...), as written in ``config.attention_layout``.
+        parameters: the config fields it reads (``sliding_window``, ``sparse_stride``, ``sparse_summary``).
+        position_anchored: masks evaluate the predicate at token positions, not at row / cache-slot indices, so a
+            padded row (left padding, or padding between tokens) attends as the same tokens packed or alone do.
+            Needed where the pattern depends on absolute positions (``fixed`` blocks start at multiples of l) or
+            on distances that must skip padding (``strided``'s every-l-th token). ``local`` is not anchored: its
+            band is over cache slots, as transformers' sliding window, because its windowed cache keeps slots.
+        cache_kind: "windowed" when the layout is a band of the last ``sliding_window`` keys: with an encoding
+            that adds no score bias its layers are transformers' "sliding_attention" layers (a window-sized KV
+            cache, transformers' sliding-window mask, flash attention's own band); else "full".
+        min_heads: the fewest heads the layout is defined for.
+        card_text_template / group_labels / citations: the model card's and the demo's words for it.
+        has_block_kernel: ``block_kernel`` computes it without any S x S tensor (else it runs as a mask under
+            sdpa; FlexAttention needs only the predicate).
+    """
 
-def _strided(*, num_heads: int, sparse_stride: int, **_: int) -> MaskFunction:
-    half, previous = num_heads // 2, _band(sparse_stride)
+    name: str = ""
+    parameters: tuple[str, ...] = ()
+    position_anchored: bool = False
+    cache_kind: str = FULL_CACHE
+    min_heads: int = 1
+    card_text_template: str = ""
+    group_labels: tuple[str, ...] = ("all heads",)
+    citations: tuple[str, ...] = ()
+    has_block_kernel: bool = False
 
-    def strided(batch_idx, head_idx, q_idx, kv_idx):
-        every_lth = (kv_idx <= q_idx) & ((q_idx - kv_idx) % sparse_stride == 0)
-        return torch.where(head_idx < half, previous(batch_idx, head_idx, q_idx, kv_idx), every_lth)
+    def __init__(self, num_heads: int = 1, **params: int | None):
+        """Bind and validate the parameters (those not in ``parameters`` are ignored)."""
+        self.num_heads = _check_int("num_heads", num_heads, self.min_heads, self.name)
+        self.params = {name: _check_int(name, params.get(name), 1, self.name) for name in self.parameters}
+        self.validate()
 
-    return strided
+    @classmethod
+    def from_config(cls, config) -> AttentionLayout:
+        """The layout with this config's head count and parameters."""
+        return cls(config.num_attention_heads, **{name: getattr(config, name) for name in cls.parameters})
 
+    def validate(self) -> None:
+        """Checks between parameters (each is already an integer >= 1)."""
 
-def _fixed(*, sparse_stride: int, sparse_summary: int, **_: int) -> MaskFunction:
-    block, first_summary = sparse_stride, sparse_stride - sparse_summary
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and (self.num_heads, self.params) == (other.num_heads, other.params)
 
-    def fixed(batch_idx, head_idx, q_idx, kv_idx):
-        block_start = (q_idx // block) * block
-        same_block = (kv_idx >= block_start) & (kv_idx <= q_idx)
-        summary = (kv_idx < block_start) & (kv_idx % block >= first_summary)
-        return same_block | summary
+    def __hash__(self) -> int:
+        return hash((type(self), self.num_heads, tuple(self.params.items())))
 
-    return fixed
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_heads={self.num_heads}, {self.params})"
 
+    # --- the pattern ---------------------------------------------------------------------------------------------
+    def predicate(self) -> MaskFunction:
+        """``fn(batch_idx, head_idx, q_idx, kv_idx) -> bool``, including ``kv_idx <= q_idx``."""
+        raise NotImplementedError
 
-ATTENTION_LAYOUTS: dict[str, AttentionLayout] = {
-    "dense": AttentionLayout((), _dense, _one_group),
-    "local": AttentionLayout(("local_window",), _local, _one_group, windowed_cache=True),
-    "strided": AttentionLayout(("sparse_stride",), _strided, _two_halves, position_anchored=True),
-    "fixed": AttentionLayout(("sparse_stride", "sparse_summary"), _fixed, _one_group, position_anchored=True),
-}
+    def head_groups(self) -> list[slice]:
+        """Groups of heads sharing one pattern (one group unless the layout differs per head)."""
+        return [slice(0, self.num_heads)]
 
+    def group_predicates(self) -> list[tuple[slice, MaskFunction]]:
+        """(heads, predicate) per head group; each predicate ignores ``head_idx``, as ``create_causal_mask`` needs."""
+        mask_fn = self.predicate()
+        return [(heads, _fix_head(mask_fn, heads.start)) for heads in self.head_groups()]
 
-def _layout(kind: str) -> AttentionLayout:
-    if kind not in ATTENTION_LAYOUTS:
-        raise ValueError(f"kind: unknown attention layout {kind!r}; choose one of {sorted(ATTENTION_LAYOUTS)}.")
-    return ATTENTION_LAYOUTS[kind]
+    def card_text(self) -> str:
+        """'local band of 256': the model card's name of this layout with its parameters."""
+        return self.card_text_template.format(**self.params)
 
+    # --- kernels -------------------------------------------------------------------------------------------------
+    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
+        """Causal self-attention of this layout on (B, H, S, D) q, k, v without an S x S tensor."""
+        raise NotImplementedError(f"layout {self.name!r} has no block kernel; it runs as a mask.")
 
-def _check_int(name: str, value: object, minimum: int, kind: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}: layout {kind!r} needs an integer >= {minimum}, got {value!r}.")
+    def flex_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, **_) -> torch.Tensor:
+        """The same through FlexAttention with this layout's (cached) BlockMask."""
+        return flex_attention(q, k, v, layout_block_mask(self, q.shape[2], str(q.device)), scale, dropout)
 
+    def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
+        """The attention function that computes this forward of the layer, or None (then ``mask`` does).
 
-def _validate(kind: str, num_heads: int, params: dict[str, int | None]) -> AttentionLayout:
-    layout = _layout(kind)
-    _check_int("num_heads", num_heads, 2 if kind == "strided" else 1, kind)
-    for name in layout.required:
-        _check_int(name, params[name], 1, kind)
-    if kind == "fixed" and params["sparse_summary"] > params["sparse_stride"]:
-        raise ValueError(
-            f"sparse_summary: layout 'fixed' needs 0 < sparse_summary <= sparse_stride, got "
-            f"sparse_summary={params['sparse_summary']} with sparse_stride={params['sparse_stride']}."
+        Kernels compute causal self-attention over whole unpadded sequences at positions 0 .. S-1 with an encoding
+        that adds nothing to the scores; packed rows, padding, a cached prefix or score biases take the mask path.
+        """
+        if not config.sparse_kernels or encoding_class(config.position_embedding_type).adds_score_bias:
+            return None
+        family = attention_backend(config._attn_implementation).layout_kernels
+        if family == "blocks" and self.has_block_kernel:
+            run = functools.partial(self.block_kernel, recompute=config.attention_recompute)
+        elif family == "flex":
+            run = self.flex_kernel
+        else:
+            return None
+        return functools.partial(_attention_function, run) if mask_inputs.is_plain else None
+
+    # --- masks ---------------------------------------------------------------------------------------------------
+    def refusal(self, implementation: str) -> str | None:
+        """Why attention implementation ``implementation`` cannot run this layout as a mask, or None."""
+        if attention_backend(implementation).takes_mask:
+            return None
+        return (
+            f"attention_layout kind {self.name!r} cannot run with attn_implementation={implementation!r}: that "
+            "kernel takes no mask. Use attn_implementation='sdpa' (layout kernels), 'flex_attention' or 'eager'."
         )
-    return layout
+
+    def windowed(self, config) -> bool:
+        """Its layers are transformers' "sliding_attention" layers (window-sized cache) under this config."""
+        return self.cache_kind == WINDOWED_CACHE and not encoding_class(config.position_embedding_type).adds_score_bias
+
+    def mask(self, config, mask_inputs: MaskInputs):
+        """transformers' causal mask AND the layout, per head group if it has several; packed examples apart.
+
+        ``position_anchored`` layouts are evaluated at token positions, so padding and packing do not move them.
+        """
+        mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
+        if self.windowed(config):  # sized against the window-sized cache of these layers (config.sliding_window)
+            return create_sliding_window_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
+        if (message := self.refusal(config._attn_implementation)) is not None:
+            raise ValueError(message)
+        masks = []
+        for _, fn in self.group_predicates():
+            fn = at_positions(fn, mask_inputs.token_positions) if self.position_anchored else fn
+            masks.append(
+                create_causal_mask(**mask_kwargs, and_mask_function=and_masks(fn, *filter(None, [segment_fn])))
+            )
+        if len(masks) == 1:
+            return masks[0]
+        if not all(isinstance(mask, torch.Tensor) for mask in masks):
+            raise ValueError(
+                f"attention_layout kind {self.name!r} differs per head, which needs a per-head mask tensor: with "
+                f"attn_implementation={config._attn_implementation!r} use inputs without padding or cache (layout "
+                "kernels), or attn_implementation='sdpa' / 'eager'."
+            )
+        # (B, 1, S, K) per group -> (B, H, S, K): each group's mask repeated over its heads
+        groups = self.head_groups()
+        return torch.cat([m.expand(-1, g.stop - g.start, -1, -1) for m, g in zip(masks, groups, strict=True)], dim=1)
+
+    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+        """This forward's one question: the layout as a kernel, else as a mask."""
+        kernel = self.kernel(config, mask_inputs)
+        return (
+            LayerAttention(kernel=kernel) if kernel is not None else LayerAttention(mask=self.mask(config, mask_inputs))
+        )
 
 
-def layout_mask_function(
-    kind: str,
-    *,
-    num_heads: int = 1,
-    local_window: int | None = None,
-    sparse_stride: int | None = None,
-    sparse_summary: int | None = None,
-) -> MaskFunction:
-    """The mask predicate of ``kind`` with its parameters bound (unneeded parameters are ignored)."""
-    params = {"local_window": local_window, "sparse_stride": sparse_stride, "sparse_summary": sparse_summary}
-    layout = _validate(kind, num_heads, params)
-    return layout.build(num_heads=num_heads, **{name: params[name] for name in layout.required})
+class LayerAttention:
+    """A layer's attention in one forward: ``mask`` for the configured attention function (bool or additive
+    (B, 1 or H, S, K), a flex ``BlockMask``, or None: sdpa's ``is_causal``), or ``kernel``, an attention function
+    (transformers' interface signature) that replaces it. Shared by the layers of one layout."""
+
+    __slots__ = ("mask", "kernel")
+
+    def __init__(self, mask=None, kernel: Kernel | None = None):
+        self.mask, self.kernel = mask, kernel
 
 
-def head_group_mask_functions(
-    kind: str, *, num_heads: int = 1, **params: int | None
-) -> list[tuple[slice, MaskFunction]]:
-    """(heads, predicate) per head group; each predicate ignores ``head_idx``, as ``create_causal_mask`` needs."""
-    mask_fn = layout_mask_function(kind, num_heads=num_heads, **params)
-    return [(heads, _fix_head(mask_fn, heads.start)) for heads in _layout(kind).head_groups(num_heads)]
+def _attention_function(run, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
+    key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
+    value = repeat_kv(value, module.num_key_value_groups)
+    out = run(query, key, value, scale=scaling, dropout=dropout)  # (B, H, S, D)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _fix_head(mask_fn: MaskFunction, head: int) -> MaskFunction:
@@ -170,6 +248,162 @@ def _fix_head(mask_fn: MaskFunction, head: int) -> MaskFunction:
         return mask_fn(batch_idx, torch.zeros_like(q_idx) + head, q_idx, kv_idx)
 
     return group_mask
+
+
+def _checkpointed(kernel, recompute: bool, q, k, v) -> torch.Tensor:
+    """``kernel(q, k, v)``, under ``torch.utils.checkpoint`` when recomputing (nothing but q, k, v kept)."""
+    if recompute and torch.is_grad_enabled():
+        return checkpoint(kernel, q, k, v, use_reentrant=False)
+    return kernel(q, k, v)
+
+
+@functools.lru_cache(maxsize=64)
+def layout_block_mask(layout: AttentionLayout, seq_len: int, device: str):
+    """The layout's FlexAttention BlockMask for (S, S) causal self-attention; per head only if it differs per head."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    heads = layout.num_heads if len(layout.head_groups()) > 1 else None
+    return create_block_mask(layout.predicate(), B=None, H=heads, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
+
+
+# --- the four layouts ----------------------------------------------------------------------------------------------
+class DenseLayout(AttentionLayout):
+    """Every kv <= q: transformers' own causal mask (None under sdpa: its ``is_causal`` kernel), never a kernel."""
+
+    name = "dense"
+    card_text_template = "dense causal"
+
+    def predicate(self) -> MaskFunction:
+        def dense(batch_idx, head_idx, q_idx, kv_idx):
+            return kv_idx <= q_idx
+
+        return dense
+
+    def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
+        return None  # transformers' causal path is already the dense layout
+
+    def refusal(self, implementation: str) -> str | None:
+        return None  # every kernel is causal
+
+    def mask(self, config, mask_inputs: MaskInputs):
+        return create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
+
+    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
+
+
+class LocalLayout(AttentionLayout):
+    """A band of ``sliding_window`` tokens including the current one (GPT-3's local layers; GPT-Neo's window)."""
+
+    name = "local"
+    parameters = ("sliding_window",)
+    cache_kind = WINDOWED_CACHE
+    card_text_template = "local band of {sliding_window}"
+    has_block_kernel = True
+
+    def predicate(self) -> MaskFunction:
+        return _band(self.params["sliding_window"])
+
+    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
+        window = self.params["sliding_window"]
+        if flash_applies(q, dropout):
+            return local_flash(q, k, v, window, scale)
+        kernel = functools.partial(local_attention, window=window, scale=scale, dropout=dropout)
+        return _checkpointed(kernel, recompute, q, k, v)
+
+
+class StridedLayout(AttentionLayout):
+    """Child et al.'s strided factorisation: heads h < H // 2 the previous l tokens, the others every l-th."""
+
+    name = "strided"
+    parameters = ("sparse_stride",)
+    position_anchored = True
+    min_heads = 2
+    card_text_template = "strided (stride {sparse_stride})"
+    group_labels = ("heads 0..H/2 (previous l)", "heads H/2.. (every l-th)")
+    citations = ("child2019sparse",)
+    has_block_kernel = True
+
+    def predicate(self) -> MaskFunction:
+        stride = self.params["sparse_stride"]
+        half, previous = self.num_heads // 2, _band(stride)
+
+        def strided(batch_idx, head_idx, q_idx, kv_idx):
+            every_lth = (kv_idx <= q_idx) & ((q_idx - kv_idx) % stride == 0)
+            return torch.where(head_idx < half, previous(batch_idx, head_idx, q_idx, kv_idx), every_lth)
+
+        return strided
+
+    def head_groups(self) -> list[slice]:
+        half = self.num_heads // 2  # an odd extra head joins the every-l-th group
+        return [slice(0, half), slice(half, self.num_heads)]
+
+    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
+        stride = self.params["sparse_stride"]
+        if q.shape[1] != self.num_heads:
+            raise ValueError(f"num_heads: {self.num_heads} given but q has {q.shape[1]} heads.")
+        if flash_applies(q, dropout):
+            return strided_flash(q, k, v, stride, scale, self.num_heads)
+        kernel = functools.partial(strided_attention, stride=stride, scale=scale, num_heads=self.num_heads,
+                                   dropout=dropout)  # fmt: skip
+        return _checkpointed(kernel, recompute, q, k, v)
+
+
+class FixedLayout(AttentionLayout):
+    """The current block of l tokens plus the last c positions of every earlier block (Child et al., merged heads)."""
+
+    name = "fixed"
+    parameters = ("sparse_stride", "sparse_summary")
+    position_anchored = True
+    card_text_template = "fixed (block {sparse_stride}, {sparse_summary} summary)"
+    citations = ("child2019sparse",)
+    has_block_kernel = True
+
+    def validate(self) -> None:
+        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
+        if summary > stride:
+            raise ValueError(
+                f"sparse_summary: layout 'fixed' needs 0 < sparse_summary <= sparse_stride, got "
+                f"sparse_summary={summary} with sparse_stride={stride}."
+            )
+
+    def predicate(self) -> MaskFunction:
+        block, first_summary = (
+            self.params["sparse_stride"],
+            self.params["sparse_stride"] - self.params["sparse_summary"],
+        )
+
+        def fixed(batch_idx, head_idx, q_idx, kv_idx):
+            block_start = (q_idx // block) * block
+            same_block = (kv_idx >= block_start) & (kv_idx <= q_idx)
+            summary = (kv_idx < block_start) & (kv_idx % block >= first_summary)
+            return same_block | summary
+
+        return fixed
+
+    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
+        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
+        if flash_applies(q, dropout):
+            return fixed_flash(q, k, v, stride, summary, scale)
+        kernel = functools.partial(fixed_attention, stride=stride, summary=summary, scale=scale, dropout=dropout)
+        return _checkpointed(kernel, recompute, q, k, v)
+
+
+# kind -> class: the one registry of layouts (each class carries its kind as ``name``)
+LAYOUTS: dict[str, type[AttentionLayout]] = {
+    cls.name: cls for cls in (DenseLayout, LocalLayout, StridedLayout, FixedLayout)
+}
+
+
+# --- building layouts ----------------------------------------------------------------------------------------------
+def layout_class(kind: str) -> type[AttentionLayout]:
+    """The class registered under ``kind`` (an attention layout)."""
+    return registered(LAYOUTS, kind, "kind", "attention layout")
+
+
+def layout(kind: str, num_heads: int = 1, **params: int | None) -> AttentionLayout:
+    """The layout ``kind`` with its parameters bound and validated (unneeded parameters are ignored)."""
+    return layout_class(kind)(num_heads, **params)
 
 
 def resolve_layer_layouts(attention_layout: Sequence[str], num_layers: int) -> list[str]:
@@ -181,9 +415,9 @@ def resolve_layer_layouts(attention_layout: Sequence[str], num_layers: int) -> l
         raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}.")
     if not kinds:
         raise ValueError("attention_layout: empty; give one kind per layer or a pattern to repeat, e.g. ['dense'].")
-    unknown = [kind for kind in kinds if kind not in ATTENTION_LAYOUTS]
+    unknown = [kind for kind in kinds if kind not in LAYOUTS]
     if unknown:
-        raise ValueError(f"attention_layout: unknown kinds {unknown}; choose from {sorted(ATTENTION_LAYOUTS)}.")
+        raise ValueError(f"attention_layout: unknown kinds {unknown}; choose from {sorted(LAYOUTS)}.")
     if len(kinds) > num_layers:
         raise ValueError(
             f"attention_layout: {len(kinds)} entries for num_layers={num_layers}; give at most one per layer."
@@ -194,6 +428,41 @@ def resolve_layer_layouts(attention_layout: Sequence[str], num_layers: int) -> l
             f"give one kind per layer or a pattern whose length divides {num_layers}."
         )
     return kinds * (num_layers // len(kinds))
+
+
+def layouts_from_config(config) -> list[AttentionLayout]:
+    """One layout object per layer (``config.layer_layouts()``), a single object per distinct kind."""
+    built = {kind: layout_class(kind).from_config(config) for kind in dict.fromkeys(config.layer_layouts())}
+    return [built[kind] for kind in config.layer_layouts()]
+
+
+# --- the layouts as tensors and functions of a kind (tests, plots, benchmarks) -------------------------------------
+def sparse_attention(kind: str, q, k, v, *, scale: float, num_heads: int | None = None, recompute: bool = False,
+                     dropout: float = 0.0, **params: int | None) -> torch.Tensor:  # fmt: skip
+    """Causal self-attention of layout ``kind`` on (B, H, S, D) q, k, v through its block kernel (dense: SDPA).
+
+    ``dropout`` is attention dropout on the probabilities (SDPA's ``dropout_p``); under ``recompute`` the
+    checkpoint replays the same random state in backward.
+    """
+    return layout(kind, q.shape[1] if num_heads is None else num_heads, **params).block_kernel(
+        q, k, v, scale=scale, dropout=dropout, recompute=recompute
+    )
+
+
+def flex_layout_attention(kind: str, q, k, v, *, scale: float, dropout: float = 0.0, **params) -> torch.Tensor:
+    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
+    num_heads = params.pop("num_heads", None) or q.shape[1]
+    return layout(kind, num_heads, **params).flex_kernel(q, k, v, scale=scale, dropout=dropout)
+
+
+def layout_mask_function(kind: str, *, num_heads: int = 1, **params: int | None) -> MaskFunction:
+    """The mask predicate of ``kind`` with its parameters bound."""
+    return layout(kind, num_heads, **params).predicate()
+
+
+def head_group_mask_functions(kind: str, *, num_heads: int = 1, **params) -> list[tuple[slice, MaskFunction]]:
+    """(heads, predicate) per head group of ``kind``."""
+    return layout(kind, num_heads, **params).group_predicates()
 
 
 def _check_seq_len(seq_len: int) -> None:
@@ -226,3 +495,10 @@ def attended_counts(kind: str, seq_len: int, *, chunk: int = 256, **params: int 
         for start in range(0, seq_len, chunk)
     ]
     return torch.cat(rows, dim=-1)
+
+
+def masked_dense_reference(kind: str, q, k, v, *, scale: float, **params: int | None) -> torch.Tensor:
+    """SDPA with the full (H, S, S) layout mask from ``dense_layout_mask``: the O(S^2) test reference."""
+    params.setdefault("num_heads", q.shape[1])
+    mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)

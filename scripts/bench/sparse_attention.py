@@ -13,8 +13,9 @@ Variants (``hf_llmsys.models.sparse_attention``):
   ~sqrt(S) as in Child et al.; fixed summary c = 8), each also with ``+rc`` (attention recomputation: only q, k, v
   are kept for backward).
 - ``gpt3``: GPT-3's alternation, one dense layer plus one local layer, against two dense layers.
-- with ``--flex``: ``<kind>@flex``, the same layouts as FlexAttention BlockMasks (compiled; CUDA only, as
-  torch 2.13 has no flex backward on CPU).
+- with ``--flex``: ``<kind>@flex``, the same layouts as FlexAttention BlockMasks (compiled). torch 2.13 has no
+  flex backward on CPU: there the rows are ``<kind>@flex-fwd``, forward only under ``torch.no_grad()``, against
+  ``dense-fwd`` (SDPA forward only), and the output says so.
 
 Model level (issue 14): one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048,
 GPT-2's ``gelu_new``, sdpa) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -57,19 +59,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hf_llmsys.models.sparse_attention import flex_layout_attention, sparse_attention  # noqa: E402
+from hf_llmsys.models.sparse_layouts import flex_layout_attention, sparse_attention  # noqa: E402
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward
 MODEL_KINDS = ("dense", "local", "strided", "fixed")
+# issue 22: at 8k and 16k every sparse kernel needs no more memory than dense flash SDPA, speed kept
+SPARSE_MEMORY_LENGTHS, SPARSE_MEMORY_GOAL = (8192, 16384), 1.0
+SPARSE_SPEED_GOALS = {"local": 6.0, "strided": 12.0}
 
 
 class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the tensor storages allocated by ops below autograd that are alive at once."""
+    """Peak bytes of the tensor storages allocated by ops below autograd that are alive at once.
 
-    def __init__(self):
+    ``inputs``: tensors that exist before the measured code; views of them (a slice, a reshape, an ``unfold``)
+    allocate nothing and are not counted (a view's storage is its base's, which was never seen allocated).
+    """
+
+    def __init__(self, inputs: tuple[torch.Tensor, ...] = ()):
         super().__init__()
         self.live = self.peak = 0
+        self._inputs = {tensor.untyped_storage().data_ptr() for tensor in inputs}
         self._storages: dict[int, list[int]] = {}  # data_ptr -> [nbytes, tensors alive on it]
 
     def _release(self, ptr: int) -> None:
@@ -88,6 +98,8 @@ class LiveBytes(TorchDispatchMode):
                 continue
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
+            if ptr in self._inputs:
+                continue
             if ptr not in self._storages:
                 self._storages[ptr] = [storage.nbytes(), 0]
                 self.live += storage.nbytes()
@@ -113,7 +125,7 @@ def default_stride(seq_len: int) -> int:
 def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
     """(q, k, v) -> output for a variant name such as ``local``, ``strided+rc``, ``gpt3`` or ``dense-stored``."""
     kind, recompute = name.removesuffix("+rc"), name.endswith("+rc")
-    params = dict(local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8)
+    params = dict(sliding_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8)
     scale = args.head_dim**-0.5
     if kind == "dense-stored":
         return lambda q, k, v: stored_attention(q, k, v, scale=scale)
@@ -126,8 +138,15 @@ def variant_fn(name: str, args: argparse.Namespace, seq_len: int) -> Callable:
         return lambda q, k, v: (
             sparse_attention("dense", q, k, v, scale=scale) + sparse_attention("dense", q, k, v, scale=scale)
         )
-    if kind.endswith("@flex"):  # FlexAttention BlockMask of the same layout (backward needs CUDA)
-        return lambda q, k, v: flex_layout_attention(kind.removesuffix("@flex"), q, k, v, scale=scale, **params)
+    if kind == "dense-fwd":  # the forward-only reference of the CPU flex rows
+        return lambda q, k, v: sparse_attention("dense", q, k, v, scale=scale)
+    if "@flex" in kind:  # FlexAttention BlockMask of the same layout (backward needs CUDA)
+        layout = kind.split("@flex")[0]
+        if forward_only(kind):  # torch refuses CPU flex on inputs that require grad, even under no_grad
+            return lambda q, k, v: flex_layout_attention(
+                layout, q.detach(), k.detach(), v.detach(), scale=scale, **params
+            )
+        return lambda q, k, v: flex_layout_attention(layout, q, k, v, scale=scale, **params)
     return lambda q, k, v: sparse_attention(kind, q, k, v, scale=scale, recompute=recompute, **params)
 
 
@@ -143,20 +162,32 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_once(fn: Callable, inputs, device: str) -> float:
-    """Seconds of one forward + backward."""
+def forward_only(name: str) -> bool:
+    """Rows timed and measured without backward (``-fwd``: flex on CPU, and their dense reference)."""
+    return name.endswith("-fwd")
+
+
+def time_once(fn: Callable, inputs, device: str, backward: bool = True) -> float:
+    """Seconds of one forward + backward (forward only under no_grad when ``backward`` is False)."""
     q, k, v, grad_out = inputs
     _sync(device)
     start = time.perf_counter()
-    (fn(q, k, v) * grad_out).sum().backward()
+    if backward:
+        (fn(q, k, v) * grad_out).sum().backward()
+    else:
+        with torch.no_grad():
+            fn(q, k, v)
     _sync(device)
     q.grad = k.grad = v.grad = None
     return time.perf_counter() - start
 
 
-def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int) -> tuple[int, int]:
-    """(peak bytes beyond the inputs over forward + backward, bytes saved for backward)."""
+def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int, backward: bool = True) -> tuple[int, int]:
+    """(peak bytes beyond the inputs over forward + backward, bytes saved for backward); forward only under
+    no_grad when ``backward`` is False."""
     q, k, v, grad_out = _inputs(args, seq_len)
+    if not backward:
+        fn = torch.no_grad()(fn)
     saved: dict[int, int] = {}
 
     def pack(tensor):
@@ -170,13 +201,15 @@ def memory_variant(fn: Callable, args: argparse.Namespace, seq_len: int) -> tupl
         base = torch.cuda.memory_allocated()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = fn(q, k, v)
-        (out * grad_out).sum().backward()
+        if backward:
+            (out * grad_out).sum().backward()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base, sum(saved.values())
-    with LiveBytes() as tracker:
+    with LiveBytes(inputs=(q, k, v, grad_out)) as tracker:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = fn(q, k, v)
-        (out * grad_out).sum().backward()
+        if backward:
+            (out * grad_out).sum().backward()
         del out
     return tracker.peak, sum(saved.values())
 
@@ -189,20 +222,30 @@ def run(args: argparse.Namespace) -> dict:
     """
     variants = ["dense", "dense-stored", "local", "strided", "fixed", "gpt3", "dense-x2"]
     variants += ["local+rc", "strided+rc", "fixed+rc", "gpt3+rc"]
-    if args.flex:
+    if args.flex and args.device == "cpu":
+        print("--flex on CPU: torch has no FlexAttention backward there; the flex rows (@flex-fwd) time the forward "
+              "only, under torch.no_grad(), against dense-fwd (SDPA forward only); their memory is not counted "
+              "(the CPU counter cannot enter flex's compiled op: nan).")  # fmt: skip
+        variants += ["dense-fwd", "dense@flex-fwd", "local@flex-fwd", "strided@flex-fwd", "fixed@flex-fwd"]
+    elif args.flex:
         variants += ["dense@flex", "local@flex", "strided@flex", "fixed@flex"]
+    if args.variants:
+        variants = [name for name in variants if name in args.variants]
     results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in variants}
     for seq_len in args.lengths:
         names = [n for n in variants if not (n == "dense-stored" and seq_len > args.max_stored_length)]
         fns = {name: variant_fn(name, args, seq_len) for name in names}
         for name in names:  # memory first, one variant at a time
-            peak, saved = memory_variant(fns[name], args, seq_len)
+            if "@flex" in name and args.device == "cpu":  # the dispatch-mode counter cannot enter flex's compiled op
+                peak = saved = float("nan")
+            else:
+                peak, saved = memory_variant(fns[name], args, seq_len, backward=not forward_only(name))
             results[name][seq_len] = {"peak_mb": peak / 2**20, "saved_mb": saved / 2**20}
         inputs = _inputs(args, seq_len)
         times: dict[str, list[float]] = {name: [] for name in names}
         for rep in range(args.warmup + args.reps):
             for name in names:
-                seconds = time_once(fns[name], inputs, args.device)
+                seconds = time_once(fns[name], inputs, args.device, backward=not forward_only(name))
                 if rep >= args.warmup:
                     times[name].append(seconds)
         for name in names:
@@ -216,6 +259,8 @@ def print_tables(results: dict, lengths: list[int]) -> None:
     """Time and memory tables with ratios, the stored-vs-recomputed table, and the goal check."""
 
     def reference(name: str) -> str:
+        if forward_only(name):
+            return "dense-fwd"
         return "dense-x2" if name.startswith("gpt3") else "dense"
 
     def cell(name: str, seq_len: int, key: str) -> str:
@@ -235,21 +280,31 @@ def print_tables(results: dict, lengths: list[int]) -> None:
                 print(f"{name:<13}" + "".join(cell(name, s, key) for s in lengths))
     print("\nstored vs recomputed: memory kept from forward until backward, MB (cf. Child et al. 2019, table 4)")
     print(f"{'kind':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths))
-    for kind in ("local", "strided", "fixed", "gpt3"):
+    for kind in (k for k in ("local", "strided", "fixed", "gpt3") if results.get(k) and results.get(k + "+rc")):
         cells = []
         for seq_len in lengths:
             stored, recomputed = results[kind][seq_len]["saved_mb"], results[kind + "+rc"][seq_len]["saved_mb"]
             cells.append(f"{stored:9.1f} -> {recomputed:7.1f}  ")
         print(f"{kind:<13}" + "".join(f"{c:>22}" for c in cells))
-    stored_row = [results["dense-stored"].get(s) for s in lengths]
+    stored_row = [results.get("dense-stored", {}).get(s) for s in lengths]
     print(f"{'dense-stored':<13}" + "".join(f"{r['saved_mb']:20.1f}  " if r else f"{'-':>22}" for r in stored_row))
-    if GOAL_LENGTH in lengths:
+    if GOAL_LENGTH in lengths and all(results.get(kind) for kind in ("dense", "local", "strided")):
         print(f"\ngoal at S={GOAL_LENGTH}: >= {GOAL_SPEEDUP}x faster and <= {GOAL_MEMORY} of dense memory")
         for kind in ("local", "strided"):
             row, ref = results[kind][GOAL_LENGTH], results["dense"][GOAL_LENGTH]
             speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
             verdict = "met" if speed >= GOAL_SPEEDUP and memory <= GOAL_MEMORY else "NOT met"
             print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
+    kinds_measured = all(results.get(kind) for kind in ("dense", "local", "strided", "fixed"))
+    for seq_len in (s for s in lengths if s in SPARSE_MEMORY_LENGTHS and kinds_measured):
+        print(f"\ngoal at S={seq_len} (issue 22): peak memory <= {SPARSE_MEMORY_GOAL:.2f} of dense flash SDPA, speed "
+              + ", ".join(f"{kind} >= {goal}x" for kind, goal in SPARSE_SPEED_GOALS.items()))  # fmt: skip
+        ref = results["dense"][seq_len]
+        for kind in ("local", "strided", "fixed"):
+            row = results[kind][seq_len]
+            speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
+            met = memory <= SPARSE_MEMORY_GOAL and speed >= SPARSE_SPEED_GOALS.get(kind, 0.0)
+            print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:6.3f} of dense: {'met' if met else 'NOT met'}")
 
 
 # ------------------------------------------------------------------------------------------------ model level
@@ -263,7 +318,7 @@ def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: s
     config = LlmsysGPT3Config(
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
         intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
-        local_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
+        sliding_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
         bos_token_id=0, eos_token_id=0, **({"hidden_act": hidden_act} if hidden_act else {}),
     )  # fmt: skip
     torch.manual_seed(0)
@@ -379,7 +434,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--window", type=int, default=256, help="local_window (GPT-3 / GPT-Neo band)")
+    parser.add_argument("--window", type=int, default=256, help="sliding_window (GPT-3 / GPT-Neo band)")
     parser.add_argument("--stride", type=int, default=None, help="sparse_stride l (default ~sqrt(S))")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions (round-robin over the variants)")
     parser.add_argument("--warmup", type=int, default=1)
@@ -387,6 +442,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--variants", nargs="+", default=None, help="only these rows (e.g. dense local strided fixed)")
     parser.add_argument("--flex", action="store_true", help="also time FlexAttention BlockMasks (CUDA: backward)")
     parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
     parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
@@ -405,6 +461,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    print(f"machine load (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, heads {args.heads}, head_dim "
           f"{args.head_dim}, window {args.window}, stride {args.stride or '~sqrt(S)'}")  # fmt: skip
     results = {"kernel": {}, "model": {}}
@@ -416,6 +473,7 @@ def main(argv: list[str] | None = None) -> dict:
         print_model_table(results["model"], args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+    print(f"machine load at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return results
 
 
