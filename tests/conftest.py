@@ -47,8 +47,8 @@ def text_file(tmp_path_factory):
     return path
 
 
-# Integration failures found after merging the parallel branches of this session (layouts x compile, sftfit x
-# hygiene); each is an open defect named in the session note and in the open issues, not an accepted behaviour.
+# Integration failures found after merging the parallel branches of this session (layouts x compile): open
+# defects named in the session note and left in the open issues, not accepted behaviour.
 KNOWN_INTEGRATION_FAILURES = {
     "tests/test_compile.py::test_training_forward_has_no_graph_break[gpt3_strided]": "flash_blocks.as_strided reads "
     "storage_offset(): a graph break under dynamo (issue 21/22 merge)",
@@ -56,14 +56,6 @@ KNOWN_INTEGRATION_FAILURES = {
     "after the layouts merge (issue 21/22)",
     "tests/test_compile_training.py::test_train_torch_compile_compiles_without_graph_breaks[gpt3_local_strided]": "graph "
     "breaks in flash_blocks after the layouts merge (issue 21/22)",
-    "tests/test_length_limits.py::test_train_block_size_fits_the_resumed_checkpoint": "--block_size None default vs "
-    "the model-type flag defaults (sftfit x hygiene merge)",
-    "tests/test_train.py::test_llama_honours_the_attention_layout_and_local_window": "--block_size None default vs "
-    "the model-type flag defaults (sftfit x hygiene merge)",
-    "tests/test_train.py::test_gpt3_default_mlp_is_4d_and_given_widths_are_honoured": "--block_size None default vs "
-    "the model-type flag defaults (sftfit x hygiene merge)",
-    "tests/test_train.py::test_every_flag_is_honoured_by_each_model_type_it_applies_to": "--block_size None default vs "
-    "the model-type flag defaults (sftfit x hygiene merge)",
 }
 
 

@@ -131,7 +131,7 @@ def test_train_block_size_fits_the_resumed_checkpoint(text_file, tmp_path, capsy
         return main(["train", "--train_files", data, "--output_dir", str(out), *TRAIN_TINY, *extra])
 
     assert train("--block_size", "32", "--max_steps", "2", "--save_steps", "1") == 0  # a checkpoint of table 32
-    assert "block_size 32: --block_size 32 (a new model" in capsys.readouterr().out
+    assert "block_size 32: --block_size 32 (a new model" in capsys.readouterr().err
     before = snapshot(out)
     # resuming it: the model given is the checkpoint's, whose learned table has 32 positions
     assert train("--block_size", "64", "--max_steps", "4", data="/nonexistent/text.txt") == 2
@@ -141,7 +141,7 @@ def test_train_block_size_fits_the_resumed_checkpoint(text_file, tmp_path, capsy
     assert snapshot(out) == before
     # no --block_size: min(128, the checkpoint's 32), said in the summary, and the run resumes
     assert train("--max_steps", "3") == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert "block_size 32: default min(128, config.max_position_embeddings=32) = 32" in printed
     assert "resuming from" in printed
     results = json.loads((out / "train_results.json").read_text())

@@ -101,7 +101,7 @@ def _layout_fields(args: ModelArguments, default_window: int | None) -> dict:
 
 
 def _default_window(args: ModelArguments) -> int:
-    return max(1, args.block_size // 4)
+    return max(1, (args.block_size or DEFAULT_BLOCK_SIZE) // 4)  # None: not fitted yet (fit_block_size)
 
 
 def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
@@ -114,7 +114,7 @@ def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
         num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads,
-        max_position_embeddings=context or args.block_size,
+        max_position_embeddings=context or args.block_size or DEFAULT_BLOCK_SIZE,
         norm_eps=1e-5,
         **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
@@ -136,7 +136,7 @@ def _gpt3_config(args: ModelArguments, tokenizer, context: int | None = None):
         num_hidden_layers=args.num_hidden_layers,
         num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_key_value_heads,
-        max_position_embeddings=context or args.block_size,
+        max_position_embeddings=context or args.block_size or DEFAULT_BLOCK_SIZE,
         **_layout_fields(args, _default_window(args)),  # None layout: GPT-3's dense / local alternation
         tie_word_embeddings=args.tie_word_embeddings,
         loss_chunk_size=args.loss_chunk_size,
