@@ -47,19 +47,29 @@ def check_records(records: Sequence, source: str = "records", skip_invalid: bool
 
     Without `skip_invalid` the first bad record raises ValueError naming `source`, its index and the field.
     """
+    return keep_valid(records, record_problem, normalise_record, source, skip_invalid, "record")
+
+
+def normalise_record(record: dict) -> dict:
+    """A checked Alpaca record with ``input`` always a string."""
+    return {"instruction": record["instruction"], "input": record.get("input") or "", "output": record["output"]}
+
+
+def keep_valid(records: Sequence, problem_of, normalise, source: str, skip_invalid: bool, noun: str):
+    """(normalised records, Counter of dropped ones per reason): ``problem_of(record)`` is None or (reason,
+    message); without `skip_invalid` the first problem raises ValueError naming `source`, the index and the fix.
+    Shared by Alpaca and conversation records."""
     kept, dropped = [], Counter()
     for index, record in enumerate(records):
-        problem = record_problem(record)
+        problem = problem_of(record)
         if problem is None:
-            kept.append(
-                {"instruction": record["instruction"], "input": record.get("input") or "", "output": record["output"]}
-            )
+            kept.append(normalise(record))
             continue
         if not skip_invalid:
             raise ValueError(f"{source}: record {index}: {problem[1]}; fix it or pass --skip_invalid to drop it")
         dropped[problem[0]] += 1
     if not kept:
-        raise ValueError(f"{source}: no usable record (dropped: {dict(dropped) or 'none given'})")
+        raise ValueError(f"{source}: no usable {noun} (dropped: {dict(dropped) or 'none given'})")
     return kept, dropped
 
 

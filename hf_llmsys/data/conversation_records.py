@@ -16,10 +16,9 @@ kind (``"instruction"`` for Alpaca records, ``"conversation"``) from the first r
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Sequence
 
-from .alpaca_records import check_records, read_raw_records
+from .alpaca_records import check_records, keep_valid, read_raw_records
 
 ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
@@ -66,18 +65,9 @@ def to_messages(record: dict) -> list[dict]:
 
 def check_conversations(records: Sequence, source: str = "records", skip_invalid: bool = False):
     """Normalised conversation records (``{"messages": [...]}``) and the count of dropped ones per reason."""
-    kept, dropped = [], Counter()
-    for index, record in enumerate(records):
-        problem = conversation_problem(record)
-        if problem is None:
-            kept.append({"messages": to_messages(record)})
-            continue
-        if not skip_invalid:
-            raise ValueError(f"{source}: record {index}: {problem[1]}; fix it or pass --skip_invalid to drop it")
-        dropped[problem[0]] += 1
-    if not kept:
-        raise ValueError(f"{source}: no usable conversation (dropped: {dict(dropped) or 'none given'})")
-    return kept, dropped
+    return keep_valid(
+        records, conversation_problem, lambda r: {"messages": to_messages(r)}, source, skip_invalid, "conversation"
+    )
 
 
 def records_kind(records: Sequence) -> str:
