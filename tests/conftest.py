@@ -49,14 +49,7 @@ def text_file(tmp_path_factory):
 
 # Integration failures found after merging the parallel branches of this session (layouts x compile): open
 # defects named in the session note and left in the open issues, not accepted behaviour.
-KNOWN_INTEGRATION_FAILURES = {
-    "tests/test_compile.py::test_training_forward_has_no_graph_break[gpt3_strided]": "flash_blocks.as_strided reads "
-    "storage_offset(): a graph break under dynamo (issue 21/22 merge)",
-    "tests/test_compile_training.py::test_train_torch_compile_compiles_without_graph_breaks[llama]": "graph breaks "
-    "after the layouts merge (issue 21/22)",
-    "tests/test_compile_training.py::test_train_torch_compile_compiles_without_graph_breaks[gpt3_local_strided]": "graph "
-    "breaks in flash_blocks after the layouts merge (issue 21/22)",
-}
+KNOWN_INTEGRATION_FAILURES: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config, items):

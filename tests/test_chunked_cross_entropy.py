@@ -63,6 +63,31 @@ def test_z_loss_term_and_its_gradients():
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("z", [0.0, 1e-2], ids=["ce", "z_loss"])
+def test_compiled_loss_keeps_rows_and_equals_the_plain_path(z):
+    """Under torch.compile the ignored rows are zeroed instead of dropped (no data-dependent shape): one graph, no
+    break, and the same loss and gradients as the plain path."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 11, H, requires_grad=True)
+    weight = (0.3 * torch.randn(V, H)).requires_grad_()
+    labels = labelled_batch()
+    plain = ForCausalLMLoss(hidden @ weight.T, labels, V)
+    if z:
+        valid = shift_labels(labels) != -100
+        plain = plain + z * (torch.logsumexp((hidden @ weight.T).float(), -1).square() * valid).sum() / valid.sum()
+    expected = (plain, *torch.autograd.grad(plain, (hidden, weight)))
+    compiled = torch.compile(
+        lambda h, w, t: chunked_linear_cross_entropy(h, w, t, chunk_size=5, z_loss_coefficient=z),
+        backend="eager",
+        fullgraph=True,  # a graph break raises
+    )
+    loss = compiled(hidden, weight, shift_labels(labels))
+    got = (loss, *torch.autograd.grad(loss, (hidden, weight)))
+    for want, have in zip(expected, got, strict=True):
+        torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+
+
 def test_bf16_accumulates_in_fp32():
     plain, chunked = plain_and_chunked(torch.bfloat16)
     assert chunked[0].dtype == torch.float32 and chunked[1].dtype == chunked[2].dtype == torch.bfloat16

@@ -20,7 +20,8 @@ sum in fp32, as the plain path's fp32 loss over bf16 logits does. Loss and gradi
 `chunked_linear_cross_entropy` is the loss of transformers' ``ForCausalLMLoss``: targets already aligned with the
 hidden states (`shift_labels` does the causal shift), positions whose target is ``ignore_index`` dropped before the
 projection (so prompt tokens of an SFT batch cost nothing), the sum divided by the Trainer's ``num_items_in_batch``
-(gradient accumulation: one token mean over the optimizer step) or by the number of targets. Tied embeddings need
+(gradient accumulation: one token mean over the optimizer step) or by the number of targets. Under
+``torch.compile`` the ignored rows stay (a data-dependent shape would break the graph) and are zeroed instead. Tied embeddings need
 nothing special: the weight's gradient flows back to the one shared parameter.
 """
 
@@ -43,7 +44,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     The matmuls run in `compute_dtype` (the model's dtype, or autocast's), everything else in fp32."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_size: int, z_loss_coefficient: float, compute_dtype):
+    def forward(ctx, hidden, weight, targets, chunk_size: int, z_loss_coefficient: float, compute_dtype, valid=None):
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
@@ -53,17 +54,21 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             for start in range(0, hidden.shape[0], chunk_size):
                 h = hidden[start : start + chunk_size].to(compute_dtype)  # (C, H)
                 t = targets[start : start + chunk_size]
+                keep = None if valid is None else valid[start : start + chunk_size].to(torch.float32)  # (C,)
                 logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensors live: this chunk's
                 lse = torch.logsumexp(logits, dim=-1)  # (C,)
-                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                row_loss = lse - logits.gather(1, t[:, None]).squeeze(1)
                 if z_loss_coefficient:
-                    total += z_loss_coefficient * lse.square().sum()
+                    row_loss = row_loss + z_loss_coefficient * lse.square()
+                total += row_loss.sum() if keep is None else (row_loss * keep).sum()
                 if not (need_hidden or need_weight):
                     continue
                 grad_logits = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
                 if z_loss_coefficient:
                     grad_logits.mul_((1 + 2 * z_loss_coefficient * lse)[:, None])
                 grad_logits[torch.arange(t.shape[0], device=t.device), t] -= 1
+                if keep is not None:
+                    grad_logits.mul_(keep[:, None])  # ignored rows: no gradient
                 grad_logits = grad_logits.to(compute_dtype)
                 if need_hidden:
                     grad_hidden[start : start + chunk_size] = grad_logits @ w
@@ -81,7 +86,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
         if grad_weight is not None:
             grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def chunked_linear_cross_entropy(
@@ -106,11 +111,21 @@ def chunked_linear_cross_entropy(
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
     flat_targets = targets.reshape(-1).to(hidden.device)
     keep = flat_targets != ignore_index
-    hidden, flat_targets = hidden[keep], flat_targets[keep]  # only the positions that are learned from
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-    total = ChunkedLinearCrossEntropy.apply(hidden, weight, flat_targets, chunk_size, float(z_loss_coefficient), dtype)
-    count = num_items_in_batch if num_items_in_batch is not None else max(flat_targets.numel(), 1)
+    if torch.compiler.is_compiling():
+        # boolean indexing has a data-dependent shape (a graph break): keep every row, zero the ignored ones' terms
+        safe_targets = flat_targets.masked_fill(~keep, 0)
+        total = ChunkedLinearCrossEntropy.apply(
+            hidden, weight, safe_targets, chunk_size, float(z_loss_coefficient), dtype, keep
+        )
+        count = num_items_in_batch if num_items_in_batch is not None else keep.sum().clamp_min(1)
+    else:
+        hidden, flat_targets = hidden[keep], flat_targets[keep]  # only the positions that are learned from
+        total = ChunkedLinearCrossEntropy.apply(
+            hidden, weight, flat_targets, chunk_size, float(z_loss_coefficient), dtype
+        )
+        count = num_items_in_batch if num_items_in_batch is not None else max(flat_targets.numel(), 1)
     if torch.is_tensor(count):
         count = count.to(total.device)
     return total / count

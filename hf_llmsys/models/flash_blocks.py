@@ -248,7 +248,12 @@ class FlashBlockAttention(torch.autograd.Function):
 
 
 def applies(q: torch.Tensor, dropout: float) -> bool:
-    """The flash path runs CPU float32 / bfloat16 tensors without attention dropout (no random state to replay)."""
+    """The flash path runs CPU float32 / bfloat16 tensors without attention dropout (no random state to replay),
+    in eager mode only: under ``torch.compile`` the autograd kernels of ``sparse_attention.py`` run instead, since
+    dynamo cannot trace this Function's per-call views (``as_strided`` with a storage offset, cached lambdas)
+    without graph breaks, and inductor fuses those kernels itself."""
+    if torch.compiler.is_compiling():
+        return False
     return q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16) and not dropout
 
 
