@@ -370,7 +370,7 @@ CLI_CASES = [
     CliCase("train-folder-as-file", lambda f: train(f, data=f.folder), ("a_folder",)),
     CliCase("train-empty-file", lambda f: train(f, data=f.empty), ("empty.txt",)),
     CliCase("train-missing-tokenizer", lambda f: train(f, "--tokenizer", str(f.missing)), ("missing", "--tokenizer")),
-    CliCase("train-gpt3-window-zero", lambda f: train(f, "--model_type", "llmsys_gpt3", "--local_window", "0"), ("local_window",)),
+    CliCase("train-gpt3-window-zero", lambda f: train(f, "--model_type", "llmsys_gpt3", "--sliding_window", "0"), ("--sliding_window",)),
     CliCase("train-unknown-model-type", lambda f: train(f, "--model_type", "llmsys_bert"), ("model_type",)),
     CliCase("train-lr-negative", lambda f: train(f, "--learning_rate", "-1"), ("learning_rate",)),
     # llmsys ppl

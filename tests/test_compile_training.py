@@ -39,7 +39,7 @@ def test_train_without_torch_compile_says_so(text_file, tmp_path, capsys):
             "--attention_layout",
             "local",
             "strided",
-            "--local_window",
+            "--sliding_window",
             "8",
             "--sparse_stride",
             "4",

@@ -53,6 +53,22 @@ def show(client, encoding, **overrides):
     return client.predict(encoding, *args.values(), api_name="/show_encoding")
 
 
+def test_encoding_views_are_named_as_the_models_name_them():
+    """The tab's choices are position_embedding_type values, labelled with each encoding class's card name."""
+    from hf_llmsys.demo import positions_tab
+    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+
+    choices = positions_tab.encoding_choices()
+    assert [kind for _, kind in choices] == list(positions_tab.ENCODING_VIEWS)
+    assert set(positions_tab.ENCODING_VIEWS) <= set(POSITIONAL_ENCODINGS)
+    assert all(label == POSITIONAL_ENCODINGS[kind].card_name for label, kind in choices)
+
+
+def test_unknown_encoding_names_the_choices(served):
+    with pytest.raises(Exception, match=r"not in the list of choices: \['sinusoidal', 'rope', 'alibi', 't5', 'relative'\]"):
+        show(served[0], "relative (Shaw)")  # the old label: gradio's Radio lists the registry names
+
+
 @pytest.mark.parametrize("heads", [8, 6, 12])
 def test_alibi_slopes_equal_the_paper_formula(served, heads):
     figure, curve, table, caption = show(served[0], "alibi", heads=heads)
@@ -98,7 +114,7 @@ def test_t5_buckets_equal_transformers_t5(served):
 
 
 def test_shaw_table_clips_at_k(served):
-    _, _, table, _ = show(served[0], "relative (Shaw)", shaw_k=4)
+    _, _, table, _ = show(served[0], "relative", shaw_k=4)
     df = frame(table)
     expected = [min(max(d, -4), 4) + 4 for d in df["j - i"]]
     assert df["table row"].tolist() == expected

@@ -93,6 +93,9 @@ def test_every_tab_in_chromium(page, tmp_path):
 
     # Every tab's default view is there on load, before any click.
     page.get_by_text("PE(i)·PE(j) = Σ cos").wait_for()  # tab 1: the default (sinusoidal) encoding
+    page.wait_for_function(  # its curve is drawn too: the legend names the default view's two series
+        "() => ['i=0', 'i=32'].every(s => document.querySelector('#encoding-curve').innerHTML.includes(s))"
+    )
     page.get_by_text("same tokens in another order").wait_for()  # tab 1: the permutation example
     glyphs_render(page, "#permutation-a textarea")
     glyphs_render(page, "#permutation-b textarea")
@@ -112,7 +115,7 @@ def test_every_tab_in_chromium(page, tmp_path):
     page.locator("#verdict").get_by_text("Dropped").wait_for()
 
     open_tab(page, "Positional encodings")
-    page.get_by_role("radio", name="alibi").check()
+    page.get_by_role("radio", name="ALiBi linear biases").check()
     page.locator("#show-encoding").click()
     page.get_by_text("ALiBi adds").wait_for()
     page.wait_for_function("() => document.body.innerHTML.includes('head 0')")  # the curve drew ALiBi's heads

@@ -263,7 +263,7 @@ def test_gpt3_layout_that_does_not_tile_the_layers_is_a_clear_error(text_file, t
     "flags,named",
     [(["--block_size", "1"], "--block_size 1"), (["--max_steps", "0"], "--max_steps 0"),
      (["--learning_rate", "-1"], "--learning_rate -1"), (["--tokenizer", "/no/such/folder"], "--tokenizer: folder"),
-     (["--model_type", "llmsys_gpt3", "--num_hidden_layers", "2", "--local_window", "0"], "--local_window 0")],
+     (["--model_type", "llmsys_gpt3", "--num_hidden_layers", "2", "--sliding_window", "0"], "--sliding_window 0")],
 )  # fmt: skip
 def test_bad_flags_named_before_anything_runs(text_file, tmp_path, capsys, flags, named):
     assert run(text_file, tmp_path / "m", *flags) == 2
@@ -363,7 +363,7 @@ def built_config(*flags):
 
 @pytest.mark.parametrize(
     "model_type,flags",
-    [("llmsys_t5", ["--attention_layout", "dense", "local"]), ("llmsys_t5", ["--local_window", "8"]),
+    [("llmsys_t5", ["--attention_layout", "dense", "local"]), ("llmsys_t5", ["--sliding_window", "8"]),
      ("llmsys_t5", ["--num_key_value_heads", "1"]), ("llmsys_t5", ["--sparse_stride", "4"]),
      ("llmsys_llama", ["--noise_density", "0.3"]), ("llmsys_gpt3", ["--feed_forward_proj", "gated-gelu"]),
      ("llmsys_llama", ["--head_dim", "8"]), ("llmsys_gpt3", ["--dropout_rate=0.1"]),
@@ -380,13 +380,14 @@ def test_flag_that_does_not_apply_to_the_model_type_is_refused(text_file, tmp_pa
     assert not out.exists()
 
 
-def test_llama_honours_the_attention_layout_and_local_window(text_file, tmp_path):
+@pytest.mark.parametrize("window_flag", ["--sliding_window", "--local_window"])  # the config's name; the old one
+def test_llama_honours_the_attention_layout_and_sliding_window(text_file, tmp_path, window_flag):
     out = tmp_path / "llama"
-    extra = ["--num_hidden_layers", "2", "--attention_layout", "dense", "local", "--local_window", "8"]
+    extra = ["--num_hidden_layers", "2", "--attention_layout", "dense", "local", window_flag, "8"]
     assert run(text_file, out, *extra, "--max_steps", "2") == 0
     model = AutoModelForCausalLM.from_pretrained(out)
     assert type(model).__name__ == "LlmsysLlamaForCausalLM"
-    assert model.config.layer_layouts() == ["dense", "local"] and model.config.local_window == 8
+    assert model.config.layer_layouts() == ["dense", "local"] and model.config.sliding_window == 8
     assert built_config().layer_layouts() == ["dense", "dense"]  # no --attention_layout: LLaMA stays dense
 
 
@@ -400,7 +401,7 @@ def test_gpt3_default_mlp_is_4d_and_given_widths_are_honoured():
 
 # A non-default value for every flag that declares the config field it sets.
 HONOURED = {"num_key_value_heads": "1", "intermediate_size": "72", "attention_layout": ["dense", "local"],
-            "local_window": "5", "sparse_stride": "4", "sparse_summary": "2", "num_decoder_layers": "3",
+            "sliding_window": "5", "sparse_stride": "4", "sparse_summary": "2", "num_decoder_layers": "3",
             "head_dim": "8", "dropout_rate": "0.25"}  # fmt: skip
 
 

@@ -88,7 +88,8 @@ def positions_events(ctx: DemoContext):
     @user_errors
     def show_encoding(encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset):
         if encoding not in positions_tab.ENCODING_VIEWS:
-            raise ValueError(f"encoding: choose one of {sorted(positions_tab.ENCODING_VIEWS)}.")
+            raise ValueError(f"encoding: choose one of {sorted(positions_tab.ENCODING_VIEWS)} "
+                             "(position_embedding_type names).")
         params = positions_tab.EncodingParams(
             length=limits.check_int(length, "length", 2, min(limits.max_length, 512)),
             heads=limits.check_int(heads, "heads", 1, limits.max_heads),
@@ -99,8 +100,10 @@ def positions_events(ctx: DemoContext):
             rope_offset=limits.check_int(rope_offset, "RoPE second offset", 1, 100_000),
         )  # fmt: skip
         view = positions_tab.ENCODING_VIEWS[encoding](params)
-        curve = gr.LinePlot(value=view.curve, x_title=view.x_title, y_title=view.y_title)
-        return view.figure, curve, view.table, view.caption
+        # the plot's value only: gradio 6.31's page does not redraw a LinePlot whose update also changes its axis
+        # titles, so the axes keep fixed titles and the caption names this view's
+        curve = gr.update(value=view.curve)  # an update, so the table rounding below leaves the plot's data alone
+        return view.figure, curve, view.table, f"{view.caption}\n\n*Curve:* {view.y_title} against {view.x_title}."
 
     @user_errors
     def compare_orders(text_a, text_b):
@@ -224,31 +227,31 @@ def build_positions_tab(ctx: DemoContext) -> None:
     show_encoding, compare_orders = positions_events(ctx)
     gr.Markdown("Each picture comes from the package's own functions (`hf_llmsys.models.position_biases`, "
                 "`hf_llmsys.models.rotary`).")  # fmt: skip
+    default, first = positions_tab.EncodingParams(), "sinusoidal"
     with gr.Row():
-        encoding = gr.Radio(list(positions_tab.ENCODING_VIEWS), value="sinusoidal", label="encoding")
-        length = gr.Slider(4, 512, value=64, step=1, label="length")
-        heads = gr.Slider(1, ctx.limits.max_heads, value=8, step=1, label="heads (ALiBi)")
+        encoding = gr.Radio(positions_tab.encoding_choices(), value=first, label="encoding")
+        length = gr.Slider(4, 512, value=default.length, step=1, label="length")
+        heads = gr.Slider(1, ctx.limits.max_heads, value=default.heads, step=1, label="heads (ALiBi)")
     with gr.Accordion("encoding settings", open=False):
         with gr.Row():
-            dim = gr.Slider(4, 256, value=64, step=2, label="model width d (sinusoidal, RoPE head dim)")
-            t5_buckets = gr.Slider(4, 128, value=32, step=2, label="T5 buckets")
-            t5_max_distance = gr.Slider(8, 1024, value=128, step=1, label="T5 max distance")
-            shaw_k = gr.Slider(1, 64, value=8, step=1, label="Shaw clip k")
-            rope_offset = gr.Slider(1, 10000, value=1000, step=1, label="RoPE second offset n")
+            dim = gr.Slider(4, 256, value=default.dim, step=2, label="model width d (sinusoidal, RoPE head dim)")
+            t5_buckets = gr.Slider(4, 128, value=default.t5_buckets, step=2, label="T5 buckets")
+            t5_max_distance = gr.Slider(8, 1024, value=default.t5_max_distance, step=1, label="T5 max distance")
+            shaw_k = gr.Slider(1, 64, value=default.shaw_k, step=1, label="Shaw clip k")
+            rope_offset = gr.Slider(1, 10000, value=default.rope_offset, step=1, label="RoPE second offset n")
     show = gr.Button("Show", variant="primary", elem_id="show-encoding")
     caption = gr.Markdown(elem_id="encoding-caption")
     with gr.Row():
         figure = gr.Plot(label="picture")
-        curve = gr.LinePlot(x="x", y="y", color="series", label="curve")
+        # the default view's curve is the plot's initial value; every view's x is a relative distance
+        curve = gr.LinePlot(value=positions_tab.ENCODING_VIEWS[first](default).curve, x="x", y="y", color="series",
+                            x_title="relative distance", y_title="value (see the caption)", label="curve",
+                            elem_id="encoding-curve")  # fmt: skip
     table = gr.Dataframe(label="numbers", max_height=300)
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
     show.click(show_encoding, inputs, [figure, curve, table, caption], api_name="show_encoding")
 
-    def show_encoding_on_load(*args):  # the LinePlot is left to the first click: a second update of it (load,
-        figure_, _, table_, caption_ = show_encoding(*args)  # then click) is not redrawn by gradio 6.31's page
-        return figure_, table_, caption_
-
-    loaders = [(show_encoding_on_load, inputs, [figure, table, caption])]
+    loaders = [(show_encoding, inputs, [figure, curve, table, caption])]
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "

@@ -1,8 +1,11 @@
 """Tab 1, positional encodings: each encoding drawn from the package's own functions (models.position_biases,
 models.rotary), plus the NoPE-vs-RoPE permutation example computed live.
 
-Views are a registry ``ENCODING_VIEWS`` (name -> function of ``EncodingParams`` returning an ``EncodingView``):
-a heatmap figure, a curve (long DataFrame x / y / series for gr.LinePlot), a table and a Markdown caption.
+Views are a registry ``ENCODING_VIEWS`` keyed by the models' own ``position_embedding_type`` names
+(``models.positions.POSITIONAL_ENCODINGS``; each maps to a function of ``EncodingParams`` returning an
+``EncodingView``: a heatmap figure, a curve (long DataFrame x / y / series for gr.LinePlot), a table and a Markdown
+caption). The tab labels each view with its encoding class's ``card_name``, as the model card does. NoPE and
+learned positions have no picture of their own (nothing, or a trained table) and have no view.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ..models.position_biases import (
     sinusoidal_table,
     t5_relative_position_bucket,
 )
+from ..models.positions import POSITIONAL_ENCODINGS, encoding_class
 from ..models.rotary import RotaryEmbedding, apply_rotary
 from .plots import heatmaps, plt, series_frame
 
@@ -165,5 +169,11 @@ ENCODING_VIEWS: dict[str, Callable[[EncodingParams], EncodingView]] = {
     "rope": view_rope,
     "alibi": view_alibi,
     "t5": view_t5,
-    "relative (Shaw)": view_shaw,
+    "relative": view_shaw,
 }
+assert set(ENCODING_VIEWS) <= set(POSITIONAL_ENCODINGS), "a view must be keyed by a position_embedding_type"
+
+
+def encoding_choices() -> list[tuple[str, str]]:
+    """(label, position_embedding_type) per view, the label the encoding's model-card name."""
+    return [(encoding_class(kind).card_name, kind) for kind in ENCODING_VIEWS]

@@ -80,8 +80,12 @@ class ModelArguments:
             "(llmsys_llama), dense local (llmsys_gpt3)."
         },
     )
-    local_window: int | None = field(
-        default=None, metadata={"help": "Decoders: band of the local layers; None = block_size // 4."}
+    sliding_window: int | None = field(
+        default=None,
+        metadata={
+            "help": "Decoders: band of the local layers (the config's sliding_window); None = block_size // 4.",
+            "aliases": ["--local_window"],  # the flag's name before it matched the config field
+        },
     )
     sparse_stride: int | None = field(default=None, metadata={"help": "Decoders: l of strided / fixed layers."})
     sparse_summary: int | None = field(default=None, metadata={"help": "Decoders: c of fixed layers."})
@@ -174,7 +178,7 @@ FLAG_SCOPES: dict[str, FlagScope] = {
     "num_key_value_heads": FlagScope(CAUSAL_LM_TYPES, "num_key_value_heads"),
     "intermediate_size": FlagScope(None, "intermediate_size", default_for={"llmsys_gpt3": None}),
     "attention_layout": FlagScope(CAUSAL_LM_TYPES, "attention_layout"),
-    "local_window": FlagScope(CAUSAL_LM_TYPES, "local_window"),
+    "sliding_window": FlagScope(CAUSAL_LM_TYPES, "sliding_window"),
     "sparse_stride": FlagScope(CAUSAL_LM_TYPES, "sparse_stride"),
     "sparse_summary": FlagScope(CAUSAL_LM_TYPES, "sparse_summary"),
     "num_decoder_layers": FlagScope(T5_TYPES, "num_decoder_layers"),
@@ -226,8 +230,8 @@ def validate_pretrain_args(
         raise ValueError(f"--max_steps {training_args.max_steps}: give a positive number of optimizer steps")
     if training_args.learning_rate < 0:
         raise ValueError(f"--learning_rate {training_args.learning_rate}: must be >= 0")
-    if model_args.local_window is not None and model_args.local_window < 1:
-        raise ValueError(f"--local_window {model_args.local_window}: must be >= 1 (tokens in the local band)")
+    if model_args.sliding_window is not None and model_args.sliding_window < 1:
+        raise ValueError(f"--sliding_window {model_args.sliding_window}: must be >= 1 (tokens in the local band)")
     if (
         model_args.model_type == "llmsys_gpt3"
         and model_args.attention_layout is None

@@ -94,7 +94,7 @@ def _layout_fields(args: ModelArguments, default_window: int | None) -> dict:
     """The decoders' per-layer attention layout and its parameters (None layout: the config class's default)."""
     return {
         "attention_layout": args.attention_layout,
-        "sliding_window": args.local_window or default_window,  # the band of "local" layers
+        "sliding_window": args.sliding_window or default_window,  # the band of "local" layers
         "sparse_stride": args.sparse_stride,
         "sparse_summary": args.sparse_summary,
     }
