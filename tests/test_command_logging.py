@@ -42,13 +42,14 @@ def test_library_modules_do_not_print():
 
 
 def test_train_notes_on_stderr_summary_on_stdout(text_file, tmp_path, capsys):
+    logger = logging.getLogger(LIBRARY_LOGGER)
+    level_before, handlers_before = logger.level, list(logger.handlers)  # an earlier API run may have set --log_level
     assert main(["train", "--train_files", str(text_file), "--output_dir", str(tmp_path / "m"), *TINY]) == 0
     captured = capsys.readouterr()
     assert "model: " in captured.err and "parameters" in captured.err  # a log record, INFO
     assert "model: " not in captured.out
     assert "validation loss" in captured.out and f"saved to {tmp_path / 'm'}" in captured.out  # the report
-    logger = logging.getLogger(LIBRARY_LOGGER)
-    assert logger.level == logging.NOTSET and not logger.handlers  # restored after the command
+    assert logger.level == level_before and logger.handlers == handlers_before  # restored after the command
 
 
 def test_log_level_warning_hides_the_notes_and_the_python_api_prints_nothing(text_file, tmp_path, capsys, caplog):

@@ -162,12 +162,80 @@ def test_no_import_cycles_in_the_package():
 
 CLEANING_MODULES = sorted(name for name in modules() if name.startswith(f"{PACKAGE}.cleaning"))
 
+# One interpreter imports the third-party libraries the package builds on (not the package), then forks one child
+# per module: each child starts with no hf_llmsys module loaded, as a fresh interpreter would, without paying
+# ~7 s of torch / transformers / datasets / ray imports per module.
+FORK_EACH = """
+import importlib, json, os, sys, traceback
+for lib in json.loads(sys.argv[2]):
+    try:
+        importlib.import_module(lib)
+    except ImportError:
+        pass
+assert not [m for m in sys.modules if m.split(".")[0] == "hf_llmsys"], "the parent must not import the package"
+results = {}
+for module, late in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(module)
+            for name in late:
+                importlib.import_module(name)
+            message = ""
+        except BaseException:
+            message = traceback.format_exc()[-3000:] or "failed"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    results[module] = b"".join(chunks).decode() or ("" if status == 0 else f"child exited with status {status}")
+print(json.dumps(results))
+"""
 
-@pytest.mark.parametrize("module", CLEANING_MODULES)
-def test_each_cleaning_module_imports_alone(module):
-    """A fresh interpreter imports the module first, then everything it imports inside functions."""
+
+PRELOAD = ["torch", "numpy", "pandas", "pyarrow", "datasets", "ray", "huggingface_hub", "transformers.modeling_utils",
+           "transformers.trainer", "transformers.masking_utils", "transformers.generation"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def imported_alone():
+    """module -> "" (imported, then everything it imports inside functions) or the child's traceback."""
     graph = import_graph()
-    late = sorted(graph[module])
-    code = f"import importlib; importlib.import_module({module!r}); [importlib.import_module(m) for m in {late!r}]"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    plan = [(module, sorted(graph[module])) for module in CLEANING_MODULES]
+    import json
+
+    done = subprocess.run([sys.executable, "-c", FORK_EACH, json.dumps(plan), json.dumps(PRELOAD)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT.parent)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork (POSIX)")
+@pytest.mark.parametrize("module", CLEANING_MODULES)
+def test_each_cleaning_module_imports_alone(module, imported_alone):
+    """A process with no hf_llmsys module loaded imports the module first, then everything it imports inside
+    functions."""
+    assert imported_alone[module] == "", imported_alone[module]
+
+
+def test_importing_alone_catches_a_cycle(tmp_path):
+    """The forked check fails a real import cycle (the test above could not fail otherwise)."""
+    import json
+
+    pkg = tmp_path / "cyclepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import B\nA = 1\n")
+    (pkg / "b.py").write_text("from .a import A\nB = 2\n")
+    plan = [("cyclepkg.a", []), ("cyclepkg.b", [])]
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + FORK_EACH
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(plan), "[]"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "ImportError" in results["cyclepkg.a"] and "ImportError" in results["cyclepkg.b"]
