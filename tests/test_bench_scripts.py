@@ -111,6 +111,7 @@ def test_sparse_attention_bench_runs_and_its_memory_counter_is_right(tmp_path):
     assert model_level["activation_max_abs_diff"] <= 1e-5  # torch's fused tanh GELU is GPT-2's gelu_new
 
 
+@pytest.mark.slow  # ~30 s; its parity sections repeat the default suite's parity tests on the same CPU
 @pytest.mark.timeout(300)
 def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     """scripts/gpu_check.py is for a lent GPU; on CPU its --quick mode runs the same code on tiny sizes."""
@@ -123,6 +124,7 @@ def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     assert "parity: all ok" in printed and printed.count(" ok\n") >= 14
 
 
+@pytest.mark.slow  # ~40 s: six jobs at three sizes, each a fresh interpreter
 @pytest.mark.timeout(900)
 def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
     """scripts/bench/scaling.py --quick: tiny corpora, each job a subprocess with its peak RSS, growth ratios."""

@@ -76,7 +76,11 @@ def run_task(task, model_type, name, **extra):
     return out, results
 
 
-@pytest.mark.parametrize("model_type", ["llmsys_llama", "llmsys_gpt3", "llmsys_t5"])
+@pytest.mark.parametrize(
+    "model_type",
+    # T5's 800 steps take ~30 s on 2 cores: slow; the two decoder bases are the issue's exact-match goal
+    ["llmsys_llama", "llmsys_gpt3", pytest.param("llmsys_t5", marks=pytest.mark.slow)],
+)
 def test_tiny_model_learns_held_out_task(task, model_type):
     out, results = run_task(task, model_type, f"sft-{model_type}")
     em = held_out_exact_match(out, task["held_out"], encoder_decoder=model_type == "llmsys_t5")
