@@ -6,6 +6,9 @@
 # font (fonts-wqy-zenhei, ~10 MB: the demo's Chinese permutation example is drawn as empty boxes without one;
 # the browser test checks the glyphs) (skipped when apt is unavailable or LLMSYS_SKIP_BROWSER=1; the test then
 # skips and says why).
+# Also fetches the real LLaMA-style SentencePiece tokenizer (Mistral-7B v0.1's, from the mistral-common wheel on
+# PyPI, 3.4 MB once converted) that the SFT seam tests use, unless it is cached already or LLMSYS_SKIP_FETCH=1;
+# without it those tests skip and say why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -21,4 +24,9 @@ if [ "${LLMSYS_SKIP_BROWSER:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-
    && ! dpkg -s $BROWSER_PACKAGES >/dev/null 2>&1; then
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $BROWSER_PACKAGES; } >/dev/null 2>&1 \
     || echo "setup: could not install $BROWSER_PACKAGES (the browser test will skip or fail on CJK glyphs)" >&2
+fi
+SPM_DIR=${LLMSYS_SPM_TOKENIZER_DIR:-$HOME/.cache/hf_llmsys/mistral-7b-v0.1-tokenizer}
+if [ "${LLMSYS_SKIP_FETCH:-0}" != 1 ] && [ ! -f "$SPM_DIR/tokenizer.json" ]; then
+  .venv/bin/python scripts/fetch_sentencepiece_tokenizer.py >/dev/null 2>&1 \
+    || echo "setup: could not fetch the SentencePiece tokenizer (the seam tests on it will skip)" >&2
 fi
