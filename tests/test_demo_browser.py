@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_demo_support import demo_server, tiny_zoo  # noqa: F401  (session fixtures)
+from test_demo_support import TINY_ENCODINGS, demo_server, tiny_zoo  # noqa: F401  (session fixtures)
 
 CHROMIUM = os.environ.get("LLMSYS_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking",
@@ -107,6 +107,11 @@ def test_every_tab_in_chromium(page, tmp_path):
     summary.get_by_text("bits per byte").wait_for()
     numbers = re.findall(r"\d+\.\d+", summary.inner_text())
     assert numbers and all(len(n.replace(".", "").lstrip("0")) <= 4 for n in numbers), numbers  # 4 significant
+    for plot, series in (("#zoo-curves", TINY_ENCODINGS), ("#paper-curves", ["sinusoidal", "rotary", "ALiBi"])):
+        page.wait_for_function(  # both perplexity-vs-length plots are drawn on load, their legends name the series
+            "([id, names]) => names.every(n => document.querySelector(id)?.innerHTML?.includes(`>${n}<`))",
+            arg=[plot, series],
+        )
     open_tab(page, "Sparse attention")
     page.get_by_text("measured saved, recompute (MB)").wait_for()
     open_tab(page, "Generation")

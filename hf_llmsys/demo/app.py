@@ -283,9 +283,9 @@ def build_perplexity_tab(ctx: DemoContext):
     show_curves = gr.Button("Show curves", elem_id="show-curves")
     with gr.Row():
         zoo_plot = gr.LinePlot(x="x", y="y", color="series", x_title="evaluation length", y_title="perplexity",
-                               label="zoo")  # fmt: skip
+                               label="zoo", elem_id="zoo-curves")  # fmt: skip
         paper_plot = gr.LinePlot(x="x", y="y", color="series", x_title="evaluation length", y_title="perplexity",
-                                 label="ALiBi paper, Table 2")  # fmt: skip
+                                 label="ALiBi paper, Table 2", elem_id="paper-curves")  # fmt: skip
     show_curves.click(curves, None, [zoo_plot, paper_plot], api_name="zoo_curves")
     gr.Markdown("### RoPE scaling past the trained context")
     with gr.Row():
