@@ -11,7 +11,9 @@ its children, sampled every 0.05 s with psutil; the kernel's ru_maxrss of the ch
 
   * ``train-stream``: `llmsys train --streaming` data preparation: the job's own training stream
     (`streaming_data.training_stream`, one pass), read through a torch DataLoader with 2 workers as the Trainer
-    does with ``--dataloader_num_workers 2``: every block tokenized and packed (block 128);
+    does with ``--dataloader_num_workers 2`` (batches of 16 blocks collated in the workers): every block
+    tokenized and packed (block 128); ``train-stream-main``: the same in the main process (the Trainer's default
+    ``--dataloader_num_workers 0``);
   * ``train-memory``: the in-memory mode: `text_data.load_split_chunks` + `tokenize_and_pack(num_proc=2)`
     without the cache (what a first run does);
   * ``run-clm``: the reference, transformers' run_clm recipe on the same file: ``load_dataset("json")``,
@@ -47,7 +49,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # this checkout's hf_llmsys, in this process and (PYTHONPATH) in every job
 DEFAULT_DATA_DIR = REPO.parent.parent / "shared" / "data"  # /work/wt/<name> -> /work/shared/data
-JOBS = ("train-stream", "train-memory", "run-clm", "clean-datasets", "clean-ray", "ppl")
+JOBS = ("train-stream", "train-stream-main", "train-memory", "run-clm", "clean-datasets", "clean-ray", "ppl")
 BLOCK_SIZE = 128
 HOLD_OUT = 1e-9  # validation fraction of the train jobs: (almost) nothing held out, so all three tokenize the same text
 TIME_GOAL, RSS_GOAL = 18.0 / 16.0, 1.5  # time ratio per input ratio at 16x; streaming RSS ratio at 16x
@@ -98,8 +100,15 @@ def write_corpus(path: Path, megabytes: float, pools: list[list[str]], seed: int
 # ---- the jobs (run as `python scaling.py --run-job NAME ...` in a subprocess) --------------------------------
 
 
-def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
+TRAIN_BATCH = 16  # llmsys train's --per_device_train_batch_size default
+
+
+def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str, workers: int = 2) -> dict:
+    """The training stream read as the Trainer reads it: a DataLoader of ``TRAIN_BATCH`` blocks collated by
+    transformers' ``default_data_collator`` in ``workers`` dataloader workers (0: the main process), so the workers
+    hand over collated batches of tensors, not one Python dict per block."""
     import torch
+    from transformers import default_data_collator
 
     from hf_llmsys.training.pretrain_arguments import DataArguments
     from hf_llmsys.training.streaming_data import CAUSAL_FEATURES, causal_packer, training_stream
@@ -108,9 +117,10 @@ def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     args = DataArguments(train_files=[corpus], streaming=True, validation_fraction=HOLD_OUT)
     stream = training_stream(args, 0, causal_packer(tokenizer, BLOCK_SIZE), CAUSAL_FEATURES, repeat=False)
-    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
-    blocks = sum(1 for _ in loader)
-    return {"blocks": blocks, "tokens": blocks * BLOCK_SIZE, "shards": stream.n_shards}
+    loader = torch.utils.data.DataLoader(stream, batch_size=TRAIN_BATCH, collate_fn=default_data_collator,
+                                         num_workers=workers)  # fmt: skip
+    blocks = sum(batch["input_ids"].shape[0] for batch in loader)
+    return {"blocks": blocks, "tokens": blocks * BLOCK_SIZE, "shards": stream.n_shards, "workers": workers}
 
 
 def job_train_memory(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
@@ -158,6 +168,8 @@ def job_ppl(corpus: str, model_dir: str) -> dict:
 def run_job(name: str, corpus: str, tokenizer_dir: str, model_dir: str, workdir: str) -> dict:
     if name == "train-stream":
         return job_train_stream(corpus, tokenizer_dir, workdir)
+    if name == "train-stream-main":
+        return job_train_stream(corpus, tokenizer_dir, workdir, workers=0)
     if name == "train-memory":
         return job_train_memory(corpus, tokenizer_dir, workdir)
     if name == "run-clm":
@@ -261,7 +273,7 @@ def growth(rows: list[dict]) -> dict:
                             "rss_ratio": round(r["peak_rss_mb"] / base["peak_rss_mb"], 2)})  # fmt: skip
         last = entries[-1]
         goals = {"time_linear": last["time_ratio"] <= TIME_GOAL * last["size_ratio"]} if len(entries) > 1 else {}
-        if job == "train-stream" and len(entries) > 1:
+        if job.startswith("train-stream") and len(entries) > 1:
             goals["rss_flat"] = last["rss_ratio"] <= RSS_GOAL
         out[job] = {"ratios": entries, "goals_met": goals}
     return out
@@ -281,6 +293,7 @@ def print_report(rows: list[dict], ratios: dict, throughput: dict) -> None:
             print(f"{'':<15}goals: {info['goals_met']}")
     for size, entry in throughput.items():
         print(f"tokenization throughput at {size} MB: train-stream {entry['train-stream']:.2f} MB/s, "
+              f"train-stream-main {entry.get('train-stream-main', float('nan')):.2f} MB/s, "
               f"train-memory {entry.get('train-memory', float('nan')):.2f} MB/s vs run-clm {entry['run-clm']:.2f} MB/s "
               f"-> streaming/run_clm {entry['ratio']:.2f}x")  # fmt: skip
 
@@ -290,7 +303,8 @@ def ascii_plot(rows: list[dict], width: int = 50) -> str:
     import math
 
     marks = {job: job[0].upper() if job != "clean-ray" else "Y" for job in dict.fromkeys(r["job"] for r in rows)}
-    marks.update({"train-memory": "M", "run-clm": "R", "clean-datasets": "C", "train-stream": "S", "ppl": "P"})
+    marks.update({"train-memory": "M", "run-clm": "R", "clean-datasets": "C", "train-stream": "S", "ppl": "P",
+                  "train-stream-main": "1"})
     xs = [math.log10(r["text_mb"]) for r in rows]
     ys = [math.log10(max(r["work_seconds"], 0.01)) for r in rows]
     height = 16
