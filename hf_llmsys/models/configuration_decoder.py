@@ -27,13 +27,12 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
 
 from __future__ import annotations
 
-import math
-
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from .config_checks import check_finite_non_negative, check_loss_chunk_size
 from .feed_forward import GATED_VARIANTS, llama_intermediate_size
 from .norms import NORM_CLASSES
 from .positions import POSITIONAL_ENCODINGS
@@ -222,16 +221,9 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
             raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}.")
         if self.z_loss_coefficient < 0:
             raise ValueError(f"z_loss_coefficient must be >= 0 (0 disables z-loss), got {self.z_loss_coefficient}.")
-        std = self.initializer_range
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 <= std < math.inf:
-            raise ValueError(
-                f"initializer_range must be a finite number >= 0 (the std of the normal weight initialisation; "
-                f"LLaMA and GPT-2 use 0.02), got {std!r}."
-            )
-        if not isinstance(self.loss_chunk_size, int) or self.loss_chunk_size < 0:
-            raise ValueError(
-                f"loss_chunk_size must be an integer >= 0 (0: plain loss over full logits), got {self.loss_chunk_size!r}."
-            )
+        check_finite_non_negative("initializer_range", self.initializer_range,
+                                  "the std of the normal weight initialisation; LLaMA and GPT-2 use 0.02")  # fmt: skip
+        check_loss_chunk_size(self.loss_chunk_size)
 
     def validate_sinusoidal_scale(self):
         """The sinusoid multiplier is positive (None: initializer_range * sqrt(2), the embeddings' scale)."""

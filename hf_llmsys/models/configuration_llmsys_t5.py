@@ -23,12 +23,11 @@ Presets: ``T5_PRESETS`` (the paper's sizes, section 3.7; shapes from the release
 
 from __future__ import annotations
 
-import math
-
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 
+from .config_checks import check_finite_non_negative, check_loss_chunk_size
 from .presets import PresetMixin
 
 # transformers' ``feed_forward_proj`` values whose activation name differs from the ACT2FN key.
@@ -138,16 +137,9 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
             raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}.")
         if self.layer_norm_epsilon <= 0:
             raise ValueError(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
-        factor = self.initializer_factor
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor < math.inf:
-            raise ValueError(
-                f"initializer_factor must be a finite number >= 0 (it scales T5's initialisation stds; T5 uses 1.0), "
-                f"got {factor!r}."
-            )
-        if not isinstance(self.loss_chunk_size, int) or self.loss_chunk_size < 0:
-            raise ValueError(
-                f"loss_chunk_size must be an integer >= 0 (0: plain loss over full logits), got {self.loss_chunk_size!r}."
-            )
+        check_finite_non_negative("initializer_factor", self.initializer_factor,
+                                  "it scales T5's initialisation stds; T5 uses 1.0")  # fmt: skip
+        check_loss_chunk_size(self.loss_chunk_size)
 
     def validate_activation(self):
         """The feed-forward activation is a transformers ACT2FN name."""
