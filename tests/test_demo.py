@@ -71,7 +71,8 @@ def test_unknown_encoding_names_the_choices(served):
 
 @pytest.mark.parametrize("heads", [8, 6, 12])
 def test_alibi_slopes_equal_the_paper_formula(served, heads):
-    figure, curve, table, caption = show(served[0], "alibi", heads=heads)
+    figure, curve, table, caption, curve_plot = show(served[0], "alibi", heads=heads)
+    assert_plot(curve_plot)
     assert_plot(figure)
     slopes = frame(table)["slope m_h"].tolist()
     assert slopes == pytest.approx(paper_get_slopes(heads), rel=1e-6)
@@ -80,7 +81,8 @@ def test_alibi_slopes_equal_the_paper_formula(served, heads):
 
 
 def test_sinusoidal_dot_product_depends_on_distance_only(served):
-    figure, curve, _, _ = show(served[0], "sinusoidal")
+    figure, curve, _, _, curve_plot = show(served[0], "sinusoidal")
+    assert_plot(curve_plot)
     assert_plot(figure)
     df = frame(curve)
     assert set(df["series"]) == {"i=0", "i=24"}
@@ -92,7 +94,7 @@ def test_sinusoidal_dot_product_depends_on_distance_only(served):
 
 
 def test_rope_score_is_a_function_of_the_offset_only(served):
-    figure, curve, table, caption = show(served[0], "rope")
+    figure, curve, table, caption, _ = show(served[0], "rope")
     assert_plot(figure)
     df = frame(curve)
     assert set(df["series"]) == {"n=0", "n=777"}
@@ -105,7 +107,7 @@ def test_rope_score_is_a_function_of_the_offset_only(served):
 def test_t5_buckets_equal_transformers_t5(served):
     from transformers.models.t5.modeling_t5 import T5Attention
 
-    figure, curve, _, _ = show(served[0], "t5", t5_buckets=16, t5_max_distance=64)
+    figure, curve, _, _, _ = show(served[0], "t5", t5_buckets=16, t5_max_distance=64)
     assert_plot(figure)
     df = frame(curve)
     distance = torch.tensor(df["x"].values)
@@ -114,7 +116,7 @@ def test_t5_buckets_equal_transformers_t5(served):
 
 
 def test_shaw_table_clips_at_k(served):
-    _, _, table, _ = show(served[0], "relative", shaw_k=4)
+    _, _, table, _, _ = show(served[0], "relative", shaw_k=4)
     df = frame(table)
     expected = [min(max(d, -4), 4) + 4 for d in df["j - i"]]
     assert df["table row"].tolist() == expected

@@ -17,6 +17,7 @@ import gradio as gr
 from ..models.positions import POSITIONAL_ENCODINGS
 from . import cleaning_tab, generation_tab, permutation, perplexity_tab, positions_tab, sparse_tab
 from .limits import Limits
+from .plots import line_figure
 from .tables import readable_outputs
 from .zoo import RealModel, ZooManager
 
@@ -100,10 +101,8 @@ def positions_events(ctx: DemoContext):
             rope_offset=limits.check_int(rope_offset, "RoPE second offset", 1, 100_000),
         )  # fmt: skip
         view = positions_tab.ENCODING_VIEWS[encoding](params)
-        # the plot's value only: gradio 6.31's page does not redraw a LinePlot whose update also changes its axis
-        # titles, so the axes keep fixed titles and the caption names this view's
-        curve = gr.update(value=view.curve)  # an update, so the table rounding below leaves the plot's data alone
-        return view.figure, curve, view.table, f"{view.caption}\n\n*Curve:* {view.y_title} against {view.x_title}."
+        curve = line_figure(view.curve, xlabel=view.x_title, ylabel=view.y_title)  # redrawn on every update
+        return view.figure, view.curve, view.table, view.caption, curve
 
     @user_errors
     def compare_orders(text_a, text_b):
@@ -243,15 +242,15 @@ def build_positions_tab(ctx: DemoContext) -> None:
     caption = gr.Markdown(elem_id="encoding-caption")
     with gr.Row():
         figure = gr.Plot(label="picture")
-        # the default view's curve is the plot's initial value; every view's x is a relative distance
-        curve = gr.LinePlot(value=positions_tab.ENCODING_VIEWS[first](default).curve, x="x", y="y", color="series",
-                            x_title="relative distance", y_title="value (see the caption)", label="curve",
-                            elem_id="encoding-curve")  # fmt: skip
+        curve_plot = gr.Plot(label="curve", elem_id="encoding-curve")
     table = gr.Dataframe(label="numbers", max_height=300)
+    with gr.Accordion("curve data (x, y, series)", open=False):
+        curve = gr.Dataframe(label="curve data", max_height=300)
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
-    show.click(show_encoding, inputs, [figure, curve, table, caption], api_name="show_encoding")
+    outputs = [figure, curve, table, caption, curve_plot]
+    show.click(show_encoding, inputs, outputs, api_name="show_encoding")
 
-    loaders = [(show_encoding, inputs, [figure, curve, table, caption])]
+    loaders = [(show_encoding, inputs, outputs)]
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "

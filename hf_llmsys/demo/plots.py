@@ -37,3 +37,20 @@ def series_frame(series: dict[str, tuple]) -> pd.DataFrame:
     frames = [pd.DataFrame({"x": list(xs), "y": [float(y) for y in ys], "series": name})
               for name, (xs, ys) in series.items()]  # fmt: skip
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SERIES_COLUMNS)
+
+
+def line_figure(curve: pd.DataFrame, *, xlabel: str, ylabel: str):
+    """One line per series of a long (x, y, series) DataFrame, with a legend; returns the matplotlib Figure.
+
+    The encodings tab draws its curve with this rather than gr.LinePlot: gradio 6.31's LinePlot keeps the colour
+    domain of the first value it shows, so a later update with other series (8 ALiBi heads after 2 sinusoidal
+    rows) draws no line for them."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    for name, rows in curve.groupby("series", sort=False):
+        ax.plot(rows["x"], rows["y"], label=str(name), linewidth=1.5)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    if curve["series"].nunique() > 0:
+        ax.legend(fontsize="small", ncol=2 if curve["series"].nunique() > 4 else 1)
+    fig.tight_layout()
+    return fig

@@ -3,7 +3,8 @@ models.rotary), plus the NoPE-vs-RoPE permutation example computed live.
 
 Views are a registry ``ENCODING_VIEWS`` keyed by the models' own ``position_embedding_type`` names
 (``models.positions.POSITIONAL_ENCODINGS``; each maps to a function of ``EncodingParams`` returning an
-``EncodingView``: a heatmap figure, a curve (long DataFrame x / y / series for gr.LinePlot), a table and a Markdown
+``EncodingView``: a heatmap figure, a curve (long DataFrame x / y / series, drawn by ``plots.line_figure``), a
+table and a Markdown
 caption). The tab labels each view with its encoding class's ``card_name``, as the model card does. NoPE and
 learned positions have no picture of their own (nothing, or a trained table) and have no view.
 """
