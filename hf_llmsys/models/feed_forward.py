@@ -8,6 +8,11 @@ Shapes: (B, S, hidden_size) -> (B, S, hidden_size), through (B, S, intermediate_
   is SwiGLU (LLaMA), with ``gelu`` GeGLU, with ``relu`` ReGLU. ``gate`` and ``up`` are stored as ONE fused
   projection ``gate_up_proj`` (rows: gate then up) so a token costs one matmul instead of two; checkpoints with
   separate ``gate_proj`` / ``up_proj`` are fused at load time (see ``weight_conversion.py``).
+
+  The product act(gate) * up is a block of its own (``GatedProduct``). For SwiGLU, when a gradient is needed, it
+  runs as ``SwiGLUProduct``: autograd would save the fused projection's output (for silu and for the product) and
+  silu(gate) as well, (B, S, 3I) per layer; the function saves the (B, S, 2I) projection only and recomputes
+  silu(gate) in the backward, which needs sigmoid(gate) anyway.
 """
 
 from __future__ import annotations
@@ -43,6 +48,36 @@ def llama_intermediate_size(hidden_size: int, multiple_of: int = 256, ffn_dim_mu
     return multiple_of * math.ceil(hidden / multiple_of)
 
 
+class SwiGLUProduct(torch.autograd.Function):
+    """gate_up (..., 2I) = [gate | up] -> silu(gate) * up (..., I); saves gate_up only.
+
+    Backward, with s = sigmoid(gate) and g = dL/d(product):
+        dL/dup = g * gate * s ;  dL/dgate = g * up * s * (1 + gate * (1 - s))
+    computed in fp32 and returned in gate_up's dtype, as one (..., 2I) tensor."""
+
+    @staticmethod
+    def forward(ctx, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        ctx.save_for_backward(gate_up)
+        return nn.functional.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (gate_up,) = ctx.saved_tensors
+        gate, up = gate_up.float().chunk(2, dim=-1)
+        grad = grad_out.float()
+        sig = torch.sigmoid(gate)
+        grad_gate_up = torch.empty_like(gate_up)
+        gate_part, up_part = grad_gate_up.chunk(2, dim=-1)
+        up_part.copy_(grad * gate * sig)
+        gate_part.copy_(grad * up * sig * (1 + gate * (1 - sig)))
+        return grad_gate_up
+
+
+# Gated activations whose product act(gate) * up has a memory-saving autograd function (keyed by ACT2FN name).
+FUSED_GATED_PRODUCTS: dict[str, type[torch.autograd.Function]] = {"silu": SwiGLUProduct, "swish": SwiGLUProduct}
+
+
 class MLP(nn.Module):
     """Plain two-layer MLP with a named activation (any key of transformers' ``ACT2FN``)."""
 
@@ -65,10 +100,17 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
+        self.fused_product = FUSED_GATED_PRODUCTS.get(hidden_act)  # None: autograd's ops
+
+    def gated_product(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """(B, S, 2I) -> act(gate) * up (B, S, I): the fused function when a gradient is needed and there is one."""
+        if self.fused_product is not None and torch.is_grad_enabled() and gate_up.requires_grad:
+            return self.fused_product.apply(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)  # (B, S, I) each
+        return self.act_fn(gate) * up
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (B, S, I) each
-        return self.down_proj(self.act_fn(gate) * up)
+        return self.down_proj(self.gated_product(self.gate_up_proj(x)))
 
 
 FEED_FORWARD_CLASSES: dict[bool, type[nn.Module]] = {False: MLP, True: GatedMLP}

@@ -5,6 +5,11 @@ Shapes: input and output (..., hidden_size); the statistic is taken over the las
 - ``rmsnorm``: Zhang & Sennrich 2019, as in LLaMA and T5: x / sqrt(mean(x^2) + eps) * weight, computed in fp32
   and cast back before the scale (transformers' ``LlamaRMSNorm`` convention, so bf16 results match it).
 - ``layernorm``: Ba et al. 2016 with a learnable scale and an optional bias (GPT-2/GPT-3 use the bias).
+
+When a gradient is needed the RMSNorm runs as ``RMSNormFunction``: autograd's decomposition of ``F.rms_norm``
+saves three (..., hidden) tensors per norm (its input, x * rstd and the scaled output), the function saves the
+input and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass). The following
+projection saves the norm's output anyway, so a LLaMA layer keeps two hidden-sized tensors fewer per token.
 """
 
 from __future__ import annotations
@@ -12,6 +17,35 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """y = weight * (x * rstd).to(x.dtype), rstd = 1 / sqrt(mean(x^2) + eps) in fp32; saves x and rstd only.
+
+    x (..., H), weight (H,) -> y (..., H) in the dtype of ``weight * x``. The backward, with g = dL/dy,
+    x_hat = x * rstd and gw = g * weight (fp32):
+        dL/dweight = sum over tokens of g * x_hat ;  dL/dx = rstd * (gw - x_hat * mean(gw * x_hat))
+    (the bf16 convention's cast of x_hat back to x.dtype is a rounding, passed straight through, as autograd
+    does for ``.to``)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x32 = x.float()
+        rstd = torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+        ctx.save_for_backward(x, weight, rstd)
+        return weight * (x32 * rstd).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        x, weight, rstd = ctx.saved_tensors
+        x_hat = x.float() * rstd  # (..., H) fp32
+        grad_x = grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad_out.float() * x_hat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        if ctx.needs_input_grad[0]:
+            gw = grad_out.float() * weight.float()
+            grad_x = (rstd * (gw - x_hat * (gw * x_hat).mean(-1, keepdim=True))).to(x.dtype)
+        return grad_x, grad_weight, None
 
 
 class RMSNorm(nn.Module):
@@ -26,6 +60,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
+        if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
+            return RMSNormFunction.apply(hidden_states, self.weight, self.eps)
         shape = (hidden_states.shape[-1],)
         if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
             # fp32 (and autocast's fp32 residual stream): the scale inside the fused kernel, one pass less
