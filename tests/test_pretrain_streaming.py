@@ -197,6 +197,7 @@ def test_streaming_resume_mid_stream_trains_on_the_same_batches(tmp_path, monkey
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(tmp_path / "full" / "checkpoint-4", resumed / "checkpoint-4")
+    assert (resumed / "checkpoint-4" / "stream_position-rank0.pt").is_file()  # both workers' stream states
     seen.clear()
     assert stream_run(corpus, resumed, *flags) == 0
     assert seen == uninterrupted[4:]
@@ -206,6 +207,57 @@ def test_streaming_resume_mid_stream_trains_on_the_same_batches(tmp_path, monkey
     b = LlmsysLlamaForCausalLM.from_pretrained(resumed).state_dict()
     for name, tensor in a.items():
         torch.testing.assert_close(b[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def count_training_tokenizer_calls(monkeypatch) -> tuple[list, list]:
+    """(calls, reading): tokenizer calls made once the Trainer has built its training DataLoader (the stream read
+    while training); clear both before each run."""
+    calls, reading = [], []
+    original_call, original_loader = PreTrainedTokenizerFast.__call__, Trainer.get_train_dataloader
+
+    def counting(self, *args, **kwargs):
+        if reading:
+            calls.append(1)
+        return original_call(self, *args, **kwargs)
+
+    def loader(self, *args, **kwargs):
+        reading.append(1)
+        return original_loader(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "__call__", counting)
+    monkeypatch.setattr(Trainer, "get_train_dataloader", loader)
+    return calls, reading
+
+
+@pytest.mark.timeout(600)
+def test_streaming_resume_reads_on_from_the_saved_position_without_replaying(tmp_path, monkeypatch):
+    """In the main process: the resumed run trains on the uninterrupted run's last batches and tokenizes only the
+    text of those (the stream position is restored), not the text of the batches before the checkpoint; without
+    the saved position (an older checkpoint) it replays and still trains on the same batches."""
+    corpus = tmp_path / "small"
+    corpus.mkdir()
+    (corpus / "s.txt").write_text(load_default_corpus()[30000:40000], encoding="utf-8")
+    seen = record_batches(monkeypatch)
+    calls, reading = count_training_tokenizer_calls(monkeypatch)
+    flags = ("--max_steps", "12", "--save_steps", "9", "--streaming_batch_rows", "2", "--chunk_chars", "200",
+             "--per_device_train_batch_size", "4")  # fmt: skip
+    assert stream_run(corpus, tmp_path / "full", *flags) == 0
+    uninterrupted, full_calls = list(seen), len(calls)
+    for replay in (False, True):
+        resumed = tmp_path / f"resumed-{replay}"
+        resumed.mkdir()
+        shutil.copytree(tmp_path / "full" / "checkpoint-9", resumed / "checkpoint-9")
+        if replay:
+            (resumed / "checkpoint-9" / "stream_position-rank0.pt").unlink()
+        seen.clear()
+        calls.clear()
+        reading.clear()
+        assert stream_run(corpus, resumed, *flags) == 0
+        assert seen == uninterrupted[9:], replay
+        if replay:
+            assert len(calls) >= full_calls - 1  # read everything again up to the checkpoint
+        else:
+            assert len(calls) <= full_calls // 2  # 3 of 12 steps' text (plus the look-ahead batch)
 
 
 @pytest.mark.timeout(600)

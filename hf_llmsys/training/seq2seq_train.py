@@ -33,6 +33,7 @@ from .job import examples_per_step, finish_job, loss_metrics, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
 from .pretrain_data import cache_dir, tokenizer_texts
+from .stream_position import resume_at_stream_position, streaming_trainer
 from .streaming_data import (
     BASELINE_BLOCKS,
     SPAN_FEATURES,
@@ -200,6 +201,8 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         processing_class=tokenizer,
         callbacks=[CorruptionEpochCallback(collator)],
     )
+    if data_args.streaming:
+        resume_at_stream_position(streaming_trainer(trainer), checkpoint)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize_t5(trainer.evaluate(), train_out, baseline_ds, val_ds, collator, tokenizer, training_args)
     if data_args.streaming:

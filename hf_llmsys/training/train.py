@@ -46,6 +46,7 @@ from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import th
     validate_pretrain_args,
 )
 from .pretrain_data import cache_dir, check_data_args, tokenizer_texts
+from .stream_position import resume_at_stream_position, streaming_trainer
 from .streaming_data import (
     BASELINE_BLOCKS,
     CAUSAL_FEATURES,
@@ -233,6 +234,8 @@ def run_causal_lm_training(
         data_collator=default_data_collator,
         processing_class=tokenizer,
     )
+    if data_args.streaming:
+        resume_at_stream_position(streaming_trainer(trainer), checkpoint)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
     results = summarize(trainer.evaluate(), train_out, baseline_ds, val_ds, tokenizer, model_args, training_args)
     if data_args.streaming:
