@@ -124,6 +124,21 @@ def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     assert "parity: all ok" in printed and printed.count(" ok\n") >= 14
 
 
+def test_scaling_bench_replots_saved_runs_as_one_figure(tmp_path):
+    """--replot combines the rows of several --json files into the README figure (two panels, a line per job)."""
+    bench = _load_script("scaling")
+    rows = [{"job": job, "text_mb": mb, "work_seconds": mb * speed, "peak_rss_mb": rss, "size": mb // 25}
+            for job, speed, rss in (("run-clm", 0.7, 2800), ("train-stream-main", 0.6, 580)) for mb in (25, 100, 400)]  # fmt: skip
+    for i, part in enumerate((rows[:3], rows[3:])):
+        (tmp_path / f"run{i}.json").write_text(json.dumps({"rows": part}))
+    figure = tmp_path / "figures" / "scaling.svg"
+    result = bench.main(["--replot", str(tmp_path / "run0.json"), str(tmp_path / "run1.json"), "--plot", str(figure)])
+    svg = figure.read_text()
+    assert len(result["rows"]) == 6 and "train-stream-main" in svg and "run-clm" in svg and "peak memory" in svg
+    with pytest.raises(SystemExit):
+        bench.main(["--replot", str(tmp_path / "run0.json")])  # no --plot: nowhere to draw
+
+
 @pytest.mark.slow  # ~40 s: six jobs at three sizes, each a fresh interpreter
 @pytest.mark.timeout(900)
 def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
@@ -131,7 +146,8 @@ def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
     bench = _load_script("scaling")
     out = tmp_path / "scaling.json"
     results = bench.main(["--quick", "--jobs", "train-stream", "run-clm", "--json", str(out), "--workdir",
-                          str(tmp_path)])  # fmt: skip
+                          str(tmp_path), "--plot", str(tmp_path / "scaling.svg")])  # fmt: skip
+    assert (tmp_path / "scaling.svg").read_text().count("<path") > 4
     saved = json.loads(out.read_text())
     rows = saved["rows"]
     assert [(r["job"], r["size"]) for r in rows] == [("train-stream", 1), ("run-clm", 1), ("train-stream", 4),

@@ -292,10 +292,10 @@ def print_report(rows: list[dict], ratios: dict, throughput: dict) -> None:
         if info["goals_met"]:
             print(f"{'':<15}goals: {info['goals_met']}")
     for size, entry in throughput.items():
-        print(f"tokenization throughput at {size} MB: train-stream {entry['train-stream']:.2f} MB/s, "
+        print(f"tokenization throughput at {size} MB: train-stream {entry.get('train-stream', float('nan')):.2f} MB/s, "
               f"train-stream-main {entry.get('train-stream-main', float('nan')):.2f} MB/s, "
               f"train-memory {entry.get('train-memory', float('nan')):.2f} MB/s vs run-clm {entry['run-clm']:.2f} MB/s "
-              f"-> streaming/run_clm {entry['ratio']:.2f}x")  # fmt: skip
+              f"-> {entry['streaming_job']}/run_clm {entry['ratio']:.2f}x")  # fmt: skip
 
 
 def ascii_plot(rows: list[dict], width: int = 50) -> str:
@@ -303,8 +303,16 @@ def ascii_plot(rows: list[dict], width: int = 50) -> str:
     import math
 
     marks = {job: job[0].upper() if job != "clean-ray" else "Y" for job in dict.fromkeys(r["job"] for r in rows)}
-    marks.update({"train-memory": "M", "run-clm": "R", "clean-datasets": "C", "train-stream": "S", "ppl": "P",
-                  "train-stream-main": "1"})
+    marks.update(
+        {
+            "train-memory": "M",
+            "run-clm": "R",
+            "clean-datasets": "C",
+            "train-stream": "S",
+            "ppl": "P",
+            "train-stream-main": "1",
+        }
+    )
     xs = [math.log10(r["text_mb"]) for r in rows]
     ys = [math.log10(max(r["work_seconds"], 0.01)) for r in rows]
     height = 16
@@ -322,6 +330,35 @@ def ascii_plot(rows: list[dict], width: int = 50) -> str:
     return "\n".join(lines)
 
 
+def figure(rows: list[dict], path: Path) -> Path:
+    """Work seconds and peak RSS against input MB per job, log-log, with the linear-time line through each job's
+    smallest run (the goal is at or under 18/16 of it); written as SVG / PNG by suffix (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable, small)
+    fig, (time_ax, rss_ax) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    for job in dict.fromkeys(r["job"] for r in rows):
+        mine = sorted((r for r in rows if r["job"] == job), key=lambda r: r["text_mb"])
+        mb = [r["text_mb"] for r in mine]
+        (line,) = time_ax.plot(mb, [r["work_seconds"] for r in mine], "o-", label=job)
+        time_ax.plot(mb, [mine[0]["work_seconds"] * m / mb[0] for m in mb], ":", color=line.get_color(), lw=1)
+        rss_ax.plot(mb, [r["peak_rss_mb"] for r in mine], "o-", color=line.get_color(), label=job)
+    time_ax.set(xscale="log", yscale="log", xlabel="input text (MB)", ylabel="work time (s)",
+                title="time (dotted: linear in the input from the smallest run)")  # fmt: skip
+    rss_ax.set(xscale="log", yscale="log", xlabel="input text (MB)", ylabel="peak RSS of the process tree (MB)",
+               title="peak memory")  # fmt: skip
+    for ax in (time_ax, rss_ax):
+        ax.grid(True, which="both", alpha=0.3)
+    time_ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--unit-mb", type=float, default=25.0, help="MB of text of the 1x input")
@@ -332,6 +369,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="smoke run: 0.2 MB unit, sizes 1 4, no Ray")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("--workdir", type=Path, help="where corpora go (default: a temporary folder, removed)")
+    parser.add_argument("--plot", type=Path, help="also draw the rows as a figure here (.svg or .png)")
+    parser.add_argument("--replot", type=Path, nargs="+", metavar="JSON",
+                        help="draw --plot from these --json files (rows combined; no job is run)")  # fmt: skip
     parser.add_argument("--run-job", help=argparse.SUPPRESS)
     for hidden in ("--corpus", "--tokenizer-dir", "--model-dir", "--result"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
@@ -342,6 +382,12 @@ def main(argv: list[str] | None = None) -> dict:
         counts["work_seconds"] = round(time.perf_counter() - start, 2)  # without interpreter start and imports
         Path(args.result).write_text(json.dumps(counts))
         return counts
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot PATH (where the figure goes)")
+        rows = [row for path in args.replot for row in json.loads(path.read_text())["rows"]]
+        print(f"wrote {figure(rows, args.plot)} from {len(rows)} rows")
+        return {"rows": rows, "plot": str(args.plot)}
     if args.quick:
         args.unit_mb, args.sizes, args.ppl_unit_mb, args.clean_unit_mb = 0.2, [1, 4], None, None
         args.jobs = [j for j in args.jobs if j != "clean-ray"]
@@ -386,11 +432,15 @@ def run_all(args, workdir: Path) -> dict:
     throughput = {}
     for size in args.sizes:
         by_job = {r["job"]: r["mb_per_s"] for r in rows if r["size"] == size}
-        if "train-stream" in by_job and "run-clm" in by_job:
-            throughput[size * args.unit_mb] = {**by_job, "ratio": by_job["train-stream"] / by_job["run-clm"]}
+        stream = next((job for job in ("train-stream-main", "train-stream") if job in by_job), None)
+        if stream and "run-clm" in by_job:
+            throughput[size * args.unit_mb] = {**by_job, "streaming_job": stream,
+                                               "ratio": by_job[stream] / by_job["run-clm"]}  # fmt: skip
     print_report(rows, ratios, throughput)
     plot = ascii_plot(rows)
     print("\n" + plot)
+    if args.plot:
+        print(f"figure: {figure(rows, args.plot)}")
     results = {"machine": {"cpus": os.cpu_count(), "load_end": os.getloadavg()}, "unit_mb": args.unit_mb,
                "rows": rows, "growth": ratios, "throughput": {str(k): v for k, v in throughput.items()},
                "plot": plot}  # fmt: skip
