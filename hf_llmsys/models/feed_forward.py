@@ -9,8 +9,8 @@ Shapes: (B, S, hidden_size) -> (B, S, hidden_size), through (B, S, intermediate_
   projection ``gate_up_proj`` (rows: gate then up) so a token costs one matmul instead of two; checkpoints with
   separate ``gate_proj`` / ``up_proj`` are fused at load time (see ``weight_conversion.py``).
 
-  The product act(gate) * up is a block of its own (``GatedProduct``). For SwiGLU, when a gradient is needed, it
-  runs as ``SwiGLUProduct``: autograd would save the fused projection's output (for silu and for the product) and
+  The product act(gate) * up is ``GatedMLP.gated_product``. For SwiGLU, when a gradient is needed, it runs as
+  ``SwiGLUProduct``: autograd would save the fused projection's output (for silu and for the product) and
   silu(gate) as well, (B, S, 3I) per layer; the function saves the (B, S, 2I) projection only and recomputes
   silu(gate) in the backward, which needs sigmoid(gate) anyway.
 """

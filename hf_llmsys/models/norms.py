@@ -7,9 +7,9 @@ Shapes: input and output (..., hidden_size); the statistic is taken over the las
 - ``layernorm``: Ba et al. 2016 with a learnable scale and an optional bias (GPT-2/GPT-3 use the bias).
 
 When a gradient is needed the RMSNorm runs as ``RMSNormFunction``: autograd's decomposition of ``F.rms_norm``
-saves three (..., hidden) tensors per norm (its input, x * rstd and the scaled output), the function saves the
-input and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass). The following
-projection saves the norm's output anyway, so a LLaMA layer keeps two hidden-sized tensors fewer per token.
+saves its input and x * rstd (the following projection saves the scaled output), the function saves the input
+and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass): one hidden-sized
+tensor fewer per norm, two per LLaMA layer.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ spends about a day reading). Here, as accelerate does for ``Accelerator.save_sta
   is told not to skip batches (``ignore_data_skip``) and the callback loads the state into the new DataLoader at
   ``on_train_begin``, so the first batch is the one after the checkpoint's last.
 
-When the state cannot be taken (torchdata missing, or a dataset without ``state_dict``, such as accelerate's
+When the state cannot be taken (a dataset without ``state_dict``, such as accelerate's
 ``IterableDatasetShard`` under torchrun when there are fewer shards than ranks) no file is written and resuming
 replays the stream as before: the same batches, only slower. tests/test_pretrain_streaming.py checks both: the
 batches after resuming equal the uninterrupted run's, and the resumed run tokenizes only what it trains on.
@@ -22,7 +22,6 @@ batches after resuming equal the uninterrupted run's, and the resumed run tokeni
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -35,18 +34,10 @@ logger = logging.get_logger(__name__)
 STATE_FILE = "stream_position-rank{rank}.pt"
 
 
-def stateful_dataloader_available() -> bool:
-    return importlib.util.find_spec("torchdata") is not None
-
-
-def use_stateful_dataloader(trainer: Trainer) -> bool:
-    """Make the trainer's accelerator build StatefulDataLoaders (before ``get_train_dataloader`` runs); False
-    (and the stream is replayed on resume) when torchdata is not installed."""
-    if not stateful_dataloader_available():
-        logger.info("torchdata is not installed: resuming --streaming replays the stream up to the checkpoint")
-        return False
+def use_stateful_dataloader(trainer: Trainer) -> None:
+    """Make the trainer's accelerator build StatefulDataLoaders (torchdata, a dependency) before
+    ``get_train_dataloader`` runs."""
     trainer.accelerator.dataloader_config.use_stateful_dataloader = True
-    return True
 
 
 def state_file(checkpoint: str | os.PathLike, rank: int) -> Path:
@@ -92,7 +83,7 @@ def resume_at_stream_position(trainer: Trainer, checkpoint: str | None) -> bool:
         logger.info(f"{checkpoint} holds no stream position for rank {trainer.args.process_index}: replaying the "
                     "stream up to it")  # fmt: skip
         return False
-    callback.resume_state = torch.load(path, weights_only=False)
+    callback.resume_state = torch.load(path, weights_only=True)  # plain dicts, lists and numbers
     trainer.args.ignore_data_skip = True
     logger.info(f"resuming the stream at the position saved in {path.name}")
     return True
@@ -100,6 +91,6 @@ def resume_at_stream_position(trainer: Trainer, checkpoint: str | None) -> bool:
 
 def streaming_trainer(trainer: Trainer) -> Trainer:
     """Equip a --streaming job's Trainer to save and restore its stream position (module docstring)."""
-    if use_stateful_dataloader(trainer):
-        trainer.add_callback(StreamPositionCallback())
+    use_stateful_dataloader(trainer)
+    trainer.add_callback(StreamPositionCallback())
     return trainer

@@ -385,6 +385,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.replot:
         if not args.plot:
             parser.error("--replot needs --plot PATH (where the figure goes)")
+        missing = [str(path) for path in args.replot if not path.is_file()]
+        if missing:
+            parser.error(f"--replot: no such file {', '.join(missing)} (give the --json files of earlier runs)")
         rows = [row for path in args.replot for row in json.loads(path.read_text())["rows"]]
         print(f"wrote {figure(rows, args.plot)} from {len(rows)} rows")
         return {"rows": rows, "plot": str(args.plot)}
