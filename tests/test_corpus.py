@@ -9,7 +9,9 @@ from importlib import resources
 import pytest
 
 from hf_llmsys.data.corpus import CORPUS_FILE, load_default_corpus, read_text_file, split_documents
-from hf_llmsys.data.packing import group_texts, unigram_perplexity
+import numpy as np
+
+from hf_llmsys.data.packing import document_blocks, group_texts, unigram_perplexity
 
 
 def corpus_dir():
@@ -76,6 +78,26 @@ def test_group_texts_keeps_every_token_but_the_remainder():
 def test_group_texts_bad_block_size():
     with pytest.raises(ValueError, match="block_size"):
         group_texts({"input_ids": [[1]]}, 0)
+
+
+def test_document_blocks_are_group_texts_of_the_pieces_with_eos_after_document_ends():
+    rng = np.random.default_rng(0)
+    for block_size in (1, 3, 16):
+        seqs = [rng.integers(0, 500, size=int(n)).tolist() for n in rng.integers(0, 40, size=25)]
+        ends = rng.random(25) < 0.4
+        blocks = document_blocks(seqs, ends.tolist(), 999, block_size)
+        expected = group_texts({"input_ids": [s + [999] if e else s for s, e in zip(seqs, ends)]}, block_size)
+        assert blocks.dtype == np.int64 and blocks.shape == (len(expected["input_ids"]), block_size)
+        assert blocks.tolist() == expected["input_ids"]
+    assert document_blocks([[1, 2]], [True], 9, 4).shape == (0, 4)  # 3 tokens: all remainder
+    assert document_blocks([], [], 9, 4).shape == (0, 4)
+
+
+def test_document_blocks_bad_input():
+    with pytest.raises(ValueError, match="block_size"):
+        document_blocks([[1]], [True], 0, 0)
+    with pytest.raises(ValueError, match="2 token sequences but 1 end-of-document"):
+        document_blocks([[1], [2]], [True], 0, 4)
 
 
 def test_unigram_perplexity_hand_computed():

@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from datasets.distributed import split_dataset_by_node
-from transformers import PreTrainedTokenizerFast, Trainer
+from transformers import PreTrainedTokenizerFast, Trainer, default_data_collator
 
 from hf_llmsys.cli import main
 from hf_llmsys.data.corpus import load_default_corpus
+from hf_llmsys.data.packing import group_texts
 from hf_llmsys.data.text_sources import read_shard, resolve_files, shard_specs
 from hf_llmsys.data.tokenizer import train_bpe_tokenizer
 from hf_llmsys.models import LlmsysLlamaForCausalLM
@@ -137,6 +138,32 @@ def test_streaming_validation_is_disjoint_from_training(corpus_dir):
     val_texts = {p["text"] for p in streaming_data.mixed_pieces(args, 0, validation=True)}
     assert train_texts and val_texts and not train_texts & val_texts
     assert 0.05 < len(val_texts) / (len(train_texts) + len(val_texts)) < 0.45
+
+
+def test_streamed_blocks_are_the_run_clm_blocks_of_each_batch(corpus_dir, tokenizer):
+    """The packer's int64 arrays hold exactly transformers' run_clm blocks (`group_texts` of each map batch, eos
+    after every document end), labels equal to input_ids; a span-corruption example's seed is the blake2b of its
+    tokens as int32, whether given as a list or an array."""
+    args = data_args(train_files=[str(corpus_dir)], streaming_batch_rows=8)
+    pieces = list(streaming_data.mixed_pieces(args, 0, validation=False))
+    expected = []
+    for at in range(0, len(pieces), 8):
+        batch = pieces[at : at + 8]
+        ids = [tokenizer(p["text"], add_special_tokens=False)["input_ids"] for p in batch]
+        ids = [x + [tokenizer.eos_token_id] if p["end_of_document"] else x for x, p in zip(ids, batch)]
+        expected += group_texts({"input_ids": ids}, 16)["input_ids"]
+    stream = streaming_data.training_stream(args, 0, streaming_data.causal_packer(tokenizer, 16),
+                                            streaming_data.CAUSAL_FEATURES, repeat=False)  # fmt: skip
+    rows = list(stream)
+    assert len(expected) > 50 and [list(r["input_ids"]) for r in rows] == expected
+    assert all(list(r["labels"]) == list(r["input_ids"]) for r in rows)
+    batch = default_data_collator(rows[:4])
+    assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64
+    span = streaming_data.span_packer(tokenizer, 16)({"text": [p["text"] for p in pieces[:8]],
+                                                      "end_of_document": [p["end_of_document"] for p in pieces[:8]]})  # fmt: skip
+    block = expected[0]
+    digest = hashlib.blake2b(b"".join(t.to_bytes(4, "little", signed=True) for t in block), digest_size=8).digest()
+    assert span["example_index"][0] == int.from_bytes(digest, "big") >> 1 == streaming_data.block_index(block)
 
 
 def test_ranks_and_workers_read_disjoint_text_covering_the_stream(corpus_dir, tokenizer):

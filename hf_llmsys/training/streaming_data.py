@@ -10,8 +10,9 @@ Pipeline (all `datasets.IterableDataset` operations, nothing materialised but on
 3. several sources are mixed with `interleave_datasets(probabilities=--mixture_ratios, seed=--seed,
    stopping_strategy=--mixture_stopping_strategy)`;
 4. `map(batched=True)` tokenizes a batch of ``--streaming_batch_rows`` pieces (the fast tokenizer's batch
-   encoding), appends eos at each document end and cuts blocks (`group_texts`, transformers' run_clm rule: the
-   remainder of each batch is dropped);
+   encoding), appends eos at each document end and cuts blocks (transformers' run_clm rule, `group_texts`: the
+   remainder of each batch is dropped) into one int64 array (`document_blocks`), so blocks travel as NumPy rows and
+   the collator stacks them instead of converting Python lists;
 5. training repeats the stream forever (`repeat(None)`): `--max_steps` ends the run, and the Trainer sees ONE
    epoch, so resuming a checkpoint skips exactly the batches it consumed (`Trainer`'s `skip_first_batches`: an
    honest replay of the stream up to the checkpoint, without training on it).
@@ -25,20 +26,20 @@ rank keeps its slice of every global batch (`IterableDatasetShard`). Either way 
 
 from __future__ import annotations
 
-import array
 import hashlib
 from collections.abc import Callable, Iterator
 from itertools import islice
 
+import numpy as np
 from datasets import Dataset, Features, IterableDataset, Sequence, Value, concatenate_datasets, interleave_datasets
 
 from ..data.mixtures import check_stopping_strategy, mixture_probabilities
-from ..data.packing import group_texts
+from ..data.packing import document_blocks
 from ..data.text_sources import TextSource, document_pieces, read_shard, resolve_sources, shard_specs
 
 PIECE_FEATURES = Features({"text": Value("string"), "end_of_document": Value("bool")})
-CAUSAL_FEATURES = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
-SPAN_FEATURES = Features({"input_ids": Sequence(Value("int32")), "example_index": Value("int64")})
+CAUSAL_FEATURES = Features({"input_ids": Sequence(Value("int64")), "labels": Sequence(Value("int64"))})
+SPAN_FEATURES = Features({"input_ids": Sequence(Value("int64")), "example_index": Value("int64")})
 BASELINE_BLOCKS = 512  # training blocks the unigram baseline is fitted on in streaming mode
 HASH_SCALE = float(2**64)
 
@@ -49,9 +50,10 @@ def held_out(text: str, fraction: float) -> bool:
     return int.from_bytes(digest, "big") / HASH_SCALE < fraction
 
 
-def block_index(block: list[int]) -> int:
-    """A stable 63-bit id of a block's tokens: the span-corruption seed of a streamed example."""
-    digest = hashlib.blake2b(array.array("i", block).tobytes(), digest_size=8).digest()
+def block_index(block) -> int:
+    """A stable 63-bit id of a block's tokens (a list or array): the span-corruption seed of a streamed example,
+    blake2b of the tokens as little-endian int32."""
+    digest = hashlib.blake2b(np.asarray(block, dtype="<i4").tobytes(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 
 
@@ -109,13 +111,14 @@ def mixed_pieces(data_args, seed: int, validation: bool) -> IterableDataset:
 
 
 def causal_packer(tokenizer, block_size: int) -> Callable[[dict], dict]:
-    """Batched map function: pieces -> ``block_size`` blocks (input_ids, labels), eos after each document."""
+    """Batched map function: pieces -> ``block_size`` blocks (input_ids, labels: a copy, the model shifts) as
+    (blocks, block_size) int64 arrays, eos after each document."""
     eos = tokenizer.eos_token_id
 
     def pack(batch):
-        ids = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
-        ids = [x + [eos] if end else x for x, end in zip(ids, batch["end_of_document"], strict=True)]
-        return group_texts({"input_ids": ids}, block_size)
+        ids = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        blocks = document_blocks(ids, batch["end_of_document"], eos, block_size)
+        return {"input_ids": blocks, "labels": blocks.copy()}
 
     return pack
 
