@@ -1,6 +1,6 @@
 """The memory-saving autograd functions of the shared blocks (``norms.RMSNormFunction``,
-``feed_forward.SwiGLUProduct``): the same values and gradients as autograd's own ops (transformers'
-``LlamaRMSNorm``, silu(gate) * up), and fewer bytes saved for the backward."""
+``feed_forward.SwiGLUProduct``, ``feed_forward.SwiGLUDown``): the same values and gradients as autograd's own ops (transformers'
+``LlamaRMSNorm``, silu(gate) * up, its down projection, autocast's linear), and fewer bytes saved for the backward."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from hf_llmsys.models.feed_forward import GatedMLP, SwiGLUProduct, build_feed_forward
+from hf_llmsys.models.feed_forward import GatedMLP, SwiGLUDown, SwiGLUProduct, build_feed_forward
 from hf_llmsys.models.norms import RMSNorm, RMSNormFunction
 
 
@@ -93,6 +93,7 @@ def test_swiglu_mlp_no_longer_saves_silu_gate_and_keeps_its_gradients():
     block = build_feed_forward(32, 96, "swiglu", gated=False)
     assert isinstance(block, GatedMLP) and block.fused_product is SwiGLUProduct
     assert build_feed_forward(32, 96, "geglu", gated=False).fused_product is None
+    block.fused_down = None  # the product alone, then down_proj's own linear
     x = torch.randn(2, 16, 32, requires_grad=True)
     fused = saved_bytes(block, x)
     block.fused_product = None  # autograd's own ops
@@ -104,3 +105,93 @@ def test_swiglu_mlp_no_longer_saves_silu_gate_and_keeps_its_gradients():
     assert plain - fused == projection // 2  # silu(gate) is no longer kept
     assert torch.allclose(fused_out, plain_out, atol=1e-6)
     assert torch.allclose(fused_grads[0], plain_grads[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_swiglu_down_values_and_gradients_equal_autograd(dtype, tol, bias):
+    torch.manual_seed(0)
+    gate_up = (torch.randn(2, 5, 48) * 2).to(dtype)
+    weight = torch.randn(16, 24).to(dtype)
+    bias_t = torch.randn(16).to(dtype) if bias else None
+
+    def plain(t, w, *b):
+        gate, up = t.chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w, *b)
+
+    inputs = (gate_up, weight, *([bias_t] if bias else []))
+    ours_out, ours_g = grads(lambda t, w, *b: SwiGLUDown.apply(t, w, b[0] if b else None), *inputs)
+    ref_out, ref_g = grads(plain, *inputs)
+    assert torch.allclose(ours_out.float(), ref_out.float(), atol=tol, rtol=tol)
+    for ours, ref in zip(ours_g, ref_g, strict=True):
+        assert ours.dtype == dtype
+        assert (ours.float() - ref.float()).abs().max() <= tol * ref.float().abs().max()
+
+
+def test_swiglu_down_under_autocast_matches_autocast_linear():
+    torch.manual_seed(0)
+    block = build_feed_forward(32, 96, "swiglu", gated=False)
+    x = torch.randn(2, 16, 32)
+    results = []
+    for fused in (True, False):
+        block.fused_down = SwiGLUDown if fused else None
+        block.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = block(x)
+        assert out.dtype == torch.bfloat16
+        out.float().square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in block.parameters()]))
+        assert all(p.grad.dtype == torch.float32 for p in block.parameters())
+    (fused_out, fused_grads), (plain_out, plain_grads) = results
+    assert torch.equal(fused_out, plain_out)
+    for ours, ref in zip(fused_grads, plain_grads, strict=True):
+        assert (ours - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+def test_swiglu_mlp_does_not_keep_the_product_for_the_down_projection():
+    torch.manual_seed(0)
+    block = build_feed_forward(32, 96, "swiglu", gated=False)
+    assert block.fused_down is SwiGLUDown and block.down_is_plain()
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    fused = saved_bytes(block, x)
+    fused_out, fused_grads = grads(lambda a: block(a), x)
+    block.fused_down = None  # SwiGLUProduct, then down_proj's own linear
+    separate = saved_bytes(block, x)
+    separate_out, separate_grads = grads(lambda a: block(a), x)
+    assert separate - fused == 2 * 16 * 96 * 4  # the (B, S, I) fp32 product is no longer kept
+    assert torch.allclose(fused_out, separate_out, atol=1e-6)
+    assert torch.allclose(fused_grads[0], separate_grads[0], atol=1e-5)
+
+
+def test_swiglu_down_steps_aside_for_adapters_and_hooks():
+    """A LoRA-wrapped or hooked down_proj must run as itself: the fused function would bypass it."""
+    from peft import LoraConfig, get_peft_model
+
+    block = build_feed_forward(32, 96, "swiglu", gated=False)
+    seen = []
+    handle = block.down_proj.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    assert not block.down_is_plain()
+    block(torch.randn(1, 4, 32, requires_grad=True)).sum().backward()
+    assert seen == [torch.Size([1, 4, 32])]
+    handle.remove()
+    assert block.down_is_plain()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = block
+
+        def forward(self, x):
+            return self.mlp(x)
+
+    peft_model = get_peft_model(Wrapper(), LoraConfig(r=2, target_modules=["down_proj"]))
+    mlp = peft_model.base_model.model.mlp
+    assert not mlp.down_is_plain()
+    torch.nn.init.normal_(mlp.down_proj.lora_B["default"].weight)
+    x = torch.randn(1, 4, 32, requires_grad=True)
+    out = peft_model(x)
+    with torch.no_grad():
+        expected = mlp.down_proj(mlp.gated_product(mlp.gate_up_proj(x)))
+    assert torch.allclose(out, expected, atol=1e-6)
+    out.sum().backward()
+    assert mlp.down_proj.lora_A["default"].weight.grad is not None

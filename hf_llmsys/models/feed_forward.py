@@ -12,7 +12,9 @@ Shapes: (B, S, hidden_size) -> (B, S, hidden_size), through (B, S, intermediate_
   The product act(gate) * up is ``GatedMLP.gated_product``. For SwiGLU, when a gradient is needed, it runs as
   ``SwiGLUProduct``: autograd would save the fused projection's output (for silu and for the product) and
   silu(gate) as well, (B, S, 3I) per layer; the function saves the (B, S, 2I) projection only and recomputes
-  silu(gate) in the backward, which needs sigmoid(gate) anyway.
+  silu(gate) in the backward, which needs sigmoid(gate) anyway. When ``down_proj`` is a plain ``nn.Linear`` (no
+  adapter, no hook), product and down projection run as ONE function, ``SwiGLUDown``, which does not keep the
+  (B, S, I) product for the down projection's weight gradient either: it recomputes it (one elementwise pass).
 """
 
 from __future__ import annotations
@@ -64,18 +66,60 @@ class SwiGLUProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         (gate_up,) = ctx.saved_tensors
-        gate, up = gate_up.float().chunk(2, dim=-1)
-        grad = grad_out.float()
-        sig = torch.sigmoid(gate)
-        grad_gate_up = torch.empty_like(gate_up)
-        gate_part, up_part = grad_gate_up.chunk(2, dim=-1)
-        up_part.copy_(grad * gate * sig)
-        gate_part.copy_(grad * up * sig * (1 + gate * (1 - sig)))
-        return grad_gate_up
+        return swiglu_product_backward(gate_up, grad_out)
 
 
-# Gated activations whose product act(gate) * up has a memory-saving autograd function (keyed by ACT2FN name).
+def swiglu_product_backward(gate_up: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """dL/dgate_up (..., 2I) of silu(gate) * up from dL/dproduct ``grad_out`` (..., I): see ``SwiGLUProduct``."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    grad = grad_out.float()
+    sig = torch.sigmoid(gate)
+    grad_gate_up = torch.empty_like(gate_up)
+    gate_part, up_part = grad_gate_up.chunk(2, dim=-1)
+    up_part.copy_(grad * gate * sig)
+    gate_part.copy_(grad * up * sig * (1 + gate * (1 - sig)))
+    return grad_gate_up
+
+
+class SwiGLUDown(torch.autograd.Function):
+    """(gate_up (..., 2I), weight (H, I), bias (H,) or None) -> down(silu(gate) * up) (..., H); saves gate_up and
+    the weight only, and recomputes the product p = silu(gate) * up in the backward (bitwise as in the forward):
+        dL/dweight = g^T p ;  dL/dbias = sum g ;  dL/dp = g weight ;  dL/dgate_up as ``SwiGLUProduct``.
+    Under autocast the weight is cast to gate_up's dtype (what autocast's linear does) and its gradients are cast
+    back to the weight's dtype, as autograd's cast node does."""
+
+    @staticmethod
+    def forward(ctx, gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        autocast = torch.is_autocast_enabled(gate_up.device.type)
+        compute_weight = weight.to(gate_up.dtype) if autocast else weight
+        compute_bias = bias.to(gate_up.dtype) if autocast and bias is not None else bias
+        ctx.save_for_backward(gate_up, compute_weight)
+        ctx.weight_dtype = weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return nn.functional.linear(nn.functional.silu(gate) * up, compute_weight, compute_bias)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        gate_up, weight = ctx.saved_tensors
+        grad_gate_up = grad_weight = grad_bias = None
+        flat_grad = grad_out.reshape(-1, grad_out.shape[-1])  # (T, H)
+        if ctx.needs_input_grad[1]:
+            gate, up = gate_up.chunk(2, dim=-1)
+            product = (nn.functional.silu(gate) * up).reshape(-1, up.shape[-1])  # (T, I)
+            grad_weight = (flat_grad.t() @ product).to(ctx.weight_dtype)
+        if ctx.needs_input_grad[2]:
+            grad_bias = flat_grad.sum(0).to(ctx.bias_dtype)
+        if ctx.needs_input_grad[0]:
+            grad_product = (flat_grad @ weight).reshape(*grad_out.shape[:-1], weight.shape[-1])
+            grad_gate_up = swiglu_product_backward(gate_up, grad_product)
+        return grad_gate_up, grad_weight, grad_bias
+
+
+# Gated activations whose product act(gate) * up has a memory-saving autograd function (keyed by ACT2FN name),
+# and the one that also takes in the down projection.
 FUSED_GATED_PRODUCTS: dict[str, type[torch.autograd.Function]] = {"silu": SwiGLUProduct, "swish": SwiGLUProduct}
+FUSED_GATED_DOWN: dict[str, type[torch.autograd.Function]] = {"silu": SwiGLUDown, "swish": SwiGLUDown}
 
 
 class MLP(nn.Module):
@@ -101,6 +145,7 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
         self.fused_product = FUSED_GATED_PRODUCTS.get(hidden_act)  # None: autograd's ops
+        self.fused_down = FUSED_GATED_DOWN.get(hidden_act)  # None: down_proj(gated_product)
 
     def gated_product(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(B, S, 2I) -> act(gate) * up (B, S, I): the fused function when a gradient is needed and there is one."""
@@ -109,8 +154,22 @@ class GatedMLP(nn.Module):
         gate, up = gate_up.chunk(2, dim=-1)  # (B, S, I) each
         return self.act_fn(gate) * up
 
+    def down_is_plain(self) -> bool:
+        """True when ``down_proj`` is a plain ``nn.Linear`` that nothing observes (no adapter such as PEFT's LoRA,
+        no quantized layer, no forward hook), so ``SwiGLUDown`` may compute it."""
+        down = self.down_proj
+        return (
+            type(down) is nn.Linear
+            and not (down._forward_hooks or down._forward_pre_hooks)
+            and not (torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks)
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.gated_product(self.gate_up_proj(x)))
+        gate_up = self.gate_up_proj(x)  # (B, S, 2I)
+        if self.fused_down is not None and torch.is_grad_enabled() and self.down_is_plain():
+            if gate_up.requires_grad or self.down_proj.weight.requires_grad:
+                return self.fused_down.apply(gate_up, self.down_proj.weight, self.down_proj.bias)
+        return self.down_proj(self.gated_product(gate_up))
 
 
 FEED_FORWARD_CLASSES: dict[bool, type[nn.Module]] = {False: MLP, True: GatedMLP}
