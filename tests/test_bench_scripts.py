@@ -66,7 +66,7 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     out = tmp_path / "results.json"
     bench.main(["--quick", "--tiny", "--skip-decode", "--skip-limits", "--precisions", "fp32", "--compile",
                 "--compile-backend", "aot_eager", "--memory-steps", "1", "--load-repeats", "1",
-                "--json", str(out)])  # fmt: skip
+                "--memory-allocator", "returning", "--json", str(out)])  # fmt: skip
     results = json.loads(out.read_text())
     (fp32,) = results["training"]
     for name in ("ours", "theirs", "ours_compiled", "theirs_compiled"):
@@ -80,6 +80,8 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     for side in ("ours", "theirs"):
         (child,) = memory["runs"][side]
         assert child["side"] == side and child["peak_rss"] >= child["built_rss"] > 0 and len(child["step_s"]) == 1
+        assert child["malloc_mmap_threshold"] == "131072"  # the child ran with the returning allocator's setting
+    assert memory["allocator"] == "returning"
     assert memory["runs"]["ours"][0]["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE
     assert memory["runs"]["ours"][0]["loss"] == pytest.approx(memory["runs"]["theirs"][0]["loss"], rel=1e-3)
     assert memory["ratio"] > 0 and memory["speed_ratio"] > 0

@@ -1,10 +1,14 @@
 """One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + attn(norm(x)), then x + ffn(norm(x)).
 
 The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
-GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
+GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out. In training the
+projections after each norm do not keep the norm's output for their backward: it is recomputed from the norm's input
+(``recompute.recomputed_when_saved``, ``norm.recompute``).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -13,6 +17,7 @@ from .attention import GroupedQueryAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
 from .positions import PositionState
+from .recompute import recomputed_when_saved
 from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
 
 
@@ -46,6 +51,9 @@ class DecoderLayer(GradientCheckpointingLayer):
         checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
         positions = positions.with_attention_bias(position_bias)
         normed = self.input_layernorm(hidden_states)
-        attn_out, _ = self.self_attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
+        with recomputed_when_saved(normed, partial(self.input_layernorm.recompute, hidden_states)):
+            attn_out, _ = self.self_attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
         hidden_states = hidden_states + attn_out
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        normed = self.post_attention_layernorm(hidden_states)
+        with recomputed_when_saved(normed, partial(self.post_attention_layernorm.recompute, hidden_states)):
+            return hidden_states + self.mlp(normed)

@@ -9,7 +9,8 @@ Shapes: input and output (..., hidden_size); the statistic is taken over the las
 When a gradient is needed the RMSNorm runs as ``RMSNormFunction``: autograd's decomposition of ``F.rms_norm``
 saves its input and x * rstd (the following projection saves the scaled output), the function saves the input
 and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass): one hidden-sized
-tensor fewer per norm, two per LLaMA layer.
+tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training output again, so a block
+can have the projection after it save nothing of that output either (``recompute.recomputed_when_saved``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def rms_norm_with_rstd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight * (x * rstd).to(x.dtype), rstd (..., 1) fp32): ``RMSNormFunction``'s forward, and its recompute."""
+    x32 = x.float()
+    rstd = torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+    return weight * (x32 * rstd).to(x.dtype), rstd
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -30,10 +38,9 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x32 = x.float()
-        rstd = torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+        output, rstd = rms_norm_with_rstd(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        return weight * (x32 * rstd).to(x.dtype)
+        return output
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -69,6 +76,11 @@ class RMSNorm(nn.Module):
         normed = F.rms_norm(hidden_states.float(), shape, eps=self.eps)
         return self.weight * normed.to(input_dtype)
 
+    def recompute(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The training forward's output again, without a graph (``recompute.recomputed_when_saved``)."""
+        with torch.no_grad():
+            return rms_norm_with_rstd(hidden_states, self.weight, self.eps)[0]
+
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
 
@@ -78,6 +90,11 @@ class LayerNorm(nn.LayerNorm):
 
     def __init__(self, hidden_size: int, eps: float = 1e-5, bias: bool = True):
         super().__init__(hidden_size, eps=eps, bias=bias)
+
+    def recompute(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The forward's output again, without a graph (the same layer_norm kernel as with one)."""
+        with torch.no_grad():
+            return self(hidden_states)
 
 
 NORM_CLASSES: dict[str, type[nn.Module]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}

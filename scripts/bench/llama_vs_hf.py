@@ -25,6 +25,9 @@ anything is timed, and the run aborts otherwise.
 7. Peak memory: one fresh process per side (``--memory-child``) builds the SmolLM2-135M-shaped model (random
    weights), runs ``--memory-steps`` training steps at ``--memory-batch`` x ``--memory-seq`` (2 x 2048) and
    reports its peak RSS (ru_maxrss) and tokens/s; ours trains with the chunked loss (``--loss-chunk-size``).
+   ``--memory-allocator returning`` runs both children with glibc's MALLOC_MMAP_THRESHOLD_=131072, so freed
+   tensors leave the resident set at once and the peak is that of the live tensors rather than glibc's heap
+   high-water mark (the default, ``glibc``, measures what a user sees; both are the same for both sides).
 8. ``--profile-train``: torch.profiler op table of one bf16 training step of ours, with the matmul share.
 
 Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
@@ -47,6 +50,7 @@ import copy
 import cProfile
 import io
 import json
+import os
 import platform
 import pstats
 import statistics
@@ -75,6 +79,9 @@ DECODE_GOAL = 2.0  # batch 1, ours / transformers
 DECODE_FLOOR_GOAL = 0.90  # batch 1: weight-read floor / measured time per token
 DECODE_BATCH8_GOAL = 1.3
 MEMORY_GOAL = 0.5  # peak RSS of a training step, ours / transformers
+# Environment of the memory children per --memory-allocator: glibc's default keeps freed heap memory resident (its
+# high-water mark counts in the peak RSS); with every block of >= 128 KiB its own mapping, a free returns it at once.
+MEMORY_ALLOCATORS: dict[str, dict[str, str]] = {"glibc": {}, "returning": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 LOAD_GOAL = 1.1  # from_pretrained time, ours / transformers
 SMOLLM2_SHAPE = {
     k: v
@@ -138,6 +145,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-steps", type=int, default=2, help="training steps per memory process")
     parser.add_argument("--memory-rounds", type=int, default=1, help="memory processes per side")
     parser.add_argument("--memory-precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--memory-allocator", default="glibc", choices=sorted(MEMORY_ALLOCATORS),
+                        help="glibc: the default malloc, whose peak RSS includes freed memory it keeps; returning: "
+                             "glibc with MALLOC_MMAP_THRESHOLD_=131072, so every freed tensor goes back to the OS "
+                             "and the peak RSS is the live tensors' peak (slower: page faults)")  # fmt: skip
     parser.add_argument("--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="ours: config.loss_chunk_size")
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side")
     parser.add_argument("--memory-child", choices=["ours", "theirs"], help=argparse.SUPPRESS)
@@ -502,6 +513,7 @@ def memory_child(args) -> None:
         "side": args.memory_child, "peak_rss": machine_limits.self_peak_rss(), "built_rss": built_rss,
         "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
         "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
+        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
     }))  # fmt: skip
 
 
@@ -516,13 +528,14 @@ def bench_memory(args) -> dict:
     runs = {"ours": [], "theirs": []}
     for round_index in range(args.memory_rounds):
         for side in interleaved_order(round_index):
-            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side])
+            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side],
+                                                  env=MEMORY_ALLOCATORS[args.memory_allocator])  # fmt: skip
             log(f"  memory {side:6s} peak RSS {child['peak_rss'] / 2**30:6.2f} GiB (after build "
                 f"{child['built_rss'] / 2**30:5.2f} GiB), last step {child['step_s'][-1]:6.2f} s, "
                 f"{child['tokens_per_s']:8.1f} tok/s, load {machine_limits.fmt_load(child['load'])}")  # fmt: skip
             runs[side].append(child)
     result = {"batch": args.memory_batch, "seq": args.memory_seq, "shape": args.memory_shape,
-              "precision": args.memory_precision, "runs": runs}  # fmt: skip
+              "precision": args.memory_precision, "allocator": args.memory_allocator, "runs": runs}  # fmt: skip
     for side, children in runs.items():
         result[side] = {
             "peak_rss": max(c["peak_rss"] for c in children),
@@ -644,7 +657,7 @@ def print_report(results: dict) -> None:
     if results.get("memory"):
         m = results["memory"]
         log(f"Peak training memory ({m['shape']} shape, batch {m['batch']} x seq {m['seq']}, {m['precision']}, "
-            f"one fresh process per side): ours {m['ours']['peak_rss'] / 2**30:.2f} GiB, theirs "
+            f"{m['allocator']} allocator, one fresh process per side): ours {m['ours']['peak_rss'] / 2**30:.2f} GiB, theirs "
             f"{m['theirs']['peak_rss'] / 2**30:.2f} GiB: ratio {m['ratio']:.2f} (goal <= {MEMORY_GOAL}: "
             f"{'MET' if m['ratio'] <= MEMORY_GOAL else 'NOT MET'}); above the built model "
             f"{m['ours']['step_rss'] / 2**30:.2f} vs {m['theirs']['step_rss'] / 2**30:.2f} GiB ({m['step_ratio']:.2f}); "
