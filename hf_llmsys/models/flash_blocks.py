@@ -63,10 +63,10 @@ def _band_mask(q_start: int, q_len: int, kv_start: int, kv_len: int, window: int
     return _additive((diff >= 0) & (diff < window), dtype)
 
 
-PIECES = 8  # calls per part: each call's gradients (its transient buffers) are ~1/8 of one batch row's inputs
+PIECES = 16  # calls per part: each call's gradients (its transient buffers) are ~1/16 of one batch row's inputs
 
 # the summaries' keys are broadcast over a call's query blocks, so their gradient grows with the blocks of a call
-SUMMARY_PIECES = 16
+SUMMARY_PIECES = 32
 
 
 def _pieces(start: int, end: int, pieces: int = PIECES) -> list[tuple[int, int]]:
