@@ -6,11 +6,10 @@ import math
 import re
 from importlib import resources
 
+import numpy as np
 import pytest
 
 from hf_llmsys.data.corpus import CORPUS_FILE, load_default_corpus, read_text_file, split_documents
-import numpy as np
-
 from hf_llmsys.data.packing import document_blocks, group_texts, unigram_perplexity
 
 
@@ -86,7 +85,9 @@ def test_document_blocks_are_group_texts_of_the_pieces_with_eos_after_document_e
         seqs = [rng.integers(0, 500, size=int(n)).tolist() for n in rng.integers(0, 40, size=25)]
         ends = rng.random(25) < 0.4
         blocks = document_blocks(seqs, ends.tolist(), 999, block_size)
-        expected = group_texts({"input_ids": [s + [999] if e else s for s, e in zip(seqs, ends)]}, block_size)
+        expected = group_texts(
+            {"input_ids": [s + [999] if e else s for s, e in zip(seqs, ends, strict=True)]}, block_size
+        )
         assert blocks.dtype == np.int64 and blocks.shape == (len(expected["input_ids"]), block_size)
         assert blocks.tolist() == expected["input_ids"]
     assert document_blocks([[1, 2]], [True], 9, 4).shape == (0, 4)  # 3 tokens: all remainder

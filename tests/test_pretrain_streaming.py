@@ -150,7 +150,7 @@ def test_streamed_blocks_are_the_run_clm_blocks_of_each_batch(corpus_dir, tokeni
     for at in range(0, len(pieces), 8):
         batch = pieces[at : at + 8]
         ids = [tokenizer(p["text"], add_special_tokens=False)["input_ids"] for p in batch]
-        ids = [x + [tokenizer.eos_token_id] if p["end_of_document"] else x for x, p in zip(ids, batch)]
+        ids = [x + [tokenizer.eos_token_id] if p["end_of_document"] else x for x, p in zip(ids, batch, strict=True)]
         expected += group_texts({"input_ids": ids}, 16)["input_ids"]
     stream = streaming_data.training_stream(args, 0, streaming_data.causal_packer(tokenizer, 16),
                                             streaming_data.CAUSAL_FEATURES, repeat=False)  # fmt: skip

@@ -35,10 +35,10 @@ def document_blocks(
         raise ValueError(f"block_size must be > 0, got {block_size}")
     if len(sequences) != len(ends):
         raise ValueError(f"{len(sequences)} token sequences but {len(ends)} end-of-document flags")
-    lengths = [len(seq) + bool(end) for seq, end in zip(sequences, ends)]
+    lengths = [len(seq) + bool(end) for seq, end in zip(sequences, ends, strict=True)]
     flat = np.empty(sum(lengths), dtype=np.int64)
     at = 0
-    for seq, end, length in zip(sequences, ends, lengths):
+    for seq, end, length in zip(sequences, ends, lengths, strict=True):
         flat[at : at + len(seq)] = seq
         if end:
             flat[at + length - 1] = eos_id
