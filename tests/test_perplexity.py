@@ -396,3 +396,20 @@ def test_scored_positions_only_lm_head_equals_full_logits(model, tokenizer, monk
         hook.remove()
     assert fast.tokens == full.tokens
     assert fast.nll == pytest.approx(full.nll, rel=1e-6)
+
+
+def test_texts_are_encoded_in_batches_as_int64_tensors(tokenizer, model, monkeypatch):
+    """Encoding a corpus batch by batch gives every text the ids one call over all texts gives (bos first), as
+    int64 tensors, and the same perplexity."""
+    from hf_llmsys.evaluation import text_inputs
+
+    texts = [CORPUS[i % len(CORPUS)][: 40 + 7 * i] for i in range(11)]
+    whole = corpus_perplexity(model, tokenizer, texts, max_length=32)
+    monkeypatch.setattr(text_inputs, "ENCODE_BATCH", 3)  # 11 texts: four tokenizer calls
+    seqs = text_inputs.encode_texts(tokenizer, texts, add_start_token=True)
+    reference = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    assert [s.tolist() for s in seqs] == [bos + ids for ids in reference]
+    assert all(s.dtype == torch.int64 and s.dim() == 1 for s in seqs)
+    batched = corpus_perplexity(model, tokenizer, texts, max_length=32)
+    assert batched.tokens == whole.tokens and batched.nll == pytest.approx(whole.nll, rel=1e-6)

@@ -54,7 +54,7 @@ def corpus_perplexity(
     stride = resolve_stride(stride, max_length)
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    seqs = [torch.tensor(ids) for ids in encode_texts(tokenizer, texts, add_start_token)]
+    seqs = encode_texts(tokenizer, texts, add_start_token)  # (tokens,) int64 each
     windows = [w for i, ids in enumerate(seqs) for w in plan_windows(len(ids), max_length, stride, i)]
     per_text = score_windows(
         model, windows, seqs, pad_id=pad_token_id(tokenizer), batch_size=batch_size,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
+ENCODE_BATCH = 256  # texts per tokenizer call: the tokenizer's encodings of one batch live at a time
+
 
 def normalise_texts(texts: str | Sequence[str], name: str = "texts") -> list[str]:
     """A string or a non-empty sequence of non-empty strings -> list of strings."""
@@ -18,11 +22,17 @@ def normalise_texts(texts: str | Sequence[str], name: str = "texts") -> list[str
     return texts
 
 
-def encode_texts(tokenizer, texts: Sequence[str], add_start_token: bool) -> list[list[int]]:
-    """Token ids per text (no special tokens), bos prepended when asked and available; >= 2 ids each."""
+def encode_texts(tokenizer, texts: Sequence[str], add_start_token: bool) -> list[torch.Tensor]:
+    """Token ids per text as 1-D int64 tensors (no special tokens), bos prepended when asked and available; >= 2 ids
+    each. Texts are encoded ``ENCODE_BATCH`` at a time and kept as tensors (8 bytes a token), so a large corpus
+    never holds every text's tokenizer encodings and Python lists at once."""
     bos = getattr(tokenizer, "bos_token_id", None) if add_start_token else None
-    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    seqs = [([bos] if bos is not None else []) + list(ids) for ids in encoded]
+    prefix = [bos] if bos is not None else []
+    seqs = []
+    for start in range(0, len(texts), ENCODE_BATCH):
+        batch = list(texts[start : start + ENCODE_BATCH])
+        encoded = tokenizer(batch, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
+        seqs += [torch.tensor(prefix + list(ids), dtype=torch.long) for ids in encoded]
     for i, ids in enumerate(seqs):
         if len(ids) < 2:
             raise ValueError(
