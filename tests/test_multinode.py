@@ -71,26 +71,13 @@ def test_two_torchrun_nodes_equal_one_process_with_the_doubled_batch(text_file, 
     argv[argv.index("--rdzv_id") + 1] = run_id
     argv += [*job, "--per_device_train_batch_size", "4"]
     nodes = [tmp_path / "node0", tmp_path / "node1"]
-    procs = []
-    try:
-        for node in nodes:
-            node.mkdir()
-            procs.append(subprocess.Popen(argv, cwd=node, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))  # fmt: skip
-        outputs = [p.communicate(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (_, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err[-3000:]
+    two_nodes(argv, nodes, env)
 
     saved = [n for n in nodes if (n / "run" / "train_results.json").exists()]
     assert len(saved) == 1, "exactly one node (the first process of all) saves the model"
-    reference, two_nodes = logged_losses(one / "run"), logged_losses(saved[0] / "run")
-    assert len(reference) == len(two_nodes) == 5
-    assert two_nodes == pytest.approx(reference, rel=1e-5)
+    reference, two_node_losses = logged_losses(one / "run"), logged_losses(saved[0] / "run")
+    assert len(reference) == len(two_node_losses) == 5
+    assert two_node_losses == pytest.approx(reference, rel=1e-5)
     a = json.loads((one / "run" / "train_results.json").read_text())
     b = json.loads((saved[0] / "run" / "train_results.json").read_text())
     assert b["tokens_seen"] == a["tokens_seen"]  # both nodes' blocks counted
