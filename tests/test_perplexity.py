@@ -413,3 +413,47 @@ def test_texts_are_encoded_in_batches_as_int64_tensors(tokenizer, model, monkeyp
     assert all(s.dtype == torch.int64 and s.dim() == 1 for s in seqs)
     batched = corpus_perplexity(model, tokenizer, texts, max_length=32)
     assert batched.tokens == whole.tokens and batched.nll == pytest.approx(whole.nll, rel=1e-6)
+
+
+def test_a_streamed_corpus_is_scored_group_by_group_with_the_same_result(tokenizer, model, monkeypatch):
+    """A generator of texts is consumed one group at a time (the first forward runs before the stream is read
+    whole) and gives the one-group result: the same counts, per-text NLLs and corpus NLL."""
+    from hf_llmsys.evaluation import text_inputs
+
+    texts = [CORPUS[i % len(CORPUS)][: 30 + 5 * i] for i in range(12)]
+    whole = corpus_perplexity(model, tokenizer, texts, max_length=16, stride=8, return_token_nlls=True)
+    monkeypatch.setattr(text_inputs, "GROUP_CHARS", 100)  # 2-3 texts a group
+    pulled, pulled_at_forward = [], []
+
+    def stream():
+        for text in texts:
+            pulled.append(text)
+            yield text
+
+    hook = model.register_forward_pre_hook(lambda *_: pulled_at_forward.append(len(pulled)))
+    try:
+        streamed = corpus_perplexity(model, tokenizer, stream(), max_length=16, stride=8, return_token_nlls=True)
+    finally:
+        hook.remove()
+    assert pulled_at_forward[0] <= 3 < len(texts)  # scoring began with the first group, not the whole stream
+    assert len(set(pulled_at_forward)) >= 4  # and went on group by group
+    assert (streamed.tokens, streamed.words, streamed.bytes) == (whole.tokens, whole.words, whole.bytes)
+    assert streamed.nll == pytest.approx(whole.nll, rel=1e-6)
+    assert len(streamed.token_nlls) == len(texts)
+    for ours, reference in zip(streamed.token_nlls, whole.token_nlls, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bad_text_in_a_stream_is_named_by_its_place_in_the_stream(tokenizer, model, monkeypatch):
+    from hf_llmsys.evaluation import text_inputs
+
+    monkeypatch.setattr(text_inputs, "GROUP_CHARS", 100)
+    texts = [CORPUS[0]] * 5
+    with pytest.raises(ValueError, match=r"texts\[5\] is an empty string"):
+        corpus_perplexity(model, tokenizer, iter([*texts, ""]), max_length=16)
+    with pytest.raises(ValueError, match=r"texts\[3\] is a int"):
+        corpus_perplexity(model, tokenizer, iter([*texts[:3], 7]), max_length=16)
+    with pytest.raises(ValueError, match="text 5 has 1 token"):
+        corpus_perplexity(model, tokenizer, iter([*texts, "a"]), max_length=16, add_start_token=False)
+    with pytest.raises(ValueError, match="texts is empty"):
+        corpus_perplexity(model, tokenizer, iter([]), max_length=16)

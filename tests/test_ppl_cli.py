@@ -98,6 +98,30 @@ def test_user_errors_exit_2(saved_model, tmp_path, capsys):
     assert "no string field 'text'" in capsys.readouterr().err
 
 
+def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_path, capsys, monkeypatch):
+    """Many small groups give the one-group figures; a JSON Lines record holding U+2028 (a line break to
+    ``str.splitlines``, not to JSON Lines) stays one record; a bad byte on a later line is named by its offset."""
+    from hf_llmsys.evaluation import ppl_cli, text_inputs
+
+    records = tmp_path / "records.jsonl"
+    texts = [f"{TEXTS[i % 2]} line\u2028{i}" for i in range(9)]
+    records.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
+    assert list(ppl_cli.iter_texts([records])) == texts
+    argv = ["--model", str(saved_model), "--data", str(records), "--max-length", "16", "--stride", "8"]
+    one_group = _run_json(capsys, argv)
+    monkeypatch.setattr(text_inputs, "GROUP_CHARS", 150)  # two texts a group
+    grouped = _run_json(capsys, argv)
+    assert grouped["texts"] == one_group["texts"] == len(texts)
+    assert grouped["tokens"] == one_group["tokens"] and grouped["bytes"] == one_group["bytes"]
+    assert grouped["nll"] == pytest.approx(one_group["nll"], rel=1e-6)
+    direct = _direct(saved_model, texts, max_length=16, stride=8)
+    assert one_group["nll"] == pytest.approx(direct.nll, rel=1e-6)
+    good = json.dumps({"text": "fine"}).encode() + b"\n"
+    records.write_bytes(good + good + b'{"text": "caf\xe9"}\n')
+    assert llmsys(["ppl", *argv]) == 2  # found by the checking pass, before the model loads
+    assert f"{records.name} is not valid UTF-8 (byte {len(good) * 2 + 13}" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(60)
 def test_bench_script_quick(tmp_path):
     path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "ppl.py"

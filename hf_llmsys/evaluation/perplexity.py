@@ -1,5 +1,10 @@
 """Corpus perplexity of causal LMs with a sliding window, done per token (lm-eval-harness' rolling windows).
 
+``texts`` may be any iterable, a generator reading files included: it is consumed in groups of about
+``text_inputs.GROUP_CHARS`` characters, each group tokenized, windowed, scored and reduced to sums before the next
+is read, so memory is bounded by one group, not by the corpus (a list or a string is checked whole first, so a bad
+text fails before any forward). Windows are sorted by length and batched within a group.
+
 Each text is tokenized on its own (no special tokens), then the tokenizer's bos is prepended when
 ``add_start_token`` and a bos exists, so the first real token is scored too (lm-eval's prefix token). The
 windows come from ``window_planning.plan_windows``: every token after the first is scored exactly once, a window
@@ -18,7 +23,7 @@ The pieces: ``model_limits`` (context length, learned table or not, read from th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -26,7 +31,7 @@ from .model_limits import resolve_max_length
 from .perplexity_result import PerplexityResult
 from .precision import resolve_dtype
 from .seq2seq_perplexity import seq2seq_perplexity
-from .text_inputs import encode_texts, normalise_texts, pad_token_id
+from .text_inputs import encode_texts, normalise_texts, pad_token_id, text_groups
 from .window_batching import score_windows
 from .window_planning import Window, plan_windows, resolve_stride
 
@@ -34,7 +39,7 @@ from .window_planning import Window, plan_windows, resolve_stride
 def corpus_perplexity(
     model,
     tokenizer,
-    texts: str | Sequence[str],
+    texts: str | Iterable[str],
     *,
     max_length: int | None = None,
     stride: int | None = None,
@@ -47,20 +52,26 @@ def corpus_perplexity(
     """Corpus perplexity of a causal LM over `texts` with a per-token sliding window (module docstring).
 
     max_length defaults to the model's context, stride to max_length // 2. Raises ValueError for a max_length past
-    a learned position table; warns past a relative model's trained context.
+    a learned position table; warns past a relative model's trained context. ``return_token_nlls`` keeps every
+    token's NLL (memory then grows with the corpus).
     """
-    texts = normalise_texts(texts)
+    if isinstance(texts, (str, Sequence)):
+        texts = normalise_texts(texts)
     max_length = resolve_max_length(model, tokenizer, max_length)
     stride = resolve_stride(stride, max_length)
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    seqs = encode_texts(tokenizer, texts, add_start_token)  # (tokens,) int64 each
-    windows = [w for i, ids in enumerate(seqs) for w in plan_windows(len(ids), max_length, stride, i)]
-    per_text = score_windows(
-        model, windows, seqs, pad_id=pad_token_id(tokenizer), batch_size=batch_size,
-        dtype=resolve_dtype(dtype), show_progress=show_progress,
-    )  # fmt: skip
-    return PerplexityResult.from_token_nlls(per_text, texts, return_token_nlls)
+    parts = []
+    for number, (first, group) in enumerate(text_groups(texts)):
+        seqs = encode_texts(tokenizer, group, add_start_token, first)  # (tokens,) int64 each
+        windows = [w for i, ids in enumerate(seqs) for w in plan_windows(len(ids), max_length, stride, i)]
+        per_text = score_windows(
+            model, windows, seqs, pad_id=pad_token_id(tokenizer), batch_size=batch_size,
+            dtype=resolve_dtype(dtype), show_progress=show_progress,
+            desc="perplexity" if number == 0 else f"perplexity, texts from {first:,}",
+        )  # fmt: skip
+        parts.append(PerplexityResult.from_token_nlls(per_text, group, return_token_nlls))
+    return PerplexityResult.combine(parts)
 
 
 def perplexity_by_context_length(

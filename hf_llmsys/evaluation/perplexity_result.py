@@ -40,6 +40,21 @@ class PerplexityResult:
             token_nlls=list(per_text) if keep else None,
         )
 
+    @classmethod
+    def combine(cls, parts: Sequence[PerplexityResult]) -> PerplexityResult:
+        """One result over the texts of all ``parts`` (groups of one corpus): counts and NLLs summed, kept per-text
+        NLLs concatenated in order."""
+        if not parts:
+            raise ValueError("combine needs at least one PerplexityResult.")
+        kept = [part.token_nlls for part in parts]
+        return cls(
+            tokens=sum(part.tokens for part in parts),
+            nll=math.fsum(part.nll for part in parts),
+            words=sum(part.words for part in parts),
+            bytes=sum(part.bytes for part in parts),
+            token_nlls=None if any(k is None for k in kept) else [t for k in kept for t in k],
+        )
+
     @property
     def ppl(self) -> float:
         """Token perplexity exp(nll / tokens)."""

@@ -5,7 +5,9 @@
     llmsys ppl --model DIR --data records.jsonl --text-field text
 
 A plain file is one text (``--lines``: one per non-empty line); a ``.jsonl`` file holds one JSON object per line
-whose ``--text-field`` is a text. ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
+whose ``--text-field`` is a text. The files are read through once to check them (before the model loads), then
+streamed: texts are scored in groups and reduced to sums, so memory does not grow with the corpus (a whole-file
+text is held whole). ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
 byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length, stride and max_length_rule (how the window
 was chosen: by default min(512, the model's context); a --max-length past a learned position table is refused
 before any text is read).
@@ -47,23 +49,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _not_utf8(path: Path, byte: int, reason: str) -> ValueError:
+    return ValueError(f"data file {path} is not valid UTF-8 (byte {byte}: {reason}); convert it to UTF-8.")
+
+
 def _read_utf8(path: Path) -> str:
-    """The file's text; a clear error naming the file when it is not UTF-8 or holds only whitespace."""
+    """A whole file's text (universal newlines, as ``Path.read_text``)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(
-            f"data file {path} is not valid UTF-8 (byte {err.start}: {err.reason}); convert it to UTF-8."
-        ) from err
-    if not text.strip():
-        raise ValueError(f"data file {path} is empty; pass a file with text.")
-    return text
+        raise _not_utf8(path, err.start, err.reason) from err
 
 
-def _jsonl_texts(path: Path, field: str) -> list[str]:
-    """The `field` of each JSON record in a .jsonl file."""
-    texts = []
-    for number, line in enumerate(_read_utf8(path).splitlines(), start=1):
+def _decoded_lines(path: Path):
+    """``(line number, line)`` of a file read one ``\\n``-terminated line at a time (never whole), each decoded as
+    UTF-8; a clear error naming the file and the byte when a line is not UTF-8."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise _not_utf8(path, offset + err.start, err.reason) from err
+            offset += len(raw)
+
+
+def _jsonl_texts(path: Path, field: str):
+    """The `field` of each JSON record of a .jsonl file, one line read at a time."""
+    for number, line in _decoded_lines(path):
         if not line.strip():
             continue
         try:
@@ -72,27 +85,42 @@ def _jsonl_texts(path: Path, field: str) -> list[str]:
             raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
             raise ValueError(f"{path}:{number} has no string field {field!r}; choose it with --text-field.")
-        texts.append(record[field])
-    return texts
+        yield record[field]
 
 
-def read_texts(paths: list[Path], lines: bool = False, text_field: str = "text") -> list[str]:
-    """Texts from the files: .jsonl records, non-empty lines (`lines`), or each whole file."""
-    texts: list[str] = []
+def _file_texts(path: Path, lines: bool, text_field: str):
+    """One file's texts: .jsonl records, non-empty lines (`lines`, ``str.splitlines`` boundaries), or the file."""
+    if path.suffix == ".jsonl":
+        yield from _jsonl_texts(path, text_field)
+    elif lines:
+        for _, line in _decoded_lines(path):
+            yield from (piece for piece in line.splitlines() if piece.strip())
+    else:
+        text = _read_utf8(path)
+        if text.strip():
+            yield text
+
+
+def iter_texts(paths: list[Path], lines: bool = False, text_field: str = "text"):
+    """Texts from the files, one at a time (a corpus of any size is never held whole): .jsonl records, non-empty
+    lines (`lines`), or each whole file. A file with no text is an error naming it."""
     for path in paths:
         if path.is_dir():
             raise ValueError(f"--data {path}: is a folder; give the text files in it (e.g. {path}/*.txt).")
         if not path.is_file():
             raise ValueError(f"data file {path} does not exist.")
-        if path.suffix == ".jsonl":
-            texts += _jsonl_texts(path, text_field)
-        elif lines:
-            texts += [line for line in _read_utf8(path).splitlines() if line.strip()]
-        else:
-            texts.append(_read_utf8(path))
-    if not texts:
-        raise ValueError(f"no texts found in {', '.join(map(str, paths))}.")
-    return texts
+        found = False
+        for text in _file_texts(path, lines, text_field):
+            found = True
+            yield text
+        if not found:
+            raise ValueError(f"data file {path} is empty; pass a file with text.")
+
+
+def count_texts(paths: list[Path], lines: bool = False, text_field: str = "text") -> int:
+    """The number of texts, read through once before the model loads: a missing file, bad UTF-8, bad JSON or a
+    missing field fails here, not after hours of scoring. Holds one text at a time."""
+    return sum(1 for _ in iter_texts(paths, lines, text_field))
 
 
 def load_model_and_tokenizer(model_dir: str, tokenizer_dir: str | None, trust_remote_code: bool):
@@ -149,14 +177,15 @@ def main(argv: list[str] | None = None) -> dict:
     check_window_flags(args.max_length, args.stride, args.batch_size)
     max_length, rule = fit_window(args.model, args.max_length, args.trust_remote_code)
     check_window_flags(max_length, args.stride, args.batch_size)
-    texts = read_texts(args.data, args.lines, args.text_field)
+    n_texts = count_texts(args.data, args.lines, args.text_field)
     model, tokenizer = load_model_and_tokenizer(args.model, args.tokenizer, args.trust_remote_code)
+    texts = iter_texts(args.data, args.lines, args.text_field)  # streamed: one group of texts in memory at a time
     result = corpus_perplexity(
         model, tokenizer, texts, max_length=max_length, stride=args.stride, batch_size=args.batch_size,
         dtype="bf16" if args.bf16 else None, add_start_token=not args.no_start_token,
     )  # fmt: skip
     stride = args.stride if args.stride is not None else max_length // 2
-    summary = result.to_dict() | {"texts": len(texts), "max_length": max_length, "stride": stride}
+    summary = result.to_dict() | {"texts": n_texts, "max_length": max_length, "stride": stride}
     summary["max_length_rule"] = rule
     print(json.dumps(summary) if args.json else f"{format_table(summary)}\nmax_length {max_length}: {rule}")
     return summary

@@ -61,7 +61,9 @@ def scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_on
     return token_nlls_from_logits(output_logits(model(**inputs)), labels)
 
 
-def score_windows(model, windows, seqs, *, pad_id, batch_size, dtype, show_progress) -> list[torch.Tensor]:
+def score_windows(
+    model, windows, seqs, *, pad_id, batch_size, dtype, show_progress, desc: str = "perplexity"
+) -> list[torch.Tensor]:
     """Per text, the float32 NLL of each scored token (index p: token p + 1), from batched window forwards."""
     device = model_device(model)
     keep_scored_only = accepts_logits_to_keep(model)
@@ -69,7 +71,7 @@ def score_windows(model, windows, seqs, *, pad_id, batch_size, dtype, show_progr
     order = sorted(windows, key=lambda w: -w.length)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     with eval_mode(model):
-        for batch in progress(batches, len(batches), show_progress, "perplexity"):
+        for batch in progress(batches, len(batches), show_progress, desc):
             input_ids, attention_mask, labels = collate_windows(batch, seqs, pad_id)
             with autocast_context(device, dtype):
                 nlls = scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_only).cpu()
