@@ -122,6 +122,72 @@ def test_streaming_gives_the_same_files(tmp_path):
     assert json.loads((tmp_path / "d" / "report.json").read_text())["output_file"] == "data.parquet"
 
 
+FLAT = [
+    {"id": i, "text": PROSE[i % 3] if i % 5 else PROSE[0].replace("long", "LONG"), "score": i / 2 if i % 2 else i}
+    for i in range(12)
+] + [{"id": 12, "text": "tiny"}, {"id": 13, "source": "no text"}]
+
+
+def test_streaming_json_lines_are_read_lazily_with_the_in_memory_table(tmp_path, monkeypatch):
+    """Flat JSON Lines files stream: the features equal the in-memory reader's (fields unioned in first-seen
+    order, ints and floats in one float64 column), rows are produced on demand, one shard per file, and
+    `llmsys clean --streaming` writes the files the in-memory run writes."""
+    from datasets import IterableDataset
+
+    from hf_llmsys.cleaning import json_stream
+
+    first = _write_jsonl(tmp_path / "a.jsonl", FLAT[:7])
+    second = _write_jsonl(tmp_path / "b.jsonl", FLAT[7:])
+    table = files.read_files([first, second])
+    stream = files.read_files([first, second], streaming=True)
+    assert isinstance(stream, IterableDataset) and stream.n_shards == 2
+    assert stream.features == table.features and table.features["score"].dtype == "float64"
+    read = []
+    real = json_stream.json_lines_records
+
+    def counting(path):
+        for item in real(path):
+            read.append(item)
+            yield item
+
+    monkeypatch.setattr(json_stream, "json_lines_records", counting)
+    rows = iter(stream)
+    assert next(rows) == table[0] and len(read) == 1  # one record read for one row, not the file
+    assert [next(rows) for _ in range(len(table) - 1)] == [table[i] for i in range(1, len(table))]
+    monkeypatch.undo()
+    for name, extra in (("memory", []), ("stream", ["--streaming"])):
+        assert _clean("--input", first, second, "--output", tmp_path / name, "--recipe", "fineweb-like", *extra) == 0
+    assert _snapshot(tmp_path / "memory") == _snapshot(tmp_path / "stream")
+    assert json.loads((tmp_path / "stream" / "report.json").read_text())["documents_in"] == len(FLAT)
+
+
+def test_streaming_json_lines_fail_on_bad_input_before_cleaning(tmp_path, capsys):
+    """The checking pass raises the in-memory reader's errors, and nothing is written."""
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "x", "year": 1999}\n\n{"text": "y", "year": "MCMXCIX"}\n', encoding="utf-8")
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9"}\n')
+    no_text = _write_jsonl(tmp_path / "no_text.jsonl", [{"body": "x"}])
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"text": t} for t in PROSE]), encoding="utf-8")
+    cases = [
+        (mixed, f"{mixed}:3: field 'year' holds a JSON string here but a number at {mixed}:1"),
+        (latin, "invalid byte 0xe9 at byte offset 30"),
+        (no_text, "has no field 'text'"),
+    ]
+    for src, message in cases:
+        with pytest.raises(ValueError) as memory:
+            files.read_files([src])
+        with pytest.raises(ValueError) as streamed:
+            files.read_files([src], streaming=True)
+        assert message in str(streamed.value) and str(streamed.value) == str(memory.value)
+        assert _clean("--input", src, "--output", tmp_path / "out", "--streaming") == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert isinstance(files.read_files([array], streaming=True), Dataset)  # a JSON array is read whole
+    nested = _write_jsonl(tmp_path / "nested.jsonl", RECORDS)
+    assert isinstance(files.read_files([nested], streaming=True), Dataset)  # nested fields: read whole
+
+
 # ----------------------------------------------------------------------------------------------- bad input
 
 

@@ -12,6 +12,15 @@ from pathlib import Path
 from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
+from .json_stream import (
+    check_text_values,
+    is_json_array_file,
+    json_kind,
+    not_utf8_error,
+    scan_json_lines,
+    stream_json_lines,
+)
+
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -27,10 +36,7 @@ def _read_utf8(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")  # a leading BOM is tolerated and removed
     except UnicodeDecodeError as err:
-        raise ValueError(
-            f"{path} is not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at byte offset {err.start}); "
-            "convert it first, e.g. iconv -f latin1 -t utf-8."
-        ) from err
+        raise not_utf8_error(path, raw, err.start) from err
 
 
 def _json_records(path: Path) -> list[tuple[str, dict]]:
@@ -61,32 +67,12 @@ def _json_records(path: Path) -> list[tuple[str, dict]]:
     return [(place(number), record) for number, record in numbered]
 
 
-def _json_kind(value) -> str | None:
-    """The JSON type of a value as Arrow sees it when it builds one column (ints and floats are both numbers)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "boolean"
-    return {int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "other")
-
-
-def _check_text_values(placed: list[tuple[str, dict]], text_field: str) -> None:
-    """ValueError naming the file and line of the first record whose text field is not a string."""
-    for where, record in placed:
-        value = record.get(text_field)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(
-                f"{where}: field {text_field!r} holds a JSON {_json_kind(value)} ({json.dumps(value)[:60]}), not "
-                "text; fix that record or choose the text field with --text-field."
-            )
-
-
 def _first_mixed_field(placed: list[tuple[str, dict]]) -> str | None:
     """'<file:line>: field F holds a K1 here but a K0 at <file:line>' for the first field changing JSON type."""
     first: dict[str, tuple[str, str]] = {}
     for where, record in placed:
         for key, value in record.items():
-            kind = _json_kind(value)
+            kind = json_kind(value)
             if kind is None:
                 continue
             seen = first.setdefault(key, (kind, where))
@@ -97,7 +83,7 @@ def _first_mixed_field(placed: list[tuple[str, dict]]) -> str | None:
 
 def _records_to_dataset(placed: list[tuple[str, dict]], source: str, text_field: str = "text") -> Dataset:
     """A Dataset with the union of the records' fields (first-seen order); absent fields are None."""
-    _check_text_values(placed, text_field)
+    check_text_values(placed, text_field)
     columns: dict[str, list] = {}
     for i, (_, record) in enumerate(placed):
         for key in record:
@@ -123,9 +109,12 @@ def _check_text_field(ds: Dataset, text_field: str, source: str) -> None:
         raise ValueError(f"field {text_field!r} of {source} holds {feature}, not text; set --text-field.")
 
 
-def read_files(paths: list[Path], text_field: str = "text", lines: bool = False) -> Dataset:
+def read_files(
+    paths: list[Path], text_field: str = "text", lines: bool = False, streaming: bool = False
+) -> Dataset | IterableDataset:
     """One Dataset from JSONL / JSON / parquet files (all one kind) or plain text files (a document per file,
-    or per non-empty line with `lines`)."""
+    or per non-empty line with `lines`). With `streaming`, JSON Lines files without nested fields are checked in
+    one pass and read lazily (``json_stream``): an IterableDataset whose memory does not grow with the files."""
     kinds = {
         "json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths
     }
@@ -136,6 +125,14 @@ def read_files(paths: list[Path], text_field: str = "text", lines: bool = False)
             raise ValueError(f"input file {path} does not exist.")
     kind = kinds.pop()
     source = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
+    if kind == "json" and streaming and not any(is_json_array_file(p) for p in paths):
+        schema = scan_json_lines(paths, text_field, source)
+        if schema.records == 0:
+            raise ValueError(f"no documents in {source}.")
+        if not schema.nested:
+            example = _records_to_dataset([(source, schema.example_record())], source, text_field)
+            _check_text_field(example, text_field, source)
+            return stream_json_lines(paths, schema, example.features)
     if kind == "json":
         ds = _records_to_dataset([r for p in paths for r in _json_records(p)], source, text_field)
     elif kind == "parquet":
@@ -177,7 +174,9 @@ def read_input(inputs: list[str], text_field="text", lines=False, split="train",
     elif len(paths) == 1 and paths[0].is_dir():
         return _load_hub(inputs[0], text_field, split, streaming)
     elif any(p.exists() or p.suffix in JSON_SUFFIXES + PARQUET_SUFFIXES + (".txt",) for p in paths):
-        ds = read_files(paths, text_field, lines)
+        ds = read_files(paths, text_field, lines, streaming)
+        if isinstance(ds, IterableDataset):
+            return ds
     elif len(inputs) == 1:
         return _load_hub(inputs[0], text_field, split, streaming)
     else:

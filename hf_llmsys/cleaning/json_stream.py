@@ -1,0 +1,157 @@
+"""Local JSON Lines files as a lazy ``datasets.IterableDataset`` for ``llmsys clean --streaming``.
+
+The in-memory reader (``files.read_files``) parses every record into one table, so its memory grows with the
+corpus. Here a checking pass reads the files one line at a time and keeps only what the table needs: the union of
+the fields (first-seen order) and one example value of each, from which the ``Features`` are built. It raises the
+in-memory reader's errors (bad UTF-8 with its byte offset, bad JSON, a record that is not an object, a text field
+that is not a string, a field that changes JSON type), so bad input fails before anything is cleaned. The dataset
+then yields each record with every field (``None`` where absent), one file per shard.
+
+Files whose records hold nested values (objects or arrays) are left to the in-memory reader: one example value
+cannot fix a nested type that later records may extend.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from datasets import Features, IterableDataset
+
+NESTED_KINDS = ("array", "object")
+
+
+def json_kind(value) -> str | None:
+    """The JSON type of a value as Arrow sees it when it builds one column (ints and floats are both numbers)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "other")
+
+
+def check_text_values(placed: list[tuple[str, dict]], text_field: str) -> None:
+    """ValueError naming the file and line of the first record whose text field is not a string."""
+    for where, record in placed:
+        value = record.get(text_field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(
+                f"{where}: field {text_field!r} holds a JSON {json_kind(value)} ({json.dumps(value)[:60]}), not "
+                "text; fix that record or choose the text field with --text-field."
+            )
+
+
+def not_utf8_error(path: Path, raw: bytes, start: int, offset: int = 0) -> ValueError:
+    """The error for a byte that is not UTF-8: the file, the byte and its offset in the file, and the fix."""
+    return ValueError(
+        f"{path} is not UTF-8 text (invalid byte 0x{raw[start]:02x} at byte offset {offset + start}); "
+        "convert it first, e.g. iconv -f latin1 -t utf-8."
+    )
+
+
+def is_json_array_file(path: Path) -> bool:
+    """True for a .json file whose first non-blank character is ``[`` (an array of records, not JSON Lines)."""
+    if path.suffix != ".json":
+        return False
+    with open(path, "rb") as handle:
+        while chunk := handle.read(4096):
+            stripped = chunk.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip()
+            if stripped:
+                return stripped.startswith(b"[")
+    return False
+
+
+def json_lines_records(path: Path) -> Iterator[tuple[str, dict]]:
+    """``("file:line", record)`` of a JSON Lines file, one line read at a time; blank lines are skipped and a
+    leading BOM is removed."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise not_utf8_error(path, raw, err.start, offset) from err
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+            if not isinstance(record, dict):
+                raise ValueError(f"{path} line {number} is not a JSON object.")
+            yield f"{path}:{number}", record
+
+
+class JsonLinesSchema:
+    """What one pass over the records learns: the fields in first-seen order, each field's JSON kind and where it
+    was first seen, an example value per field (a float where any value is one, so the column is float64)."""
+
+    def __init__(self, text_field: str, source: str):
+        self.text_field, self.source = text_field, source
+        self.kinds: dict[str, tuple[str, str]] = {}
+        self.examples: dict[str, object] = {}
+        self.fields: dict[str, None] = {}
+        self.records = 0
+
+    def add(self, where: str, record: dict) -> None:
+        """Check one record against the ones before it (ValueError naming both places on a type change)."""
+        check_text_values([(where, record)], self.text_field)
+        self.records += 1
+        for key, value in record.items():
+            self.fields.setdefault(key)
+            kind = json_kind(value)
+            if kind is None:
+                continue
+            seen = self.kinds.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                raise ValueError(
+                    f"cannot build a table from {self.source}: {where}: field {key!r} holds a JSON {kind} here but "
+                    f"a {seen[0]} at {seen[1]}; make the field one type."
+                )
+            if key not in self.examples or (isinstance(value, float) and not isinstance(self.examples[key], float)):
+                self.examples[key] = value
+
+    @property
+    def nested(self) -> bool:
+        """True when some field holds objects or arrays."""
+        return any(kind in NESTED_KINDS for kind, _ in self.kinds.values())
+
+    def example_record(self) -> dict:
+        """One record with every field: typed as a table, it gives the features of the whole table."""
+        return {key: self.examples.get(key) for key in self.fields}
+
+
+def _rows(paths: list[str], columns: tuple[str, ...]) -> Iterator[dict]:
+    for path in paths:
+        for _, record in json_lines_records(Path(path)):
+            yield {key: record.get(key) for key in columns}
+
+
+def scan_json_lines(paths: list[Path], text_field: str, source: str) -> JsonLinesSchema:
+    """The checking pass over every file (one line in memory at a time)."""
+    schema = JsonLinesSchema(text_field, source)
+    for path in paths:
+        for where, record in json_lines_records(path):
+            schema.add(where, record)
+    return schema
+
+
+def stream_json_lines(paths: list[Path], schema: JsonLinesSchema, features: Features) -> IterableDataset:
+    """An IterableDataset of the files' records with ``features``, one shard per file."""
+    return IterableDataset.from_generator(
+        _rows, features=features, gen_kwargs={"paths": [str(p) for p in paths], "columns": tuple(schema.fields)}
+    )
+
+
+__all__ = [
+    "JsonLinesSchema",
+    "check_text_values",
+    "is_json_array_file",
+    "json_kind",
+    "json_lines_records",
+    "not_utf8_error",
+    "scan_json_lines",
+    "stream_json_lines",
+]
