@@ -20,6 +20,7 @@ its children, sampled every 0.05 s with psutil; the kernel's ru_maxrss of the ch
     ``map(tokenize, batched=True, num_proc=2)``, ``map(group_texts, batched=True, num_proc=2)``;
   * ``clean-datasets`` / ``clean-ray``: `llmsys clean --recipe fineweb-like` with the datasets engine
     (--num-proc 2) and the Ray engine (a local cluster of this machine);
+  * ``clean-stream``: the datasets engine run with ``--streaming`` (in this process, JSON Lines read lazily);
   * ``ppl``: `llmsys ppl` of a tiny causal LM (trained here in seconds on the embedded corpus) over the corpus,
     which it streams in groups of texts (held to the flat-RSS goal with the train-stream jobs).
 
@@ -50,11 +51,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # this checkout's hf_llmsys, in this process and (PYTHONPATH) in every job
 DEFAULT_DATA_DIR = REPO.parent.parent / "shared" / "data"  # /work/wt/<name> -> /work/shared/data
-JOBS = ("train-stream", "train-stream-main", "train-memory", "run-clm", "clean-datasets", "clean-ray", "ppl")
+JOBS = (
+    "train-stream",
+    "train-stream-main",
+    "train-memory",
+    "run-clm",
+    "clean-datasets",
+    "clean-stream",
+    "clean-ray",
+    "ppl",
+)
 BLOCK_SIZE = 128
 HOLD_OUT = 1e-9  # validation fraction of the train jobs: (almost) nothing held out, so all three tokenize the same text
 TIME_GOAL, RSS_GOAL = 18.0 / 16.0, 1.5  # time ratio per input ratio at 16x; streaming RSS ratio at 16x
-STREAMING_JOBS = ("train-stream", "train-stream-main", "ppl")  # the jobs held to the flat-RSS goal
+STREAMING_JOBS = ("train-stream", "train-stream-main", "clean-stream", "ppl")  # the jobs held to the flat-RSS goal
 
 
 def data_dir() -> Path:
@@ -150,12 +160,12 @@ def job_run_clm(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
     return {"blocks": len(packed), "tokens": len(packed) * BLOCK_SIZE}
 
 
-def job_clean(corpus: str, workdir: str, engine: str) -> dict:
+def job_clean(corpus: str, workdir: str, engine: str, streaming: bool = False) -> dict:
     from hf_llmsys.cleaning.cli import main
 
-    out = os.path.join(workdir, f"clean-{engine}")
+    out = os.path.join(workdir, f"clean-{engine}{'-stream' if streaming else ''}")
     report = main(["--input", corpus, "--output", out, "--recipe", "fineweb-like", "--engine", engine,
-                   "--num-proc", "2"])  # fmt: skip
+                   *(["--streaming"] if streaming else ["--num-proc", "2"])])  # fmt: skip
     return {"documents_in": report.get("documents_in"), "documents_out": report.get("documents_out")}
 
 
@@ -176,6 +186,8 @@ def run_job(name: str, corpus: str, tokenizer_dir: str, model_dir: str, workdir:
         return job_train_memory(corpus, tokenizer_dir, workdir)
     if name == "run-clm":
         return job_run_clm(corpus, tokenizer_dir, workdir)
+    if name == "clean-stream":
+        return job_clean(corpus, workdir, "datasets", streaming=True)
     if name in ("clean-datasets", "clean-ray"):
         return job_clean(corpus, workdir, name.split("-")[1])
     if name == "ppl":
@@ -310,6 +322,7 @@ def ascii_plot(rows: list[dict], width: int = 50) -> str:
             "train-memory": "M",
             "run-clm": "R",
             "clean-datasets": "C",
+            "clean-stream": "D",
             "train-stream": "S",
             "ppl": "P",
             "train-stream-main": "1",
