@@ -107,6 +107,9 @@ def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_pat
     texts = [f"{TEXTS[i % 2]} line\u2028{i}" for i in range(9)]
     records.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
     assert list(ppl_cli.iter_texts([records])) == texts
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + records.read_bytes())  # a UTF-8 BOM before the first record is removed
+    assert list(ppl_cli.iter_texts([bom])) == texts
     argv = ["--model", str(saved_model), "--data", str(records), "--max-length", "16", "--stride", "8"]
     one_group = _run_json(capsys, argv)
     monkeypatch.setattr(text_inputs, "GROUP_CHARS", 150)  # two texts a group
@@ -119,7 +122,10 @@ def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_pat
     good = json.dumps({"text": "fine"}).encode() + b"\n"
     records.write_bytes(good + good + b'{"text": "caf\xe9"}\n')
     assert llmsys(["ppl", *argv]) == 2  # found by the checking pass, before the model loads
-    assert f"{records.name} is not valid UTF-8 (byte {len(good) * 2 + 13}" in capsys.readouterr().err
+    assert (
+        f"{records.name} is not UTF-8 text (invalid byte 0xe9 at byte offset {len(good) * 2 + 13})"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.timeout(60)

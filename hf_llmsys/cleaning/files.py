@@ -12,14 +12,8 @@ from pathlib import Path
 from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
-from .json_stream import (
-    check_text_values,
-    is_json_array_file,
-    json_kind,
-    not_utf8_error,
-    scan_json_lines,
-    stream_json_lines,
-)
+from ..data.json_lines import not_utf8_error
+from .json_stream import check_text_values, is_json_array_file, json_kind, scan_json_lines, stream_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from datasets import Features, IterableDataset
 
+from ..data.json_lines import json_lines_records
+
 NESTED_KINDS = ("array", "object")
 
 
@@ -42,14 +44,6 @@ def check_text_values(placed: list[tuple[str, dict]], text_field: str) -> None:
             )
 
 
-def not_utf8_error(path: Path, raw: bytes, start: int, offset: int = 0) -> ValueError:
-    """The error for a byte that is not UTF-8: the file, the byte and its offset in the file, and the fix."""
-    return ValueError(
-        f"{path} is not UTF-8 text (invalid byte 0x{raw[start]:02x} at byte offset {offset + start}); "
-        "convert it first, e.g. iconv -f latin1 -t utf-8."
-    )
-
-
 def is_json_array_file(path: Path) -> bool:
     """True for a .json file whose first non-blank character is ``[`` (an array of records, not JSON Lines)."""
     if path.suffix != ".json":
@@ -62,26 +56,10 @@ def is_json_array_file(path: Path) -> bool:
     return False
 
 
-def json_lines_records(path: Path) -> Iterator[tuple[str, dict]]:
-    """``("file:line", record)`` of a JSON Lines file, one line read at a time; blank lines are skipped and a
-    leading BOM is removed."""
-    offset = 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise not_utf8_error(path, raw, err.start, offset) from err
-            offset += len(raw)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
-            if not isinstance(record, dict):
-                raise ValueError(f"{path} line {number} is not a JSON object.")
-            yield f"{path}:{number}", record
+def placed_records(path: Path) -> Iterator[tuple[str, dict]]:
+    """``("file:line", record)`` of a JSON Lines file, one line read at a time (``data.json_lines``)."""
+    for number, record in json_lines_records(path):
+        yield f"{path}:{number}", record
 
 
 class JsonLinesSchema:
@@ -125,7 +103,7 @@ class JsonLinesSchema:
 
 def _rows(paths: list[str], columns: tuple[str, ...]) -> Iterator[dict]:
     for path in paths:
-        for _, record in json_lines_records(Path(path)):
+        for _, record in placed_records(Path(path)):
             yield {key: record.get(key) for key in columns}
 
 
@@ -133,7 +111,7 @@ def scan_json_lines(paths: list[Path], text_field: str, source: str) -> JsonLine
     """The checking pass over every file (one line in memory at a time)."""
     schema = JsonLinesSchema(text_field, source)
     for path in paths:
-        for where, record in json_lines_records(path):
+        for where, record in placed_records(path):
             schema.add(where, record)
     return schema
 
@@ -150,8 +128,7 @@ __all__ = [
     "check_text_values",
     "is_json_array_file",
     "json_kind",
-    "json_lines_records",
-    "not_utf8_error",
+    "placed_records",
     "scan_json_lines",
     "stream_json_lines",
 ]

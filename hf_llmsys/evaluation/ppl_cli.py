@@ -19,6 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..data.json_lines import decoded_lines, json_lines_records, not_utf8_error
 from .model_limits import config_position_limit, fit_length
 from .perplexity import corpus_perplexity
 
@@ -49,41 +50,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _not_utf8(path: Path, byte: int, reason: str) -> ValueError:
-    return ValueError(f"data file {path} is not valid UTF-8 (byte {byte}: {reason}); convert it to UTF-8.")
-
-
 def _read_utf8(path: Path) -> str:
-    """A whole file's text (universal newlines, as ``Path.read_text``)."""
+    """A whole file's text, newlines translated as ``Path.read_text`` does (``\r\n`` and ``\r`` become ``\n``)."""
+    raw = path.read_bytes()
     try:
-        return path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise _not_utf8(path, err.start, err.reason) from err
-
-
-def _decoded_lines(path: Path):
-    """``(line number, line)`` of a file read one ``\\n``-terminated line at a time (never whole), each decoded as
-    UTF-8; a clear error naming the file and the byte when a line is not UTF-8."""
-    offset = 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise _not_utf8(path, offset + err.start, err.reason) from err
-            offset += len(raw)
+        raise not_utf8_error(path, raw, err.start) from err
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _jsonl_texts(path: Path, field: str):
     """The `field` of each JSON record of a .jsonl file, one line read at a time."""
-    for number, line in _decoded_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
-        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+    for number, record in json_lines_records(path):
+        if not isinstance(record.get(field), str):
             raise ValueError(f"{path}:{number} has no string field {field!r}; choose it with --text-field.")
         yield record[field]
 
@@ -93,7 +73,7 @@ def _file_texts(path: Path, lines: bool, text_field: str):
     if path.suffix == ".jsonl":
         yield from _jsonl_texts(path, text_field)
     elif lines:
-        for _, line in _decoded_lines(path):
+        for _, line in decoded_lines(path):
             yield from (piece for piece in line.splitlines() if piece.strip())
     else:
         text = _read_utf8(path)
