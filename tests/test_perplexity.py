@@ -457,3 +457,39 @@ def test_a_bad_text_in_a_stream_is_named_by_its_place_in_the_stream(tokenizer, m
         corpus_perplexity(model, tokenizer, iter([*texts, "a"]), max_length=16, add_start_token=False)
     with pytest.raises(ValueError, match="texts is empty"):
         corpus_perplexity(model, tokenizer, iter([]), max_length=16)
+
+
+def test_a_streamed_corpus_has_one_progress_bar_whose_total_grows(tokenizer, model, monkeypatch):
+    """Shown progress over several groups is one bar over every batch (not one bar per group)."""
+    import tqdm.auto
+
+    from hf_llmsys.evaluation import text_inputs
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total, self.n = total, 0
+            bars.append(self)
+
+        def update(self, n=1):
+            self.n += n
+
+        def refresh(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(text_inputs, "GROUP_CHARS", 100)  # 2-3 texts a group
+    texts = [CORPUS[i % len(CORPUS)][: 30 + 5 * i] for i in range(12)]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        corpus_perplexity(model, tokenizer, iter(texts), max_length=16, stride=8, batch_size=2, show_progress=True)
+    finally:
+        hook.remove()
+    assert len(bars) == 1 and bars[0].total == bars[0].n == len(calls) > 4
+    corpus_perplexity(model, tokenizer, iter(texts), max_length=16, stride=8, show_progress=False)
+    assert len(bars) == 1

@@ -13,7 +13,7 @@ from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from ..data.json_lines import not_utf8_error
-from .json_stream import check_text_values, is_json_array_file, json_kind, scan_json_lines, stream_json_lines
+from .json_stream import FieldKinds, check_text_values, is_json_array_file, scan_json_lines, stream_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -63,15 +63,10 @@ def _json_records(path: Path) -> list[tuple[str, dict]]:
 
 def _first_mixed_field(placed: list[tuple[str, dict]]) -> str | None:
     """'<file:line>: field F holds a K1 here but a K0 at <file:line>' for the first field changing JSON type."""
-    first: dict[str, tuple[str, str]] = {}
+    kinds = FieldKinds()
     for where, record in placed:
-        for key, value in record.items():
-            kind = json_kind(value)
-            if kind is None:
-                continue
-            seen = first.setdefault(key, (kind, where))
-            if seen[0] != kind:
-                return f"{where}: field {key!r} holds a JSON {kind} here but a {seen[0]} at {seen[1]}"
+        if mixed := kinds.mismatch(where, record):
+            return mixed
     return None
 
 

@@ -44,6 +44,29 @@ def check_text_values(placed: list[tuple[str, dict]], text_field: str) -> None:
             )
 
 
+class FieldKinds:
+    """Each field's JSON kind and where it was first seen; ``mismatch`` names the first field that changes kind."""
+
+    def __init__(self):
+        self.first: dict[str, tuple[str, str]] = {}
+
+    def mismatch(self, where: str, record: dict) -> str | None:
+        """'<where>: field F holds a K1 here but a K0 at <first place>' for a field changing JSON kind, else None."""
+        for key, value in record.items():
+            kind = json_kind(value)
+            if kind is None:
+                continue
+            seen = self.first.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                return f"{where}: field {key!r} holds a JSON {kind} here but a {seen[0]} at {seen[1]}"
+        return None
+
+    @property
+    def nested(self) -> bool:
+        """True when some field holds objects or arrays."""
+        return any(kind in NESTED_KINDS for kind, _ in self.first.values())
+
+
 def is_json_array_file(path: Path) -> bool:
     """True for a .json file whose first non-blank character is ``[`` (an array of records, not JSON Lines)."""
     if path.suffix != ".json":
@@ -63,12 +86,12 @@ def placed_records(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 class JsonLinesSchema:
-    """What one pass over the records learns: the fields in first-seen order, each field's JSON kind and where it
-    was first seen, an example value per field (a float where any value is one, so the column is float64)."""
+    """What one pass over the records learns: the fields in first-seen order, their JSON kinds (``FieldKinds``),
+    an example value per field (a float where any value is one, so the column is float64)."""
 
     def __init__(self, text_field: str, source: str):
         self.text_field, self.source = text_field, source
-        self.kinds: dict[str, tuple[str, str]] = {}
+        self.kinds = FieldKinds()
         self.examples: dict[str, object] = {}
         self.fields: dict[str, None] = {}
         self.records = 0
@@ -76,25 +99,21 @@ class JsonLinesSchema:
     def add(self, where: str, record: dict) -> None:
         """Check one record against the ones before it (ValueError naming both places on a type change)."""
         check_text_values([(where, record)], self.text_field)
+        mixed = self.kinds.mismatch(where, record)
+        if mixed:
+            raise ValueError(f"cannot build a table from {self.source}: {mixed}; make the field one type.")
         self.records += 1
         for key, value in record.items():
             self.fields.setdefault(key)
-            kind = json_kind(value)
-            if kind is None:
-                continue
-            seen = self.kinds.setdefault(key, (kind, where))
-            if seen[0] != kind:
-                raise ValueError(
-                    f"cannot build a table from {self.source}: {where}: field {key!r} holds a JSON {kind} here but "
-                    f"a {seen[0]} at {seen[1]}; make the field one type."
-                )
-            if key not in self.examples or (isinstance(value, float) and not isinstance(self.examples[key], float)):
+            if value is not None and (
+                key not in self.examples or (isinstance(value, float) and not isinstance(self.examples[key], float))
+            ):
                 self.examples[key] = value
 
     @property
     def nested(self) -> bool:
         """True when some field holds objects or arrays."""
-        return any(kind in NESTED_KINDS for kind, _ in self.kinds.values())
+        return self.kinds.nested
 
     def example_record(self) -> dict:
         """One record with every field: typed as a table, it gives the features of the whole table."""
@@ -124,6 +143,7 @@ def stream_json_lines(paths: list[Path], schema: JsonLinesSchema, features: Feat
 
 
 __all__ = [
+    "FieldKinds",
     "JsonLinesSchema",
     "check_text_values",
     "is_json_array_file",

@@ -30,6 +30,7 @@ import torch
 from .model_limits import resolve_max_length
 from .perplexity_result import PerplexityResult
 from .precision import resolve_dtype
+from .scoring import GrowingProgress
 from .seq2seq_perplexity import seq2seq_perplexity
 from .text_inputs import encode_texts, normalise_texts, pad_token_id, text_groups
 from .window_batching import score_windows
@@ -61,16 +62,18 @@ def corpus_perplexity(
     stride = resolve_stride(stride, max_length)
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    parts = []
-    for number, (first, group) in enumerate(text_groups(texts)):
-        seqs = encode_texts(tokenizer, group, add_start_token, first)  # (tokens,) int64 each
-        windows = [w for i, ids in enumerate(seqs) for w in plan_windows(len(ids), max_length, stride, i)]
-        per_text = score_windows(
-            model, windows, seqs, pad_id=pad_token_id(tokenizer), batch_size=batch_size,
-            dtype=resolve_dtype(dtype), show_progress=show_progress,
-            desc="perplexity" if number == 0 else f"perplexity, texts from {first:,}",
-        )  # fmt: skip
-        parts.append(PerplexityResult.from_token_nlls(per_text, group, return_token_nlls))
+    parts, progress = [], GrowingProgress(show_progress, "perplexity")
+    try:
+        for first, group in text_groups(texts):
+            seqs = encode_texts(tokenizer, group, add_start_token, first)  # (tokens,) int64 each
+            windows = [w for i, ids in enumerate(seqs) for w in plan_windows(len(ids), max_length, stride, i)]
+            per_text = score_windows(
+                model, windows, seqs, pad_id=pad_token_id(tokenizer), batch_size=batch_size,
+                dtype=resolve_dtype(dtype), progress=progress,
+            )  # fmt: skip
+            parts.append(PerplexityResult.from_token_nlls(per_text, group, return_token_nlls))
+    finally:
+        progress.close()
     return PerplexityResult.combine(parts)
 
 

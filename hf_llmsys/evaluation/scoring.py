@@ -59,4 +59,44 @@ def progress(iterable, total: int, show: bool | None, desc: str):
     return tqdm(iterable, total=total, desc=desc, unit="batch")
 
 
-__all__ = ["IGNORE_INDEX", "eval_mode", "model_device", "output_logits", "progress", "token_nlls_from_logits"]
+class GrowingProgress:
+    """One tqdm bar over the batches of a streamed corpus, its total growing as each group is planned (one group:
+    exactly ``progress``). Shown when `show`; by default when stderr is a terminal and the first group has more
+    than 8 batches."""
+
+    def __init__(self, show: bool | None, desc: str):
+        self.show, self.desc, self.bar = show, desc, None
+
+    def add(self, batches: int) -> None:
+        """Count the batches of the next group into the total."""
+        if self.show is None:
+            self.show = batches > 8 and sys.stderr.isatty()
+        if not self.show:
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=batches, desc=self.desc, unit="batch")
+        else:
+            self.bar.total += batches
+            self.bar.refresh()
+
+    def update(self) -> None:
+        """One batch done."""
+        if self.bar is not None:
+            self.bar.update()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+__all__ = [
+    "GrowingProgress",
+    "IGNORE_INDEX",
+    "eval_mode",
+    "model_device",
+    "output_logits",
+    "progress",
+    "token_nlls_from_logits",
+]

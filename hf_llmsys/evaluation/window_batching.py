@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .precision import autocast_context
-from .scoring import IGNORE_INDEX, eval_mode, model_device, output_logits, progress, token_nlls_from_logits
+from .scoring import IGNORE_INDEX, GrowingProgress, eval_mode, model_device, output_logits, token_nlls_from_logits
 from .window_planning import Window
 
 
@@ -61,22 +61,23 @@ def scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_on
     return token_nlls_from_logits(output_logits(model(**inputs)), labels)
 
 
-def score_windows(
-    model, windows, seqs, *, pad_id, batch_size, dtype, show_progress, desc: str = "perplexity"
-) -> list[torch.Tensor]:
-    """Per text, the float32 NLL of each scored token (index p: token p + 1), from batched window forwards."""
+def score_windows(model, windows, seqs, *, pad_id, batch_size, dtype, progress: GrowingProgress) -> list[torch.Tensor]:
+    """Per text, the float32 NLL of each scored token (index p: token p + 1), from batched window forwards; the
+    batches are counted into `progress`."""
     device = model_device(model)
     keep_scored_only = accepts_logits_to_keep(model)
     out = [torch.zeros(len(ids) - 1) for ids in seqs]
     order = sorted(windows, key=lambda w: -w.length)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    progress.add(len(batches))
     with eval_mode(model):
-        for batch in progress(batches, len(batches), show_progress, desc):
+        for batch in batches:
             input_ids, attention_mask, labels = collate_windows(batch, seqs, pad_id)
             with autocast_context(device, dtype):
                 nlls = scored_nlls(model, input_ids, attention_mask, labels, device, keep_scored_only).cpu()
             for w, chunk in zip(batch, nlls.split([w.scored for w in batch]), strict=True):
                 out[w.text][w.score_from : w.end] = chunk
+            progress.update()
     return out
 
 
