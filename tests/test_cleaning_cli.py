@@ -188,6 +188,125 @@ def test_streaming_json_lines_fail_on_bad_input_before_cleaning(tmp_path, capsys
     assert isinstance(files.read_files([nested], streaming=True), Dataset)  # nested fields: read whole
 
 
+def _rows_read_per_next(stream, monkeypatch, module, name):
+    """Wrap ``module.name`` (an iterator factory) to count the items it yields; return (first row, count)."""
+    read = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        for item in real(*args, **kwargs):
+            read.append(item)
+            yield item
+
+    monkeypatch.setattr(module, name, counting)
+    first = next(iter(stream))
+    monkeypatch.undo()
+    return first, len(read)
+
+
+def test_streaming_text_files_are_read_lazily_as_in_memory(tmp_path, monkeypatch):
+    """Text files stream, a document per file or (--lines) per non-blank line split as str.splitlines splits
+    the whole file (CRLF, a lone CR, U+2028, a BOM); one shard per file; the cleaned files equal the in-memory
+    run's."""
+    from datasets import IterableDataset
+
+    from hf_llmsys.cleaning import file_stream
+
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_bytes(("\ufeff" + "\n".join(PROSE) + "\r\n\n   \n" + PROSE[0] + "\rx\u2028y").encode("utf-8"))
+    second.write_text(PROSE[1] + "\n" + PROSE[0].replace("long", "LONG") + "\n", encoding="utf-8")
+    for lines in (False, True):
+        table = files.read_files([first, second], lines=lines)
+        stream = files.read_files([first, second], lines=lines, streaming=True)
+        assert isinstance(stream, IterableDataset) and stream.n_shards == 2
+        assert stream.features == table.features
+        assert list(stream) == list(table)
+    assert len(table) == 8 and table[4]["text"] == "x" and table[5]["text"] == "y"
+    stream = files.read_files([first, second], lines=True, streaming=True)
+    row, read = _rows_read_per_next(stream, monkeypatch, file_stream, "decoded_lines")
+    assert row == {"text": PROSE[0]} and read == 1  # one line read for one row, not the file
+    docs = [first, second]
+    for name, extra in (("memory", []), ("stream", ["--streaming"])):
+        code = _clean("--input", *docs, "--lines", "--output", tmp_path / name, "--recipe", "fineweb-like", *extra)
+        assert code == 0
+    assert _snapshot(tmp_path / "memory") == _snapshot(tmp_path / "stream")
+
+
+def test_streaming_parquet_files_are_read_by_batch_with_the_in_memory_schema(tmp_path, monkeypatch):
+    """Parquet files stream one record batch at a time with the schema the in-memory table has (columns
+    unioned, absent ones null); the footers alone are checked first; the cleaned files equal the in-memory
+    run's."""
+    import pyarrow as pa
+    from datasets import IterableDataset
+
+    from hf_llmsys.cleaning import file_stream
+
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pylist(FLAT[:12]), first, row_group_size=4)
+    pq.write_table(pa.table({"text": ["tiny", None, PROSE[2]], "lang": ["en", None, "zh"]}), second)
+    table = files.read_files([first, second])
+    stream = files.read_files([first, second], streaming=True)
+    assert isinstance(stream, IterableDataset) and stream.n_shards == 2
+    assert stream.features == table.features and list(table.features) == ["id", "text", "score", "lang"]
+    assert list(stream) == list(table) and table[14]["lang"] == "zh" and table[0]["lang"] is None
+    monkeypatch.setattr(file_stream, "PARQUET_BATCH_ROWS", 2)
+    stream = files.read_files([first, second], streaming=True)
+    batches = []
+    real = pq.ParquetFile.iter_batches
+
+    def counting(self, *args, **kwargs):
+        for batch in real(self, *args, **kwargs):
+            batches.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
+    assert next(iter(stream)) == table[0] and batches == [2]  # one batch of 2 rows read for one row
+    monkeypatch.undo()
+    for name, extra in (("memory", []), ("stream", ["--streaming"])):
+        assert _clean("--input", first, second, "--output", tmp_path / name, "--recipe", "fineweb-like", *extra) == 0
+    assert _snapshot(tmp_path / "memory") == _snapshot(tmp_path / "stream")
+
+
+def test_streaming_text_and_parquet_fail_on_bad_input_before_cleaning(tmp_path, capsys):
+    """The checking pass (every text byte decoded; parquet footers) raises the in-memory reader's errors."""
+    import pyarrow as pa
+
+    from hf_llmsys.data.json_lines import decoded_lines
+
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"fine\n" * 1000 + b"caf\xe9\n")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    not_parquet = tmp_path / "broken.parquet"
+    not_parquet.write_bytes(b"PAR1 this is not parquet")
+    numbers, strings = tmp_path / "n.parquet", tmp_path / "s.parquet"
+    pq.write_table(pa.table({"text": ["a"], "year": [1999]}), numbers)
+    pq.write_table(pa.table({"text": ["b"], "year": ["MCMXCIX"]}), strings)
+    no_text = tmp_path / "no_text.parquet"
+    pq.write_table(pa.table({"body": ["x"]}), no_text)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    cases = [
+        ([latin], False, "invalid byte 0xe9 at byte offset 5003"),
+        ([blank], True, "no documents in"),
+        ([not_parquet], False, "cannot read parquet file"),
+        ([numbers, strings], False, "have incompatible schemas"),
+        ([no_text], False, "has no field 'text'"),
+        ([empty], False, "no documents in"),
+    ]
+    for paths, lines, message in cases:
+        with pytest.raises(ValueError) as memory:
+            files.read_files(paths, lines=lines)
+        with pytest.raises(ValueError) as streamed:
+            files.read_files(paths, lines=lines, streaming=True)
+        assert message in str(streamed.value) and message in str(memory.value)
+        flags = ["--lines"] if lines else []
+        assert _clean("--input", *paths, *flags, "--output", tmp_path / "out", "--streaming") == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=f"cannot read {tmp_path}: Is a directory"):
+        next(decoded_lines(tmp_path))
+
+
 # ----------------------------------------------------------------------------------------------- bad input
 
 

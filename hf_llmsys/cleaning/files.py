@@ -13,6 +13,7 @@ from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from ..data.json_lines import not_utf8_error
+from .file_stream import ParquetFooters, count_text_documents, stream_parquet_files, stream_text_files
 from .json_stream import FieldKinds, check_text_values, is_json_array_file, scan_json_lines, stream_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -102,8 +103,9 @@ def read_files(
     paths: list[Path], text_field: str = "text", lines: bool = False, streaming: bool = False
 ) -> Dataset | IterableDataset:
     """One Dataset from JSONL / JSON / parquet files (all one kind) or plain text files (a document per file,
-    or per non-empty line with `lines`). With `streaming`, JSON Lines files without nested fields are checked in
-    one pass and read lazily (``json_stream``): an IterableDataset whose memory does not grow with the files."""
+    or per non-empty line with `lines`). With `streaming`, JSON Lines files without nested fields
+    (``json_stream``), text and parquet files (``file_stream``) are checked in one pass and read lazily: an
+    IterableDataset whose memory does not grow with the files. JSON arrays and nested records are read whole."""
     kinds = {
         "json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths
     }
@@ -122,6 +124,8 @@ def read_files(
             example = _records_to_dataset([(source, schema.example_record())], source, text_field)
             _check_text_field(example, text_field, source)
             return stream_json_lines(paths, schema, example.features)
+    if streaming and kind != "json":
+        return _stream_files(paths, kind, text_field, lines, source)
     if kind == "json":
         ds = _records_to_dataset([r for p in paths for r in _json_records(p)], source, text_field)
     elif kind == "parquet":
@@ -136,6 +140,20 @@ def read_files(
         raise ValueError(f"no documents in {source}.")
     _check_text_field(ds, text_field, source)
     return ds
+
+
+def _stream_files(paths: list[Path], kind: str, text_field: str, lines: bool, source: str) -> IterableDataset:
+    """Parquet or text files checked in one pass (footers; every byte decoded) and then read lazily."""
+    if kind == "parquet":
+        footers = ParquetFooters(paths)
+        if footers.rows == 0:
+            raise ValueError(f"no documents in {source}.")
+        empty = footers.empty_dataset()
+        _check_text_field(empty, text_field, source)
+        return stream_parquet_files(paths, footers, empty.features)
+    if count_text_documents(paths, lines) == 0:
+        raise ValueError(f"no documents in {source}.")
+    return stream_text_files(paths, text_field, lines)
 
 
 def _read_parquet(paths: list[Path]) -> Dataset:

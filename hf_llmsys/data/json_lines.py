@@ -21,9 +21,14 @@ def not_utf8_error(path: Path, raw: bytes, start: int, offset: int = 0) -> Value
 
 
 def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a file read one ``\\n``-terminated line at a time, each decoded as UTF-8."""
+    """``(line number, line)`` of a file read one ``\\n``-terminated line at a time, each decoded as UTF-8;
+    ValueError naming the file when it cannot be opened or holds a byte that is not UTF-8."""
     offset = 0
-    with open(path, "rb") as handle:
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}.") from err
+    with handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
