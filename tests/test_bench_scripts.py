@@ -143,6 +143,20 @@ def test_scaling_bench_replots_saved_runs_as_one_figure(tmp_path):
 
 @pytest.mark.slow  # ~40 s: six jobs at three sizes, each a fresh interpreter
 @pytest.mark.timeout(900)
+def test_scaling_bench_parquet_copy_keeps_every_document(tmp_path):
+    """The clean-stream-parquet job's input: the JSON Lines corpus as parquet, every text in order, once."""
+    import pyarrow.parquet as pq
+
+    bench = _load_script("scaling")
+    corpus = tmp_path / "corpus.jsonl"
+    texts = [f"document {i}\n\nwith \u2028 two paragraphs" for i in range(2500)]
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    target = bench.parquet_copy(corpus)
+    table = pq.read_table(target)
+    assert table.column("text").to_pylist() == texts and pq.ParquetFile(target).metadata.num_row_groups == 3
+    assert bench.parquet_copy(corpus) == target and "clean-stream-parquet" in bench.STREAMING_JOBS
+
+
 def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
     """scripts/bench/scaling.py --quick: tiny corpora, each job a subprocess with its peak RSS, growth ratios."""
     bench = _load_script("scaling")

@@ -9,7 +9,8 @@ so bad input fails before anything is cleaned, and the documents are then produc
   document is a whole file (memory then bounded by the largest file, not the corpus).
 - **parquet**: the pass reads only the files' footers (schema and row counts) and unifies the schemas as
   ``pyarrow.concat_tables(..., promote_options="default")`` does for the in-memory table; rows are then read one
-  record batch at a time (``ParquetFile.iter_batches``) and given that unified schema (absent columns are null).
+  record batch at a time, one row group after another (``ParquetFile.iter_batches``, no pre-buffering), and given
+  that unified schema (absent columns are null).
 """
 
 from __future__ import annotations
@@ -100,9 +101,13 @@ def _parquet_rows(paths: list[str], schema, batch_rows: int) -> Iterator[dict]:
 
     empty = schema.empty_table()
     for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
-            table = pa.concat_tables([empty, pa.Table.from_batches([batch])], promote_options="default")
-            yield from table.select(schema.names).to_pylist()
+        # pre_buffer=False and one row group per iter_batches call: pyarrow's defaults buffer the whole file, and
+        # one reader over every group keeps its decoding buffers growing (peak RSS then grows with the file)
+        parquet = pq.ParquetFile(path, pre_buffer=False)
+        for group in range(parquet.num_row_groups):
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group]):
+                table = pa.concat_tables([empty, pa.Table.from_batches([batch])], promote_options="default")
+                yield from table.select(schema.names).to_pylist()
 
 
 def stream_parquet_files(

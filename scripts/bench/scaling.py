@@ -21,6 +21,8 @@ its children, sampled every 0.05 s with psutil; the kernel's ru_maxrss of the ch
   * ``clean-datasets`` / ``clean-ray``: `llmsys clean --recipe fineweb-like` with the datasets engine
     (--num-proc 2) and the Ray engine (a local cluster of this machine);
   * ``clean-stream``: the datasets engine run with ``--streaming`` (in this process, JSON Lines read lazily);
+  * ``clean-stream-parquet``: the same on the corpus written as parquet beforehand (row groups of 1,000
+    documents; the conversion is not timed), read a record batch at a time;
   * ``ppl``: `llmsys ppl` of a tiny causal LM (trained here in seconds on the embedded corpus) over the corpus,
     which it streams in groups of texts (held to the flat-RSS goal with the train-stream jobs).
 
@@ -58,13 +60,20 @@ JOBS = (
     "run-clm",
     "clean-datasets",
     "clean-stream",
+    "clean-stream-parquet",
     "clean-ray",
     "ppl",
 )
 BLOCK_SIZE = 128
 HOLD_OUT = 1e-9  # validation fraction of the train jobs: (almost) nothing held out, so all three tokenize the same text
 TIME_GOAL, RSS_GOAL = 18.0 / 16.0, 1.5  # time ratio per input ratio at 16x; streaming RSS ratio at 16x
-STREAMING_JOBS = ("train-stream", "train-stream-main", "clean-stream", "ppl")  # the jobs held to the flat-RSS goal
+STREAMING_JOBS = (
+    "train-stream",
+    "train-stream-main",
+    "clean-stream",
+    "clean-stream-parquet",
+    "ppl",
+)  # the jobs held to the flat-RSS goal
 
 
 def data_dir() -> Path:
@@ -107,6 +116,27 @@ def write_corpus(path: Path, megabytes: float, pools: list[list[str]], seed: int
             out.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
             written += len(doc.encode("utf-8"))
     return written
+
+
+def parquet_copy(corpus: Path, rows_per_group: int = 1000) -> Path:
+    """The JSON Lines corpus written as parquet beside it (once), converted one row group at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = corpus.with_suffix(".parquet")
+    if target.exists():
+        return target
+    schema = pa.schema([("text", pa.string())])
+    with open(corpus, encoding="utf-8") as lines, pq.ParquetWriter(target, schema) as writer:
+        batch = []
+        for line in lines:
+            batch.append(json.loads(line)["text"])
+            if len(batch) == rows_per_group:
+                writer.write_table(pa.table({"text": batch}, schema=schema))
+                batch = []
+        if batch:
+            writer.write_table(pa.table({"text": batch}, schema=schema))
+    return target
 
 
 # ---- the jobs (run as `python scaling.py --run-job NAME ...` in a subprocess) --------------------------------
@@ -186,7 +216,7 @@ def run_job(name: str, corpus: str, tokenizer_dir: str, model_dir: str, workdir:
         return job_train_memory(corpus, tokenizer_dir, workdir)
     if name == "run-clm":
         return job_run_clm(corpus, tokenizer_dir, workdir)
-    if name == "clean-stream":
+    if name in ("clean-stream", "clean-stream-parquet"):
         return job_clean(corpus, workdir, "datasets", streaming=True)
     if name in ("clean-datasets", "clean-ray"):
         return job_clean(corpus, workdir, name.split("-")[1])
@@ -323,6 +353,7 @@ def ascii_plot(rows: list[dict], width: int = 50) -> str:
             "run-clm": "R",
             "clean-datasets": "C",
             "clean-stream": "D",
+            "clean-stream-parquet": "Q",
             "train-stream": "S",
             "ppl": "P",
             "train-stream-main": "1",
@@ -440,11 +471,13 @@ def run_all(args, workdir: Path) -> dict:
                 text_bytes = write_corpus(corpus, unit * size, pools)
                 (corpus.with_suffix(".bytes")).write_text(str(text_bytes))
             text_bytes = int(corpus.with_suffix(".bytes").read_text())
+            if job == "clean-stream-parquet":
+                corpus = parquet_copy(corpus)
             row = measure(job, corpus, text_bytes, tokenizer_dir, model_dir, workdir)
             row["size"] = size
             rows.append(row)
             print(json.dumps(row), flush=True)
-        for stale in workdir.glob(f"corpus-*-x{size}.jsonl"):
+        for stale in [*workdir.glob(f"corpus-*-x{size}.jsonl"), *workdir.glob(f"corpus-*-x{size}.parquet")]:
             stale.unlink()  # the next size writes its own; keep the disk use to one size at a time
     ratios = growth(rows)
     throughput = {}
