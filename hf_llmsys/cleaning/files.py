@@ -13,7 +13,14 @@ from datasets import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from ..data.json_lines import not_utf8_error
-from .file_stream import ParquetFooters, count_text_documents, stream_parquet_files, stream_text_files
+from .file_stream import (
+    ParquetFooters,
+    count_text_documents,
+    file_document,
+    line_documents,
+    stream_parquet_files,
+    stream_text_files,
+)
 from .json_stream import FieldKinds, check_text_values, is_json_array_file, scan_json_lines, stream_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -132,9 +139,8 @@ def read_files(
         ds = _read_parquet(paths)
     else:
         texts = []
-        for path in paths:
-            content = _read_utf8(path)
-            texts += [line for line in content.splitlines() if line.strip()] if lines else [content]
+        for path in paths:  # the streaming reader's own documents (file_stream), held at once
+            texts += list(line_documents(path)) if lines else [file_document(path)]
         ds = Dataset.from_dict({text_field: texts})
     if len(ds) == 0:
         raise ValueError(f"no documents in {source}.")
