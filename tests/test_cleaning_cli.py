@@ -168,8 +168,6 @@ def test_streaming_json_lines_fail_on_bad_input_before_cleaning(tmp_path, capsys
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9"}\n')
     no_text = _write_jsonl(tmp_path / "no_text.jsonl", [{"body": "x"}])
-    array = tmp_path / "array.json"
-    array.write_text(json.dumps([{"text": t} for t in PROSE]), encoding="utf-8")
     cases = [
         (mixed, f"{mixed}:3: field 'year' holds a JSON string here but a number at {mixed}:1"),
         (latin, "invalid byte 0xe9 at byte offset 30"),
@@ -183,9 +181,84 @@ def test_streaming_json_lines_fail_on_bad_input_before_cleaning(tmp_path, capsys
         assert message in str(streamed.value) and str(streamed.value) == str(memory.value)
         assert _clean("--input", src, "--output", tmp_path / "out", "--streaming") == 2
         assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
-    assert isinstance(files.read_files([array], streaming=True), Dataset)  # a JSON array is read whole
-    nested = _write_jsonl(tmp_path / "nested.jsonl", RECORDS)
-    assert isinstance(files.read_files([nested], streaming=True), Dataset)  # nested fields: read whole
+    conflict = _write_jsonl(tmp_path / "conflict.jsonl", [{"text": "a", "m": {"k": 1}}, {"text": "b", "m": {"k": "x"}}])
+    with pytest.raises(ValueError) as memory:
+        files.read_files([conflict])
+    with pytest.raises(ValueError) as streamed:  # a nested field changing kind: the in-memory reader's own error
+        files.read_files([conflict], streaming=True)
+    assert str(streamed.value) == str(memory.value) and "cannot build a table" in str(memory.value)
+
+
+NESTED = [
+    {"id": 0, "text": PROSE[0], "meta": {"lang": "en", "scores": [1, 2]}, "tags": []},
+    {"id": 1, "text": PROSE[1], "meta": {"scores": [0.5], "source": {"url": "a", "year": 2001}}, "tags": [{"k": "x"}]},
+    {"id": 2, "text": PROSE[2], "meta": None, "tags": [{"k": "y", "w": 3}, {"w": 2.5}]},
+    {"id": 3, "text": "tiny", "meta": {"lang": "zh"}},
+    {"id": 4, "text": PROSE[0].replace("long", "LONG"), "tags": None},
+    {"id": 5, "note": "no text"},
+]
+
+
+def test_streaming_json_arrays_and_nested_records_are_read_lazily_with_the_in_memory_table(tmp_path, monkeypatch):
+    """A JSON array file streams element by element and nested records stream too: the features (objects
+    unioned, array elements merged, ints widened to floats) and every row (absent sub-fields None) equal the
+    in-memory reader's, also when records are cut at the reader's chunk ends; one element is parsed for one
+    row; `llmsys clean --streaming` writes the files the in-memory run writes."""
+    from datasets import IterableDataset
+
+    from hf_llmsys.cleaning import json_array, json_stream
+
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps(NESTED[:3] * 20, indent=2, ensure_ascii=False), encoding="utf-8")
+    lines = _write_jsonl(tmp_path / "b.jsonl", NESTED[3:])
+    table = files.read_files([array, lines])
+    assert table.features["tags"].feature["w"].dtype == "float64" and list(table.features["meta"]) == [
+        "lang",
+        "scores",
+        "source",
+    ]
+    for chunk in (json_array.CHUNK_CHARS, 7):  # 7 characters: every record is cut by chunk ends
+        monkeypatch.setattr(json_array, "CHUNK_CHARS", chunk)
+        stream = files.read_files([array, lines], streaming=True)
+        assert isinstance(stream, IterableDataset) and stream.n_shards == 2
+        assert stream.features == table.features
+        assert list(stream) == [table[i] for i in range(len(table))]
+    first, parsed = _rows_read_per_next(stream, monkeypatch, json_stream, "json_array_records")
+    assert first == table[0] and parsed == 1
+    for name, extra in (("memory", []), ("stream", ["--streaming"])):
+        assert _clean("--input", array, lines, "--output", tmp_path / name, "--recipe", "gopher", *extra) == 0
+    assert _snapshot(tmp_path / "memory") == _snapshot(tmp_path / "stream")
+    assert json.loads((tmp_path / "stream" / "report.json").read_text())["documents_in"] == len(table)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'[{"text": "a"}, {"text": "b"', "is not valid JSON: Expecting ',' delimiter"),
+        (b'[{"text": "a"}] {"text": "b"}', "is not valid JSON: Extra data at line 1 column 17"),
+        (b'[{"text": "a"}, 12345, {"text": "b"}]', "record 2 is not a JSON object"),
+        (b'[{"text": "a"}, {"text": "caf\xe9"}]', "invalid byte 0xe9 at byte offset 29"),
+        (b'[{"text": "a"}, {"text": 7}]', "record 2: field 'text' holds a JSON number"),
+        (b"[]", "no documents in"),
+    ],
+    ids=["truncated", "extra-data", "not-an-object", "latin1", "number-text", "empty"],
+)
+def test_streaming_json_arrays_fail_as_in_memory(content, message, tmp_path, monkeypatch, capsys):
+    """A malformed JSON array gives the in-memory reader's error word for word, whatever the chunk size, and
+    nothing is written."""
+    from hf_llmsys.cleaning import json_array
+
+    src = tmp_path / "bad.json"
+    src.write_bytes(content)
+    with pytest.raises(ValueError) as memory:
+        files.read_files([src])
+    for chunk in (json_array.CHUNK_CHARS, 3):
+        monkeypatch.setattr(json_array, "CHUNK_CHARS", chunk)
+        with pytest.raises(ValueError) as streamed:
+            files.read_files([src], streaming=True)
+        assert message in str(memory.value) and str(streamed.value) == str(memory.value)
+    assert _clean("--input", src, "--output", tmp_path / "out", "--streaming") == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def _rows_read_per_next(stream, monkeypatch, module, name):

@@ -21,7 +21,8 @@ from .file_stream import (
     stream_parquet_files,
     stream_text_files,
 )
-from .json_stream import FieldKinds, check_text_values, is_json_array_file, scan_json_lines, stream_json_lines
+from .json_array import invalid_json_error, not_an_object_error
+from .json_stream import FieldKinds, check_text_values, scan_json_lines, stream_json_lines
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -49,7 +50,7 @@ def _json_records(path: Path) -> list[tuple[str, dict]]:
         try:
             records = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}.") from err
+            raise invalid_json_error(path, err) from err
         numbered = list(enumerate(records, start=1))
         where = "record"
     else:
@@ -63,8 +64,10 @@ def _json_records(path: Path) -> list[tuple[str, dict]]:
                 raise ValueError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
         where = "line"
     for number, record in numbered:
+        if not isinstance(record, dict) and where == "record":
+            raise not_an_object_error(path, number)
         if not isinstance(record, dict):
-            raise ValueError(f"{path} {where} {number} is not a JSON object.")
+            raise ValueError(f"{path} line {number} is not a JSON object.")
     place = (lambda n: f"{path}:{n}") if where == "line" else (lambda n: f"{path} record {n}")
     return [(place(number), record) for number, record in numbered]
 
@@ -110,9 +113,10 @@ def read_files(
     paths: list[Path], text_field: str = "text", lines: bool = False, streaming: bool = False
 ) -> Dataset | IterableDataset:
     """One Dataset from JSONL / JSON / parquet files (all one kind) or plain text files (a document per file,
-    or per non-empty line with `lines`). With `streaming`, JSON Lines files without nested fields
-    (``json_stream``), text and parquet files (``file_stream``) are checked in one pass and read lazily: an
-    IterableDataset whose memory does not grow with the files. JSON arrays and nested records are read whole."""
+    or per non-empty line with `lines`). With `streaming`, JSON Lines and JSON array files (``json_stream``),
+    text and parquet files (``file_stream``) are checked in one pass and read lazily: an IterableDataset whose
+    memory does not grow with the files. Only JSON whose nested values change kind from record to record is
+    read whole (one example cannot type it; the in-memory reader raises its error or builds Arrow's table)."""
     kinds = {
         "json" if p.suffix in JSON_SUFFIXES else "parquet" if p.suffix in PARQUET_SUFFIXES else "text" for p in paths
     }
@@ -123,14 +127,14 @@ def read_files(
             raise ValueError(f"input file {path} does not exist.")
     kind = kinds.pop()
     source = ", ".join(map(str, paths)) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more files"
-    if kind == "json" and streaming and not any(is_json_array_file(p) for p in paths):
+    if kind == "json" and streaming:
         schema = scan_json_lines(paths, text_field, source)
         if schema.records == 0:
             raise ValueError(f"no documents in {source}.")
-        if not schema.nested:
+        if not schema.conflict:
             example = _records_to_dataset([(source, schema.example_record())], source, text_field)
             _check_text_field(example, text_field, source)
-            return stream_json_lines(paths, schema, example.features)
+            return stream_json_lines(paths, example.features)
     if streaming and kind != "json":
         return _stream_files(paths, kind, text_field, lines, source)
     if kind == "json":
