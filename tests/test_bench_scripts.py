@@ -157,6 +157,19 @@ def test_scaling_bench_parquet_copy_keeps_every_document(tmp_path):
     assert bench.parquet_copy(corpus) == target and "clean-stream-parquet" in bench.STREAMING_JOBS
 
 
+def test_scaling_bench_ray_shards_split_the_corpus_at_lines_in_order(tmp_path):
+    """The clean-ray job's input: the JSON Lines corpus as ~N MB shards whose name order is the corpus order."""
+    bench = _load_script("scaling")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(3000)), "utf-8")
+    shards = bench.json_shards(corpus, shard_mb=0.25)
+    files = sorted(shards.iterdir())
+    assert len(files) == -(-corpus.stat().st_size // 250_000) > 1  # a shard closes at the first line past 0.25 MB
+    assert b"".join(f.read_bytes() for f in files) == corpus.read_bytes()
+    assert all(f.read_bytes().endswith(b"\n") for f in files)
+    assert bench.json_shards(corpus, shard_mb=0.25) == shards and "clean-ray" in bench.STREAMING_JOBS
+
+
 def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
     """scripts/bench/scaling.py --quick: tiny corpora, each job a subprocess with its peak RSS, growth ratios."""
     bench = _load_script("scaling")

@@ -239,7 +239,7 @@ def test_bad_input_gives_clear_errors_and_leaves_the_output_untouched(ray_sessio
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
-def test_workers_that_cannot_import_hf_llmsys_are_reported(ray_session, tmp_path):
+def test_workers_that_cannot_import_hf_llmsys_are_reported(ray_session, tmp_path, capsys):
     shadow = tmp_path / "shadow" / "hf_llmsys"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('hf_llmsys is not installed on this node')\n")
@@ -251,7 +251,41 @@ def test_workers_that_cannot_import_hf_llmsys_are_reported(ray_session, tmp_path
     src = _write_jsonl(tmp_path / "in.jsonl", TEXTS[:3])
     code = llmsys(["clean", "--engine", "ray", "--input", str(src), "--output", str(out),
                    "--ray-runtime-env", json.dumps(runtime_env)])  # fmt: skip
+    err = capsys.readouterr().err
     assert code == 2 and not out.exists()
+    assert "Ray workers cannot import hf_llmsys.cleaning" in err and "not installed on this node" in err, err
+
+
+def test_ray_options_are_checked_before_anything_runs(tmp_path, capsys):
+    src = _write_jsonl(tmp_path / "in.jsonl", TEXTS[:3])
+    out = tmp_path / "out"
+    cases = [
+        (["--engine", "ray", "--ray-object-store-mb", "10"], "--ray-object-store-mb must be >= 75"),
+        (["--engine", "ray", "--ray-object-store-mb", "512", "--address", "auto"], "drop one of --ray-object-store-mb"),
+        (["--ray-object-store-mb", "512"], "--ray-object-store-mb needs --engine ray"),
+        (["--ray-runtime-env", "{}"], "--ray-runtime-env needs --engine ray"),
+        (["--engine", "ray", "--ray-runtime-env", "{pip"], "--ray-runtime-env is not valid JSON"),
+        (["--engine", "ray", "--ray-runtime-env", '["hf-llmsys"]'], "--ray-runtime-env must be a JSON object"),
+    ]
+    for args, message in cases:
+        code = llmsys(["clean", "--input", str(src), "--output", str(out), *args])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, (args, err)
+        assert not out.exists()
+
+
+def test_a_local_cluster_gets_the_object_store_size_and_runtime_env_asked_for(monkeypatch):
+    from hf_llmsys.cleaning import ray_cluster
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    ray_cluster.connect(runtime_env={"env_vars": {"A": "1"}}, object_store_memory=300 * 2**20)
+    ray_cluster.connect()
+    assert calls[0]["object_store_memory"] == 300 * 2**20 and calls[0]["runtime_env"] == {"env_vars": {"A": "1"}}
+    assert calls[1]["object_store_memory"] is None  # Ray's default
+    with pytest.raises(ValueError, match="applies to a cluster started here"):
+        ray_cluster.connect("auto", object_store_memory=300 * 2**20)
 
 
 def test_ray_engine_refuses_what_it_cannot_run(ray_session):

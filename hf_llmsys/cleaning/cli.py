@@ -29,6 +29,7 @@ from .pipeline import clean
 from .recipes import RECIPES, load_recipe
 
 ENGINES = ("datasets", "ray")
+MIN_OBJECT_STORE_MB = 75  # Ray's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES
 
 
 @dataclass
@@ -58,6 +59,20 @@ class CleanArguments:
             "help": "Ray cluster for --engine ray: auto, host:port or ray://host:port (default: start one here)."
         },
     )
+    ray_runtime_env: str | None = field(
+        default=None,
+        metadata={
+            "help": 'Ray runtime environment of the job\'s workers as JSON, e.g. \'{"pip": ["hf-llmsys"]}\' '
+            "(--engine ray)."
+        },
+    )
+    ray_object_store_mb: int | None = field(
+        default=None,
+        metadata={
+            "help": "Object store of the Ray cluster started here, in MB (default: Ray's, 30%% of memory). Blocks "
+            "beyond it spill to disk, so it bounds the engine's shared memory (--engine ray without --address)."
+        },
+    )
 
 
 def parse_args(argv: list[str] | None) -> CleanArguments:
@@ -75,9 +90,33 @@ def parse_args(argv: list[str] | None) -> CleanArguments:
         raise ValueError(f"--engine must be one of {list(ENGINES)}, got {args.engine!r}.")
     if args.engine == "ray" and args.streaming:
         raise ValueError("--streaming is for --engine datasets; Ray Data always streams.")
-    if args.address is not None and args.engine != "ray":
-        raise ValueError("--address needs --engine ray.")
+    for name in ("address", "ray_runtime_env", "ray_object_store_mb"):
+        if getattr(args, name) is not None and args.engine != "ray":
+            raise ValueError(f"--{name.replace('_', '-')} needs --engine ray.")
+    if args.ray_object_store_mb is not None:
+        if args.address is not None:
+            raise ValueError(
+                "--ray-object-store-mb sizes a cluster started here; a running cluster's object store is set when it "
+                "starts (`ray start --object-store-memory BYTES`): drop one of --ray-object-store-mb and --address."
+            )
+        if args.ray_object_store_mb < MIN_OBJECT_STORE_MB:
+            raise ValueError(f"--ray-object-store-mb must be >= {MIN_OBJECT_STORE_MB} (Ray's minimum), got "
+                             f"{args.ray_object_store_mb}.")  # fmt: skip
+    args.ray_runtime_env = parse_runtime_env(args.ray_runtime_env)
     return args
+
+
+def parse_runtime_env(text: str | None) -> dict | None:
+    """--ray-runtime-env: a JSON object (Ray's runtime_env), or None."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--ray-runtime-env is not valid JSON ({err.msg} at character {err.pos}): {text!r}.") from err
+    if not isinstance(value, dict):
+        raise ValueError(f'--ray-runtime-env must be a JSON object such as \'{{"pip": ["hf-llmsys"]}}\', got {text!r}.')
+    return value
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -106,8 +145,9 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
 
     check_recipe_runs_on_ray(steps)
     resolve_inputs(args.input)  # missing inputs fail before a cluster is touched
-    connect(args.address)
-    check_workers_import()
+    object_store = None if args.ray_object_store_mb is None else args.ray_object_store_mb * 2**20
+    connect(args.address, runtime_env=args.ray_runtime_env, object_store_memory=object_store)
+    check_workers_import(runtime_env=args.ray_runtime_env)
     try:
         dataset = read_ray_input(args.input, args.text_field, args.lines).materialize()
     except Exception as err:  # ray.exceptions.RayTaskError wrapping pyarrow's parse errors

@@ -9,6 +9,10 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlparse
 
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
 CONNECT_TIMEOUT_S = 5.0
 
 # Pickled by value (its module is not importable on the workers), so it runs even where hf_llmsys is missing.
@@ -43,17 +47,31 @@ def check_reachable(address: str) -> None:
         ) from err
 
 
-def connect(address: str | None = None, num_cpus: int | None = None, runtime_env: dict | None = None) -> None:
-    """Use the running Ray session, or join the cluster at `address`, or start a local one bound to 127.0.0.1."""
+def connect(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    runtime_env: dict | None = None,
+    object_store_memory: int | None = None,
+) -> None:
+    """Use the running Ray session, or join the cluster at `address`, or start a local one bound to 127.0.0.1.
+
+    ``object_store_memory`` (bytes) sizes the object store of a local cluster started here (None: Ray's default, 30%
+    of memory): Ray spills objects beyond it to disk, so it bounds the shared memory the engine's blocks take.
+    """
     import ray
 
     if address not in (None, "auto", "local"):
         check_reachable(address)
+    if object_store_memory is not None and address not in (None, "local"):
+        raise ValueError("an object store size applies to a cluster started here, not to --address " + str(address))
     if ray.is_initialized():  # this process's session is used as it is
+        if object_store_memory is not None:
+            logger.warning("Ray is already running in this process: its object store keeps its size (asked: %d MB).",
+                           object_store_memory // 2**20)  # fmt: skip
         return
     kwargs = {"include_dashboard": False, "log_to_driver": False, "runtime_env": runtime_env}
     if address in (None, "local"):
-        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", object_store_memory=object_store_memory, **kwargs)
         return
     try:
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})

@@ -19,7 +19,11 @@ its children, sampled every 0.05 s with psutil; the kernel's ru_maxrss of the ch
   * ``run-clm``: the reference, transformers' run_clm recipe on the same file: ``load_dataset("json")``,
     ``map(tokenize, batched=True, num_proc=2)``, ``map(group_texts, batched=True, num_proc=2)``;
   * ``clean-datasets`` / ``clean-ray``: `llmsys clean --recipe fineweb-like` with the datasets engine
-    (--num-proc 2) and the Ray engine (a local cluster of this machine);
+    (--num-proc 2) and the Ray engine (a local cluster of this machine, its object store capped at
+    ``RAY_OBJECT_STORE_MB`` with ``--ray-object-store-mb``: Ray spills blocks beyond it to disk). Ray Data reads a
+    JSON file in one task, whole (its reader parses the file at once), so a file is its unit of parallelism and of a
+    worker's memory: the Ray job reads the corpus as a folder of ``RAY_SHARD_MB`` MB shards, the way large corpora
+    are distributed (C4, FineWeb), written beforehand (not timed); the datasets jobs read the single file;
   * ``clean-stream``: the datasets engine run with ``--streaming`` (in this process, JSON Lines read lazily);
   * ``clean-stream-parquet``: the same on the corpus written as parquet beforehand (row groups of 1,000
     documents; the conversion is not timed), read a record batch at a time;
@@ -44,6 +48,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,11 +72,14 @@ JOBS = (
 BLOCK_SIZE = 128
 HOLD_OUT = 1e-9  # validation fraction of the train jobs: (almost) nothing held out, so all three tokenize the same text
 TIME_GOAL, RSS_GOAL = 18.0 / 16.0, 1.5  # time ratio per input ratio at 16x; streaming RSS ratio at 16x
+RAY_SHARD_MB = 6.25  # the Ray job's corpus: shards of this size (4 at 25 MB, 64 at 400 MB)
+RAY_OBJECT_STORE_MB = 512  # the Ray job's local object store; blocks beyond it spill to disk
 STREAMING_JOBS = (
     "train-stream",
     "train-stream-main",
     "clean-stream",
     "clean-stream-parquet",
+    "clean-ray",
     "ppl",
 )  # the jobs held to the flat-RSS goal
 
@@ -139,6 +147,29 @@ def parquet_copy(corpus: Path, rows_per_group: int = 1000) -> Path:
     return target
 
 
+def json_shards(corpus: Path, shard_mb: float = RAY_SHARD_MB) -> Path:
+    """The JSON Lines corpus split at line boundaries into a folder of ~``shard_mb`` MB files beside it (once);
+    their name order is the corpus order."""
+    target = corpus.with_suffix(".shards")
+    if target.is_dir():
+        return target
+    staging = corpus.with_suffix(".shards-partial")
+    staging.mkdir(exist_ok=True)
+    limit, index, written, out = shard_mb * 1e6, 0, 0, None
+    with open(corpus, "rb") as lines:
+        for line in lines:
+            if out is None or written >= limit:
+                if out is not None:
+                    out.close()
+                out, written, index = open(staging / f"part-{index:05d}.jsonl", "wb"), 0, index + 1
+            out.write(line)
+            written += len(line)
+    if out is not None:
+        out.close()
+    staging.rename(target)
+    return target
+
+
 # ---- the jobs (run as `python scaling.py --run-job NAME ...` in a subprocess) --------------------------------
 
 
@@ -194,7 +225,8 @@ def job_clean(corpus: str, workdir: str, engine: str, streaming: bool = False) -
     from hf_llmsys.cleaning.cli import main
 
     out = os.path.join(workdir, f"clean-{engine}{'-stream' if streaming else ''}")
-    report = main(["--input", corpus, "--output", out, "--recipe", "fineweb-like", "--engine", engine,
+    ray = ["--ray-object-store-mb", str(RAY_OBJECT_STORE_MB)] if engine == "ray" else []
+    report = main(["--input", corpus, "--output", out, "--recipe", "fineweb-like", "--engine", engine, *ray,
                    *(["--streaming"] if streaming else ["--num-proc", "2"])])  # fmt: skip
     return {"documents_in": report.get("documents_in"), "documents_out": report.get("documents_out")}
 
@@ -241,6 +273,23 @@ def tree_rss(process) -> int:
     return total
 
 
+def tree_pss(process) -> int:
+    """Proportional set size of a process and its descendants: shared pages (Ray's object store, pages a fork
+    shares with its parent) counted once in all, where the sum of their RSS counts them in every process."""
+    import psutil
+
+    total = 0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            total += p.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+            pass
+    return total
+
+
+PSS_EVERY = 10  # samples: reading smaps is slower than RSS, so the PSS is sampled every 0.5 s
+
+
 def measure(name: str, corpus: Path, text_bytes: int, tokenizer_dir: str, model_dir: str, workdir: Path) -> dict:
     """Run job ``name`` in a fresh subprocess; wall seconds, peak tree RSS (sampled) and the job's own counts."""
     import psutil
@@ -254,12 +303,15 @@ def measure(name: str, corpus: Path, text_bytes: int, tokenizer_dir: str, model_
     load_before = os.getloadavg()
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    process, peak = psutil.Process(child.pid), 0
+    process, peak, peak_pss, samples = psutil.Process(child.pid), 0, 0, 0
     while child.poll() is None:
         try:
             peak = max(peak, tree_rss(process))
+            if samples % PSS_EVERY == 0:
+                peak_pss = max(peak_pss, tree_pss(process))
         except psutil.NoSuchProcess:
             break
+        samples += 1
         time.sleep(0.05)
     output = child.stdout.read()
     seconds = time.perf_counter() - start
@@ -268,7 +320,7 @@ def measure(name: str, corpus: Path, text_bytes: int, tokenizer_dir: str, model_
     counts = json.loads(result_file.read_text())
     return {
         "job": name, "text_mb": round(text_bytes / 1e6, 2), "seconds": round(seconds, 2),
-        "peak_rss_mb": round(peak / 2**20, 1),
+        "peak_rss_mb": round(peak / 2**20, 1), "peak_pss_mb": round(peak_pss / 2**20, 1),
         "children_ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
         **counts, "mb_per_s": round(text_bytes / 1e6 / counts["work_seconds"], 3),
@@ -324,14 +376,14 @@ def growth(rows: list[dict]) -> dict:
 
 
 def print_report(rows: list[dict], ratios: dict, throughput: dict) -> None:
-    print(f"\n{'job':<15}{'MB':>8}{'wall s':>9}{'work s':>9}{'MB/s':>8}{'peak RSS MB':>13}{'x time':>8}{'x RSS':>7}"
-          "  load 1/5/15 min (before)")  # fmt: skip
+    print(f"\n{'job':<15}{'MB':>8}{'wall s':>9}{'work s':>9}{'MB/s':>8}{'peak RSS MB':>13}{'peak PSS MB':>13}"
+          f"{'x time':>8}{'x RSS':>7}  load 1/5/15 min (before)")  # fmt: skip
     for job, info in ratios.items():
         mine = sorted((r for r in rows if r["job"] == job), key=lambda r: r["text_mb"])
         for r, g in zip(mine, info["ratios"], strict=True):
             load = "/".join(f"{x:.1f}" for x in r["load_before"])
             print(f"{job:<15}{r['text_mb']:>8.1f}{r['seconds']:>9.1f}{r['work_seconds']:>9.1f}{r['mb_per_s']:>8.2f}"
-                  f"{r['peak_rss_mb']:>13.0f}"
+                  f"{r['peak_rss_mb']:>13.0f}{r.get('peak_pss_mb', float('nan')):>13.0f}"
                   f"{g['time_ratio']:>8.2f}{g['rss_ratio']:>7.2f}  {load}")  # fmt: skip
         if info["goals_met"]:
             print(f"{'':<15}goals: {info['goals_met']}")
@@ -473,12 +525,16 @@ def run_all(args, workdir: Path) -> dict:
             text_bytes = int(corpus.with_suffix(".bytes").read_text())
             if job == "clean-stream-parquet":
                 corpus = parquet_copy(corpus)
+            elif job == "clean-ray":
+                corpus = json_shards(corpus)
             row = measure(job, corpus, text_bytes, tokenizer_dir, model_dir, workdir)
             row["size"] = size
             rows.append(row)
             print(json.dumps(row), flush=True)
         for stale in [*workdir.glob(f"corpus-*-x{size}.jsonl"), *workdir.glob(f"corpus-*-x{size}.parquet")]:
             stale.unlink()  # the next size writes its own; keep the disk use to one size at a time
+        for stale in workdir.glob(f"corpus-*-x{size}.shards"):
+            shutil.rmtree(stale)
     ratios = growth(rows)
     throughput = {}
     for size in args.sizes:
