@@ -202,36 +202,45 @@ def test_flex_backend_refuses_cpu_training_clearly():
         kernels(ids, labels=ids)
 
 
-def torch_flex_disagrees_with_sdpa() -> str | None:
+def torch_flex_disagrees_with_sdpa(calls: int = 4) -> str | None:
     """Why torch's own compiled CPU FlexAttention cannot be the reference here, or None when it is sound: plain
-    causal attention through ``torch.compile(flex_attention)`` (as ``sparse_attention.flex_attention`` compiles it)
-    against SDPA, with no hf_llmsys code involved. torch 2.13's CPU FlexAttention gave results off by ~2 (and NaN
-    inside a model) on an AMD EPYC / AVX2 machine while every hf_llmsys kernel matched SDPA there."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    causal attention through the compiled function hf_llmsys uses (``sparse_attention._flex_attention``) against
+    SDPA, ``calls`` times on fresh inputs, with no hf_llmsys model code involved. On an AMD EPYC / AVX2 machine torch
+    2.13's compiled CPU FlexAttention gave right results on some calls and results off by 1-2 (NaN inside a model) on
+    others, while every hf_llmsys kernel matched SDPA there."""
+    from torch.nn.attention.flex_attention import create_block_mask
 
-    compiled = torch.compile(flex_attention, dynamic=False)
+    from hf_llmsys.models.sparse_attention import _flex_attention
+
     block_mask = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, 40, 40, device="cpu")
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 40, 16, generator=generator) for _ in range(3))
-    error = (compiled(q, k, v, block_mask=block_mask) - torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=True)).abs().nan_to_num(float("inf")).max().item()  # fmt: skip
-    if error <= 1e-5:
+    worst = 0.0
+    for _ in range(calls):
+        q, k, v = (torch.randn(2, 4, 40, 16, generator=generator) for _ in range(3))
+        with torch.no_grad():
+            got = _flex_attention()(q, k, v, block_mask=block_mask)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        worst = max(worst, (got - want).abs().nan_to_num(float("inf")).max().item())
+    if worst <= 1e-5:
         return None
-    return (f"torch {torch.__version__}'s compiled CPU FlexAttention differs from SDPA by {error:.3g} on plain causal "
-            f"attention on this machine ({torch.backends.cpu.get_cpu_capability()}): no reference to compare with")  # fmt: skip
+    return (f"torch {torch.__version__}'s compiled CPU FlexAttention differs from SDPA by up to {worst:.3g} on plain "
+            f"causal attention on this machine ({torch.backends.cpu.get_cpu_capability()}): no reference to compare "
+            "with")  # fmt: skip
 
 
 def test_flex_block_masks_equal_the_kernels():
-    """FlexAttention with the layouts' BlockMasks (compiled; CPU forward) == the SDPA layout kernels."""
-    if (reason := torch_flex_disagrees_with_sdpa()) is not None:
-        pytest.skip(reason)
+    """FlexAttention with the layouts' BlockMasks (compiled; CPU forward) == the SDPA layout kernels; skipped only
+    when, right after a mismatch, torch's own compiled flex disagrees with SDPA on plain causal attention."""
     kernels, _ = pair(LAYOUTS["all"])
     kernels.eval()
     flex = copy.deepcopy(kernels)
     flex.config._attn_implementation = "flex_attention"
     ids = torch.randint(0, 100, (2, 40))
     with torch.no_grad():
-        torch.testing.assert_close(flex(ids).logits, kernels(ids).logits, atol=1e-5, rtol=0)
+        got, want = flex(ids).logits, kernels(ids).logits
+    if not torch.allclose(got, want, atol=1e-5, rtol=0) and (reason := torch_flex_disagrees_with_sdpa()):
+        pytest.skip(reason)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("layout", ["gpt3", "strided"])
