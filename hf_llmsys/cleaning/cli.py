@@ -141,22 +141,28 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
     """`llmsys clean --engine ray`: connect, check the workers, read with Ray Data, clean, write shards."""
     from .engine_ray import INDEX, check_recipe_runs_on_ray, clean_ray
     from .ray_cluster import check_workers_import, connect
-    from .ray_io import explain_read_error, read_ray_input, resolve_inputs, write_ray_output
+    from .ray_io import explain_read_error, local_read_error, read_ray_input, resolve_inputs, write_ray_output
 
     check_recipe_runs_on_ray(steps)
     resolve_inputs(args.input)  # missing inputs fail before a cluster is touched
     object_store = None if args.ray_object_store_mb is None else args.ray_object_store_mb * 2**20
     connect(args.address, runtime_env=args.ray_runtime_env, object_store_memory=object_store)
     check_workers_import(runtime_env=args.ray_runtime_env)
+    dataset = read_ray_input(args.input, args.text_field, args.lines)  # lazy: read as the steps go
     try:
-        dataset = read_ray_input(args.input, args.text_field, args.lines).materialize()
+        schema = dataset.schema()
     except Exception as err:  # ray.exceptions.RayTaskError wrapping pyarrow's parse errors
         raise explain_read_error(err, args.input, args.text_field, args.lines) from err
-    result = clean_ray(
-        dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
-        max_examples=args.max_examples,
-    )  # fmt: skip
-    schema = dataset.schema()
+    try:
+        result = clean_ray(
+            dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
+            max_examples=args.max_examples,
+        )  # fmt: skip
+    except Exception as err:  # a file past the first can fail to parse only now, while the steps stream
+        precise = local_read_error(args.input, args.text_field, args.lines)
+        if precise is None:
+            raise
+        raise precise from err
     return _publish(
         args, output, result.report,
         lambda staging: write_ray_output(result.indexed, staging, args.format, INDEX, input_schema=schema),

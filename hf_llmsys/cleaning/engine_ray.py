@@ -5,8 +5,15 @@ numbered once (blocks in order, their row counts summed into offsets). Consecuti
 one ``map_batches`` (the same ``RunDocumentSteps`` as the datasets engine, so the same text and the same first
 drop). A dropped row stays in the flow, its text cut to the report's example length, so the report is built at
 the end from per-block summaries (counts per rule, the first examples by input position) merged on the driver,
-never from the documents. Corpus steps run as distributed operations (``ray_corpus.RAY_CORPUS_OPS``): group-bys
-and sorts, deciding in input order by comparing input positions. The survivors are sorted by input position.
+never from the documents. Corpus steps run as distributed operations (``ray_corpus.RAY_CORPUS_OPS``) that group
+the documents' keys (hashes and positions), never the documents, deciding in input order by comparing input
+positions. No step moves a document out of its block, and Ray Data keeps the blocks in order
+(``preserve_order``), so the survivors come out in input order without a sort.
+
+Memory: each run of document steps is materialised once (its output is read again by the corpus steps and the
+report), and the numbered input is released as soon as it has been read, so the object store holds about one copy
+of the corpus (spilled to disk beyond its size); a worker holds a block or a batch at a time, plus a step's
+marks (16 bytes each: the positions, and line numbers, a deduplication drops or edits).
 
 Same answer: for any input and recipe, the documents kept, their text and the per-rule counts equal the
 ``datasets`` engine's, whatever the number of workers or blocks. Fault tolerance is Ray's: a task whose worker
@@ -59,43 +66,71 @@ class RayRun:
 # --------------------------------------------------------------------------------------------- numbering
 
 
-def _number_block(table, offset: int, text_field: str):
-    """The block with the hidden columns added (positions from `offset`); a non-string text is 'input.missing'."""
+CHARS = "__llmsys_chars"  # characters of the input text, until the rows are numbered
+
+
+def prepare_block(table, text_field: str):
+    """The block with the hidden columns (position -1 until numbered) and each input text's length; a non-string
+    text is 'input.missing'."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = table.num_rows
     texts = table[text_field]
-    missing = pc.is_null(texts) if texts.type != pa.null() else pa.array([True] * n)
-    table = table.append_column(INDEX, pa.array(range(offset, offset + n), pa.int64()))
+    if texts.type == pa.null():
+        missing, chars = pa.array([True] * n), pa.array([0] * n, pa.int64())
+    else:
+        missing, chars = pc.is_null(texts), pc.fill_null(pc.utf8_length(texts), 0).cast(pa.int64())
+    table = table.append_column(INDEX, pa.array([-1] * n, pa.int64()))
     table = table.append_column(LANG, pa.array([""] * n, pa.string()))
-    return table.append_column(DROP, pc.if_else(missing, MISSING, ""))
+    table = table.append_column(DROP, pc.if_else(missing, MISSING, ""))
+    return table.append_column(CHARS, chars)
 
 
-def _block_stats(table, text_field: str) -> tuple[int, int]:
+def _number_block(table, offset: int, start: int | None, end: int | None):
+    """(the block, or its slice, with positions from `offset` and without CHARS; its input characters)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    column = table[text_field]
-    chars = 0 if column.type == pa.null() or table.num_rows == 0 else pc.sum(pc.utf8_length(column)).as_py() or 0
-    return table.num_rows, int(chars)
+    if start is not None:
+        table = table.slice(start, end - start)
+    chars = int(pc.sum(table[CHARS]).as_py() or 0) if table.num_rows else 0
+    positions = pa.array(range(offset, offset + table.num_rows), pa.int64())
+    table = table.drop_columns([CHARS])
+    return table.set_column(table.schema.get_field_index(INDEX), INDEX, positions), chars
 
 
-def number_rows(ds, text_field: str, remote_args: dict | None = None):
-    """(dataset with the hidden columns, documents in, characters in): input positions follow block order."""
+def _entries(bundle):
+    """(block ref, rows, slice start or None, slice end or None) of each block of a Ray Data RefBundle."""
+    slices = getattr(bundle, "slices", None) or [None] * len(bundle.blocks)
+    for entry, piece in zip(bundle.blocks, slices, strict=True):
+        ref, metadata = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
+        if piece is None:
+            yield ref, metadata.num_rows, None, None
+        else:
+            yield ref, piece.end_offset - piece.start_offset, piece.start_offset, piece.end_offset
+
+
+def number_rows(ds, remote_args: dict | None = None):
+    """(the rows of `ds` numbered by input position, documents in, characters in), streaming.
+
+    Ray Data hands the blocks over in order as they are made (``iter_internal_ref_bundles``, with ``preserve_order``)
+    with their row counts, so each block's first position is known when it arrives and a task numbers it; an
+    unnumbered block is released once numbered, so the numbered output is the only copy the object store holds."""
     import ray
     import ray.data
 
-    options = {"max_retries": TASK_RETRIES, **{k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}}
-    refs = ds.to_arrow_refs()
-    stats = ray.get([ray.remote(_block_stats).options(**options).remote(ref, text_field) for ref in refs])
-    offsets, total = [], 0
-    for rows, _ in stats:
-        offsets.append(total)
-        total += rows
+    options = {"max_retries": TASK_RETRIES, "num_returns": 2}
+    options |= {k: v for k, v in (remote_args or {}).items() if k == "runtime_env"}
     number = ray.remote(_number_block).options(**options)
-    numbered = [number.remote(ref, off, text_field) for ref, off in zip(refs, offsets, strict=True)]
-    return ray.data.from_arrow_refs(numbered), total, sum(chars for _, chars in stats)
+    numbered, chars, total = [], [], 0
+    for bundle in ds.iter_internal_ref_bundles():
+        for ref, rows, start, end in _entries(bundle):
+            block, block_chars = number.remote(ref, total, start, end)
+            numbered.append(block)
+            chars.append(block_chars)
+            total += rows
+    return ray.data.from_arrow_refs(numbered) if numbered else None, total, sum(ray.get(chars))
 
 
 # ---------------------------------------------------------------------------------------- document steps
@@ -176,7 +211,8 @@ def _keep_live(table, columns: list[str]):
 
 @dataclass
 class RayCleaningResult:
-    """The survivors (materialised, sorted by input position, with that position as a column) and the report."""
+    """The survivors (in input order, with their position as a column; a lazy dataset over materialised blocks)
+    and the report."""
 
     indexed: Any
     report: CleaningReport
@@ -210,7 +246,7 @@ def clean_ray(
     """Clean a ``ray.data.Dataset`` (or a ``datasets.Dataset``, handed to Ray) with `recipe` on the Ray session.
 
     `num_proc` caps the concurrent tasks of each map (None: as many as the cluster has CPUs). Ray must be
-    initialised (``ray_cluster.connect``). Returns the materialised survivors and the complete report.
+    initialised (``ray_cluster.connect``). Returns the survivors and the complete report.
     """
     import datasets
     import ray.data
@@ -237,17 +273,21 @@ def clean_ray(
     _check_text_type(dataset, text_field)
     report = CleaningReport(recipe=name, steps=[s.config() for s in steps], max_examples=max_examples)
     run = RayRun(text_field, batch_size, num_proc, dict(ray_remote_args or {}))
-    ds, report.documents_in, report.characters_in = number_rows(dataset, text_field, run.remote_args)
-    for group in segments(steps):
+    ds = dataset.map_batches(prepare_block, fn_args=(text_field,), **run.map_kwargs(batch_size=None))
+    del dataset  # a materialised input is released once numbered: the store holds one copy of the corpus
+    groups = segments(steps)
+    if groups and not isinstance(groups[0][0], CorpusStep):  # no step reads positions: run before numbering
+        ds = ds.map_batches(RunDocumentStepsArrow(groups.pop(0), text_field), **run.map_kwargs())
+    numbered, report.documents_in, report.characters_in = number_rows(ds, run.remote_args)
+    ds = ds if numbered is None else numbered  # None: no block at all, nothing to number
+    for group in groups:
         if isinstance(group[0], CorpusStep):
             ds = ray_corpus_op(group[0])(ds, group[0], run)
-        else:
-            ds = ds.map_batches(RunDocumentStepsArrow(group, text_field), **run.map_kwargs())
-    ds = ds.materialize()
+        else:  # the costly steps run once: corpus steps and the report read their output twice or more
+            ds = ds.map_batches(RunDocumentStepsArrow(group, text_field), **run.map_kwargs()).materialize()
     summaries = ds.map_batches(summarize_block, fn_args=(text_field, max_examples), **run.map_kwargs(batch_size=None))
     merge_summaries(summaries.take_all(), report)
     kept = ds.map_batches(_keep_live, fn_args=(columns + [INDEX],), **run.map_kwargs(batch_size=None))
-    kept = kept.sort(INDEX).materialize()
     report.check_totals()
     return RayCleaningResult(kept, report)
 

@@ -1,16 +1,22 @@
-"""Corpus steps as distributed Ray Data operations: group-bys and sorts, never the documents gathered on one node.
+"""Corpus steps as distributed Ray Data operations: the documents never move; only their keys are grouped.
 
 Every operation decides exactly as the step's ``decide`` does on the ``datasets`` engine, with "first by input
-order" made "smallest input position", which needs no ordering of the data:
+order" made "smallest input position", which needs no ordering of the data. A step reads its input twice: once
+for the keys (hashes and positions, grouped by Ray Data's sort-based group-by in blocks of bounded size), once
+to apply the decisions, which come back as marks (position, line number; -1 for the whole page) sorted by
+position and looked up by each block of documents (``ApplyMarks``). So the texts are never shuffled, sorted or
+gathered: each block keeps its rows and its place, and the state a step holds beyond its input is its keys in the
+group-by (spilled by Ray beyond the object store) and its marks (16 bytes each, on the driver and in every task).
 
-* exact dedup: group the documents by digest; in each group the smallest position is kept.
+* exact dedup: group the (xxh3-128 digest, position) pairs by digest (24 bytes a document); in each group every
+  position after the smallest is marked.
 * C4 line dedup / span dedup: explode each document into (line or span hash, position, line number); group by
-  hash; the occurrences that lose (not the first line occurrence; spans owned by an earlier document) become
-  marks (position, line number); the marks are grouped with their document (by position) and the step's own
-  ``verdict`` edits or drops it.
-* MinHash: explode into (band, band key, position); group by band key; each bucket links its members to its
-  smallest one; connected components of those links by rounds of star contraction (below); every non-root
-  document is a near-duplicate, marked and grouped with its document like the line marks.
+  hash; the occurrences that lose (not the first line occurrence; spans owned by an earlier document) are marks;
+  the step's own ``verdict`` edits or drops each document given its marks (the line features stay beside the
+  text for it).
+* MinHash: explode into (band, band key, position) (24 bytes per band of a document); group by band key; each
+  bucket links its members to its smallest one; connected components of those links by rounds of star
+  contraction (below); every non-root document is a near-duplicate, marked.
 * perplexity quantile: the perplexities (one task at a time when the step holds a model) are sorted (a
   distributed range sort); the cut is the value at numpy's ``inverted_cdf`` rank, read off the sorted data.
 
@@ -52,15 +58,13 @@ def _pa():
 class FeatureMap:
     """map_batches: the step's feature of every live document in a new column (None for dropped rows)."""
 
-    def __init__(self, step: CorpusStep, text_field: str, feature_type, dead_feature: Callable | None = None):
-        self.step, self.text_field, self.type, self.dead_feature = step, text_field, feature_type, dead_feature
+    def __init__(self, step: CorpusStep, text_field: str, feature_type):
+        self.step, self.text_field, self.type = step, text_field, feature_type
 
     def __call__(self, table):
         drops, texts = table[DROP].to_pylist(), table[self.text_field].to_pylist()
         live = [i for i, d in enumerate(drops) if not d]
         column: list = [None] * table.num_rows
-        if self.dead_feature is not None:
-            column = [self.dead_feature(index) for index in table[INDEX].to_pylist()]
         for i, feature in zip(live, self.step.features([texts[i] for i in live]) if live else [], strict=True):
             column[i] = feature
         return table.append_column(FEATURE, _pa().array(column, self.type))
@@ -84,65 +88,64 @@ def _group_kwargs(run) -> dict:
     return {"batch_format": "pyarrow", **run.remote_args}
 
 
-class ApplyMarks:
-    """map_groups by input position: the document row and its marks (line numbers, or -1); the verdict applied."""
+def sorted_marks(marks) -> tuple:
+    """(positions, line numbers) of a small dataset of marks (INDEX, MARK), sorted by position: 16 bytes a mark.
 
-    def __init__(self, verdict: Callable, text_field: str):
-        self.verdict, self.text_field = verdict, text_field
-        self.__name__ = type(self).__name__  # map_groups names its task after the function
+    Read block by block on the driver; this is all the state a deduplication hands to the documents' pass."""
+    import numpy as np
+
+    positions, lines = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for batch in marks.iter_batches(batch_size=None, batch_format="pyarrow"):
+        positions.append(batch[INDEX].to_numpy().astype(np.int64))
+        lines.append(batch[MARK].to_numpy().astype(np.int64))
+    positions, lines = np.concatenate(positions), np.concatenate(lines)
+    order = np.argsort(positions, kind="stable")
+    return positions[order], lines[order]
+
+
+class ApplyMarks:
+    """map_batches: each live document's verdict(feature, its marked line numbers); the marks are sorted arrays.
+
+    The documents never move: a block looks up its own rows' marks (binary search), so the output keeps the input's
+    blocks and order, and only the marks (position, line: 16 bytes each) travel to every task."""
+
+    def __init__(self, verdict: Callable, text_field: str, positions, lines):
+        self.verdict, self.text_field, self.positions, self.lines = verdict, text_field, positions, lines
 
     def __call__(self, table):
-        marks = table[MARK].to_pylist()
-        doc_rows = [i for i, m in enumerate(marks) if m is None]
-        doc = table.take(doc_rows)
-        removed = {m for m in marks if m is not None}
-        drops = doc[DROP].to_pylist()
-        decision = None if drops[0] else self.verdict(doc[FEATURE].to_pylist()[0], removed)
-        doc = _without(doc, MARK, FEATURE)
-        if isinstance(decision, RemoveLines):
-            return _drop_rows(doc, [], "", self.text_field, {0: decision.lines})
-        if isinstance(decision, str):
-            return _drop_rows(doc, [0], decision, self.text_field)
-        return doc
+        import numpy as np
+
+        index = table[INDEX].to_numpy()
+        starts = np.searchsorted(self.positions, index, side="left")
+        ends = np.searchsorted(self.positions, index, side="right")
+        drops = table[DROP].to_pylist()
+        has_feature = FEATURE in table.schema.names
+        features = table[FEATURE].to_pylist() if has_feature else [None] * table.num_rows
+        drop_rows, rules, edits = [], {}, {}
+        for i, (drop, feature) in enumerate(zip(drops, features, strict=True)):
+            if drop:
+                continue
+            decision = self.verdict(feature, set(self.lines[starts[i] : ends[i]].tolist()))
+            if isinstance(decision, RemoveLines):
+                edits[i] = decision.lines
+            elif isinstance(decision, str):
+                drop_rows.append(i)
+                rules[i] = decision
+        if drop_rows or edits:
+            table = _drop_rows(table, [], "", self.text_field, edits)
+            for rule in sorted(set(rules.values())):
+                table = _drop_rows(table, [i for i in drop_rows if rules[i] == rule], rule, self.text_field)
+        return _without(table, FEATURE)
 
 
-def _verdict_without_marks(table, verdict: Callable, text_field: str):
-    """Each live document's verdict with no marks (for steps such as C4's that also judge unmarked pages)."""
-    drops, features = table[DROP].to_pylist(), table[FEATURE].to_pylist()
-    drop_rows, rules, edits = [], {}, {}
-    for i, (drop, feature) in enumerate(zip(drops, features, strict=True)):
-        decision = None if drop else verdict(feature, set())
-        if isinstance(decision, RemoveLines):
-            edits[i] = decision.lines
-        elif isinstance(decision, str):
-            drop_rows.append(i)
-            rules[i] = decision
-    table = _drop_rows(table, [], "", text_field, edits)
-    for rule in set(rules.values()):
-        table = _drop_rows(table, [i for i in drop_rows if rules[i] == rule], rule, text_field)
-    return _without(table, FEATURE)
+def apply_marks(ds, marks, verdict: Callable, run):
+    """Each document's verdict given its marks (grouped by nobody: the sorted marks go to every block's task)."""
+    positions, lines = sorted_marks(marks)
+    return ds.map_batches(ApplyMarks(verdict, run.text_field, positions, lines), **run.map_kwargs(batch_size=None))
 
 
-def _as_mark_rows(table, schema):
-    """Marks (INDEX, MARK) as rows of the documents' schema (other columns null), so both can be grouped."""
-    pa = _pa()
-    n = table.num_rows
-    columns = {f.name: pa.nulls(n, f.type) for f in schema}
-    columns[INDEX], columns[MARK] = table[INDEX], table[MARK].cast(pa.int64())
-    return pa.table(columns, schema=schema)
-
-
-def merge_marks(ds, marks, verdict: Callable, run):
-    """Each document grouped (by input position) with its marks; `verdict(feature, marks)` decides."""
-    pa = _pa()
-    marks = marks.materialize()
-    if marks.count() == 0:  # nothing to bring together: every document decides alone, no shuffle
-        return ds.map_batches(_verdict_without_marks, fn_args=(verdict, run.text_field), **run.map_kwargs())
-    docs = ds.map_batches(lambda t: t.append_column(MARK, pa.nulls(t.num_rows, pa.int64())), **run.map_kwargs())
-    schema = docs.schema().base_schema
-    mark_rows = marks.map_batches(_as_mark_rows, fn_args=(schema,), **run.map_kwargs(batch_size=None))
-    grouped = docs.union(mark_rows).groupby(INDEX)
-    return grouped.map_groups(ApplyMarks(verdict, run.text_field), **_group_kwargs(run))
+def _document_rule(rule: str) -> Callable:
+    return lambda feature, marks: rule if marks else None
 
 
 def _explode(make_rows: Callable, columns: dict):
@@ -166,29 +169,32 @@ def _explode(make_rows: Callable, columns: dict):
 
 # ------------------------------------------------------------------------------------------- exact dedup
 
+HIGH, LOW = "__llmsys_high", "__llmsys_low"
 
-class KeepFirstOfGroup:
-    """map_groups by digest: the live row with the smallest input position stays; the other live rows drop."""
 
-    def __init__(self, rule: str, text_field: str):
-        self.rule, self.text_field = rule, text_field
-        self.__name__ = type(self).__name__  # map_groups names its task after the function
+def _digest_rows(index: int, digest: str):
+    value = int(digest, 16)  # xxh3-128 as two signed 64-bit halves: 16 bytes a document
+    return (((value >> 64) - (1 << 63), (value & ((1 << 64) - 1)) - (1 << 63), index),)
 
-    def __call__(self, table):
-        drops, indices = table[DROP].to_pylist(), table[INDEX].to_pylist()
-        live = [i for i, d in enumerate(drops) if not d]
-        losers = sorted(live, key=lambda i: indices[i])[1:]
-        return _without(_drop_rows(table, losers, self.rule, self.text_field), FEATURE)
+
+def _all_but_first(table):
+    """Per digest: every live document after the first by input position is marked (line -1: the whole page)."""
+    pa = _pa()
+    losers = sorted(table[INDEX].to_pylist())[1:]
+    return pa.table({INDEX: pa.array(losers, pa.int64()), MARK: pa.array([-1] * len(losers), pa.int64())})
 
 
 def ray_exact_dedup(ds, step: ExactDedup, run):
-    """Group by digest (dropped rows get a key of their own), keep the first of each group."""
+    """Group the (digest, position) pairs by digest; every document after the first of its group drops.
+
+    Only the pairs are shuffled (24 bytes a live document); the documents are read twice from `ds` (features, then
+    the verdict), which the engine has materialised."""
     pa = _pa()
-    features = FeatureMap(step, run.text_field, pa.string(), dead_feature=lambda index: f"~{index}")
-    ds = ds.map_batches(features, **run.map_kwargs())
-    return ds.groupby(FEATURE).map_groups(
-        KeepFirstOfGroup(step.rule("duplicate"), run.text_field), **_group_kwargs(run)
-    )
+    columns = {HIGH: pa.int64(), LOW: pa.int64(), INDEX: pa.int64()}
+    digests = ds.map_batches(FeatureMap(step, run.text_field, pa.string()), **run.map_kwargs())
+    pairs = digests.map_batches(_explode(_digest_rows, columns), **run.map_kwargs(batch_size=None))
+    marks = pairs.groupby([HIGH, LOW]).map_groups(_all_but_first, **_group_kwargs(run))
+    return apply_marks(ds, marks, _document_rule(step.rule("duplicate")), run)
 
 
 # ---------------------------------------------------------------------------------- line and span dedup
@@ -229,7 +235,7 @@ def _ownership_dedup(ds, step, run, make_rows, losers):
     columns = {KEY: pa.int64(), INDEX: pa.int64(), LINE: pa.int64()}
     occurrences = ds.map_batches(_explode(make_rows, columns), **run.map_kwargs(batch_size=None))
     marks = occurrences.groupby(KEY).map_groups(losers, **_group_kwargs(run))
-    return merge_marks(ds, marks, step.verdict, run)
+    return apply_marks(ds, marks, step.verdict, run)
 
 
 def ray_c4_line_dedup(ds, step: C4LineDedup, run):
@@ -295,22 +301,24 @@ def connected_components(links, run):
 
 
 def ray_minhash(ds, step: MinHashDedup, run):
-    """Band buckets -> links -> connected components; every document that is not its component's first drops."""
+    """Band buckets -> links -> connected components; every document that is not its component's first drops.
+
+    Only (band, key, position) rows are shuffled (24 bytes per band of a live document) and then links between
+    positions; the documents are read twice from `ds` (signatures, then the verdict)."""
     pa = _pa()
-    ds = ds.map_batches(FeatureMap(step, run.text_field, pa.list_(pa.int64())), **run.map_kwargs()).materialize()
+    signatures = ds.map_batches(FeatureMap(step, run.text_field, pa.list_(pa.int64())), **run.map_kwargs())
     columns = {BAND: pa.int64(), KEY: pa.int64(), INDEX: pa.int64()}
     band_rows = lambda index, keys: ((band, key, index) for band, key in enumerate(keys))  # noqa: E731
-    occurrences = ds.map_batches(_explode(band_rows, columns), **run.map_kwargs(batch_size=None))
+    occurrences = signatures.map_batches(_explode(band_rows, columns), **run.map_kwargs(batch_size=None))
     links = occurrences.groupby([BAND, KEY]).map_groups(_bucket_links, **_group_kwargs(run)).materialize()
     if links.count() == 0:
-        return ds.map_batches(lambda t: _without(t, FEATURE), **run.map_kwargs(batch_size=None))
+        return ds
     roots = connected_components(links, run)
     marks = roots.map_batches(
         lambda t: _pa().table({INDEX: t[CHILD], MARK: _pa().array([-1] * t.num_rows, _pa().int64())}),
         **run.map_kwargs(batch_size=None),
     )
-    rule = step.rule("near_duplicate")
-    return merge_marks(ds, marks, lambda feature, found: rule if found else None, run)
+    return apply_marks(ds, marks, _document_rule(step.rule("near_duplicate")), run)
 
 
 # ---------------------------------------------------------------------------------------------- perplexity

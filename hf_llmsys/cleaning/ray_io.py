@@ -96,8 +96,8 @@ def read_ray_input(inputs: list[str], text_field: str = "text", lines: bool = Fa
     return ds
 
 
-def explain_read_error(err: Exception, inputs: list[str], text_field: str, lines: bool) -> ValueError:
-    """A ValueError naming the file and line: local inputs are re-read by the datasets reader, which names both."""
+def local_read_error(inputs: list[str], text_field: str, lines: bool) -> ValueError | None:
+    """The datasets reader's error (naming the file and line) when the inputs are local files it cannot read."""
     from .files import read_files
 
     local = [Path(i) for i in inputs if Path(i).is_file()]
@@ -106,7 +106,13 @@ def explain_read_error(err: Exception, inputs: list[str], text_field: str, lines
             read_files(local, text_field, lines)
         except ValueError as precise:
             return precise
-    return ValueError(f"Ray Data cannot read {', '.join(inputs)}: {err}")
+    return None
+
+
+def explain_read_error(err: Exception, inputs: list[str], text_field: str, lines: bool) -> ValueError:
+    """A ValueError naming the file and line: local inputs are re-read by the datasets reader, which names both."""
+    precise = local_read_error(inputs, text_field, lines)
+    return precise if precise is not None else ValueError(f"Ray Data cannot read {', '.join(inputs)}: {err}")
 
 
 def _write_block(table, folder: str, fmt: str, index_field: str):
