@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
 def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
     """`llmsys clean --engine ray`: connect, check the workers, read with Ray Data, clean, write shards."""
     from .engine_ray import INDEX, check_recipe_runs_on_ray, clean_ray
-    from .ray_cluster import check_workers_import, connect
+    from .ray_cluster import check_workers_import, configure_data_context, connect
     from .ray_io import explain_read_error, local_read_error, read_ray_input, resolve_inputs, write_ray_output
 
     check_recipe_runs_on_ray(steps)
@@ -148,6 +148,7 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
     object_store = None if args.ray_object_store_mb is None else args.ray_object_store_mb * 2**20
     connect(args.address, runtime_env=args.ray_runtime_env, object_store_memory=object_store)
     check_workers_import(runtime_env=args.ray_runtime_env)
+    configure_data_context()  # before the read: a dataset keeps the settings it was created with
     dataset = read_ray_input(args.input, args.text_field, args.lines)  # lazy: read as the steps go
     try:
         schema = dataset.schema()

@@ -267,6 +267,7 @@ def clean_ray(
         table = dataset.with_format("arrow")[:]  # a datasets.Dataset (indices respected), in blocks of 4 batches
         step = 4 * batch_size
         dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)])
+    configure_data_context(dataset.context)  # positions follow block order: it must be kept from the read on
     columns = list(dataset.schema().names)
     if text_field not in columns:
         raise ValueError(f"the dataset has no text field {text_field!r} (its fields: {columns}); set --text-field.")

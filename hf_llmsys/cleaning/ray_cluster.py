@@ -95,11 +95,14 @@ def check_workers_import(module: str = "hf_llmsys.cleaning", runtime_env: dict |
         )
 
 
-def configure_data_context():
-    """Ray Data settings for the engine: blocks keep their order; sort shuffles (no long-lived actors)."""
+def configure_data_context(context=None):
+    """Ray Data settings for the engine: blocks keep their order; sort shuffles (no long-lived actors).
+
+    On this process's current context, or on `context`: a dataset runs under the context it was created with (a
+    copy of the current one then), so a dataset made before the engine set its context needs its own set too."""
     from ray.data import DataContext
 
-    context = DataContext.get_current()
+    context = context or DataContext.get_current()
     context.execution_options.preserve_order = True
     strategies = type(context.shuffle_strategy)
     context.shuffle_strategy = strategies.SORT_SHUFFLE_PULL_BASED
