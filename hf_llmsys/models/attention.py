@@ -65,8 +65,9 @@ def own_storage_if_saved(value: torch.Tensor, qkv: torch.Tensor, qk: torch.Tenso
     for the backward. Where the rotation gave q and k their own storage ``qk`` (RoPE) and no cache copies k and v,
     v is the only such view, so a (B, S, G, D) copy frees the rest of the projection: (H+G) x D floats per token per
     layer (SmolLM2: 3 MiB per 1,024 fp32 tokens) for a copy of G x D. Without a gradient nothing is saved, and
-    without a rotation q and k keep ``qkv`` anyway (learned or relative positions): the view as it is."""
-    if cache is not None or not (torch.is_grad_enabled() and value.requires_grad):
+    without a rotation q and k keep ``qkv`` anyway (learned or relative positions): the view as it is. Under
+    ``torch.compile`` too: AOTAutograd chooses what its graph saves (and storage identity would break the graph)."""
+    if torch.compiler.is_compiling() or cache is not None or not (torch.is_grad_enabled() and value.requires_grad):
         return value
     if qk.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr():
         return value

@@ -73,8 +73,9 @@ def swiglu_product_backward(gate_up: torch.Tensor, grad_out: torch.Tensor) -> to
     """dL/dgate_up (..., 2I) of silu(gate) * up from dL/dproduct ``grad_out`` (..., I): see ``SwiGLUProduct``.
 
     In fp32 the products are written straight into the result and 1 + gate * (1 - s) is built in place of s, the
-    same ops in the same order (so the same bits), with one (..., I) temporary instead of six."""
-    if gate_up.dtype != torch.float32 or grad_out.dtype != torch.float32:
+    same ops in the same order (so the same bits), with one (..., I) temporary instead of six. Traced by
+    ``torch.compile``: the formula written out (dynamo takes no ``out=`` view, and the compiler fuses it anyway)."""
+    if gate_up.dtype != torch.float32 or grad_out.dtype != torch.float32 or torch.compiler.is_compiling():
         return swiglu_product_backward_upcast(gate_up, grad_out)
     gate, up = gate_up.chunk(2, dim=-1)
     grad_gate_up = torch.empty_like(gate_up)
