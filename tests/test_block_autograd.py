@@ -7,9 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tensor_tracking import PeakLiveBytes
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from hf_llmsys.models.feed_forward import GatedMLP, SwiGLUDown, SwiGLUProduct, build_feed_forward
+from hf_llmsys.models.feed_forward import (
+    GatedMLP,
+    SwiGLUDown,
+    SwiGLUProduct,
+    build_feed_forward,
+    swiglu_product_backward,
+    swiglu_product_backward_upcast,
+)
 from hf_llmsys.models.norms import RMSNorm, RMSNormFunction
 
 
@@ -195,3 +203,20 @@ def test_swiglu_down_steps_aside_for_adapters_and_hooks():
     assert torch.allclose(out, expected, atol=1e-6)
     out.sum().backward()
     assert mlp.down_proj.lora_A["default"].weight.grad is not None
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 48), (3, 7, 2, 20)])
+def test_swiglu_backward_in_place_is_bitwise_the_upcast_formula_and_makes_one_temporary(shape):
+    """fp32: the products written into the result and 1 + gate * (1 - s) built in place of s give the bits of the
+    formula written out (``swiglu_product_backward_upcast``, which makes six (..., I) temporaries)."""
+    torch.manual_seed(0)
+    gate_up = torch.randn(shape) * 3
+    grad = torch.randn(*shape[:-1], shape[-1] // 2)
+    with PeakLiveBytes() as in_place:
+        ours = swiglu_product_backward(gate_up, grad)
+    with PeakLiveBytes() as upcast:
+        reference = swiglu_product_backward_upcast(gate_up, grad)
+    assert torch.equal(ours, reference)
+    result = gate_up.numel() * 4
+    assert in_place.peak == result + result // 2  # the result and s
+    assert upcast.peak > 2 * result

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
+from tensor_tracking import PeakLiveBytes
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from hf_llmsys import (
@@ -16,7 +17,7 @@ from hf_llmsys import (
     LlmsysT5Config,
     LlmsysT5ForConditionalGeneration,
 )
-from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels
+from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, logsumexp_rows, shift_labels
 
 V, H = 97, 24
 
@@ -111,6 +112,37 @@ def test_no_vocabulary_sized_tensor_is_saved_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
         chunked_linear_cross_entropy(hidden, weight, torch.randint(0, V, (64,)), chunk_size=8)
     assert saved and all(V not in shape or shape == (V, H) for shape in saved), saved
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_weight_sized_tensor_per_step_and_a_retained_graph_still_works(dtype):
+    """fp32: the forward makes one (V, H) tensor, the accumulator every chunk adds its weight gradient into (no
+    per-chunk product beside it), and the backward scales it in place and hands it over; unless the graph is kept
+    for another backward, which then gives the same gradients again."""
+    hidden = torch.randn(64, H, dtype=dtype, requires_grad=True)
+    weight = torch.randn(V, H, dtype=dtype, requires_grad=True)
+    targets = torch.randint(0, V, (64,))
+    if dtype == torch.float32:  # bf16 rounds each chunk's product before adding it, as the plain path does
+        with PeakLiveBytes() as made:
+            loss = chunked_linear_cross_entropy(hidden, weight, targets, chunk_size=8)
+            assert made.made.count((V, H)) == 1
+            loss.backward()
+        assert made.made.count((V, H)) == 1
+    else:
+        chunked_linear_cross_entropy(hidden, weight, targets, chunk_size=8).backward()
+    expected = weight.grad.clone()
+    weight.grad = None
+    loss = chunked_linear_cross_entropy(hidden, weight, targets, chunk_size=8)
+    loss.backward(retain_graph=True)
+    first = weight.grad.clone()
+    weight.grad = None
+    loss.backward()
+    assert torch.equal(first, expected) and torch.equal(weight.grad, expected)
+
+
+def test_logsumexp_in_rows_equals_torchs():
+    logits = torch.randn(300, V) * 4
+    torch.testing.assert_close(logsumexp_rows(logits), torch.logsumexp(logits, dim=-1), rtol=0, atol=0)
 
 
 def test_bad_chunk_size_is_clear():

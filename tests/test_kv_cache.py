@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.models.kv_cache import GrowingCache, GrowingLayer
@@ -52,3 +52,22 @@ def test_generate_uses_growing_cache_and_matches_uncached():
         prompt, max_new_tokens=6, min_new_tokens=6, do_sample=False, cache_implementation="static", pad_token_id=0
     )
     assert torch.equal(static, uncached)  # an explicitly requested cache implementation is honoured
+
+
+def test_a_training_forward_builds_a_cache_only_when_asked():
+    """With gradients in training mode the config's ``use_cache=True`` builds no cache (a training step never reads
+    it; its k/v copies would be kept for the backward); a passed cache or ``use_cache=True`` still gets one, and
+    evaluation and no-grad forwards are unchanged."""
+    config = LlmsysLlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    model = LlmsysLlamaForCausalLM(config).train()
+    ids = torch.randint(0, 64, (2, 5))
+    assert model(input_ids=ids, labels=ids).cache is None
+    assert model.model(ids).cache is None  # the base model too
+    assert model(input_ids=ids, use_cache=True).cache.get_seq_length() == 5
+    cache = DynamicCache(config=config)
+    assert model(input_ids=ids, cache=cache).cache is cache and cache.get_seq_length() == 5
+    with torch.no_grad():
+        assert model(input_ids=ids).cache is not None
+    assert model.eval()(input_ids=ids).cache is not None
+    model.config.use_cache = False
+    assert model(input_ids=ids).cache is None

@@ -151,7 +151,7 @@ def test_bfd_packing_with_the_supervised_head_trains_like_all_logits(setup, tmp_
     chunked = run(setup, tmp_path / "chunked", **options)
     fast = run(setup, tmp_path / "fast", loss_chunk_size=0, **options)
     full = run(setup, tmp_path / "full", loss_chunk_size=0, logits_on_labels_only=False, **options)
-    assert chunked["loss_chunk_size"] == 1024 and not chunked["logits_on_labels_only"]
+    assert chunked["loss_chunk_size"] == 256 and not chunked["logits_on_labels_only"]
     assert fast["logits_on_labels_only"] and not full["logits_on_labels_only"] and fast["loss_chunk_size"] == 0
     assert fast["packing_strategy"] == "bfd" and fast["packed_rows"] < fast["train_examples"] / 2
     assert 0.8 < fast["packed_fill"] <= 1.0 and fast["train_tokens"] > 0

@@ -57,6 +57,23 @@ def eager_attention_forward(
     return output, probs
 
 
+def own_storage_if_saved(value: torch.Tensor, qkv: torch.Tensor, qk: torch.Tensor, cache) -> torch.Tensor:
+    """value (B, S, G, D), a view of the fused projection ``qkv`` (B, S, H+2G, D): a copy of it where the attention
+    would otherwise keep ``qkv`` alive for its backward through it alone.
+
+    SDPA (and flex, flash) save their inputs as given: a view of ``qkv`` keeps the whole (B, S, H+2G, D) projection
+    for the backward. Where the rotation gave q and k their own storage ``qk`` (RoPE) and no cache copies k and v,
+    v is the only such view, so a (B, S, G, D) copy frees the rest of the projection: (H+G) x D floats per token per
+    layer (SmolLM2: 3 MiB per 1,024 fp32 tokens) for a copy of G x D. Without a gradient nothing is saved, and
+    without a rotation q and k keep ``qkv`` anyway (learned or relative positions): the view as it is. Under
+    ``torch.compile`` too: AOTAutograd chooses what its graph saves (and storage identity would break the graph)."""
+    if torch.compiler.is_compiling() or cache is not None or not (torch.is_grad_enabled() and value.requires_grad):
+        return value
+    if qk.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr():
+        return value
+    return value.clone(memory_format=torch.contiguous_format)
+
+
 class GroupedQueryAttention(nn.Module):
     """Self-attention with H query heads sharing G key/value heads, a fused qkv projection and a KV cache."""
 
@@ -110,7 +127,7 @@ class GroupedQueryAttention(nn.Module):
         qk = positions.rotate(qkv[:, :, :heads_qk])  # rotate q and k heads in one call: (B, S, H+G, D)
         query = qk[:, :, : self.num_heads].transpose(1, 2)  # (B, H, S, D)
         key = qk[:, :, self.num_heads :].transpose(1, 2)  # (B, G, S, D)
-        value = qkv[:, :, heads_qk:].transpose(1, 2)  # (B, G, S, D)
+        value = own_storage_if_saved(qkv[:, :, heads_qk:], qkv, qk, cache).transpose(1, 2)  # (B, G, S, D)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 

@@ -12,8 +12,11 @@ in fp32, turned into that chunk's gradients, and freed before the next. Gradient
     p = softmax(logits) ;  d logits = p * (1 + 2 z lse) - onehot(target)      (z: PaLM's z-loss coefficient)
     d hidden[c] = d logits @ W (C, H) ;  d W += d logits.T @ hidden[c] (V, H, accumulated in fp32)
 
-so the backward only scales the saved (N, H) and (V, H) gradients by the incoming scalar: no recomputation, peak
-memory O(C * V + N * H + V * H). In bf16 the matmuls run in bf16 and the softmax, the loss and the weight-gradient
+so the backward only scales the saved (N, H) and (V, H) gradients by the incoming scalar (in place, when the graph
+is not kept for another backward): no recomputation, peak memory O(C * V + N * H + V * H). The weight gradient is
+accumulated in place (``addmm_``) and the log-normaliser taken a few rows at a time (``logsumexp_rows``), so the
+vocabulary-sized tensors alive at once are one chunk's logits and the (V, H) accumulator: at the end of a training
+forward, where every layer's activations are alive too, this is the step's peak. In bf16 the matmuls run in bf16 and the softmax, the loss and the weight-gradient
 sum in fp32, as the plain path's fp32 loss over bf16 logits does. Loss and gradients equal the plain path's
 (tests/test_chunked_cross_entropy.py: <= 1e-5 in fp32).
 
@@ -30,12 +33,34 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-DEFAULT_CHUNK_SIZE = 1024  # tokens: at V = 49,152 one chunk's fp32 logits are 200 MB
+# Tokens per chunk: at V = 49,152 one chunk's fp32 logits are 48 MiB. They are alive at the end of the forward,
+# beside every layer's activations: 1,024 (192 MiB) made a SmolLM2-shaped step's peak 0.05 GiB higher than 256,
+# and the (256, H) x (H, V) matmuls run at the speed of larger ones.
+DEFAULT_CHUNK_SIZE = 256
+LSE_ROWS = 128  # rows per torch.logsumexp call: its (rows, V) temporary is half a default chunk's logits
 
 
 def shift_labels(labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     """(B, S) labels -> (B, S) targets: position t predicts label t + 1; the last position predicts nothing."""
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
+
+
+def logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
+    """(C, V) fp32 -> log sum exp over each row (C,), as ``torch.logsumexp`` computes it (max + log sum exp(x - max))
+    but with one (C, V) temporary at a time in rows of ``LSE_ROWS``: torch's keeps a whole (C, V) ``x - max``."""
+    out = torch.empty(logits.shape[0], dtype=logits.dtype, device=logits.device)
+    for start in range(0, logits.shape[0], LSE_ROWS):
+        out[start : start + LSE_ROWS] = torch.logsumexp(logits[start : start + LSE_ROWS], dim=-1)
+    return out
+
+
+def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:
+    """grad_weight (V, H) fp32 += grad_logits.T (V, C) @ h (C, H): in place (``addmm_``) when the matmul is fp32,
+    so no second (V, H) tensor exists; in bf16 the product is rounded to bf16 first, as the plain path's is."""
+    if grad_logits.dtype == torch.float32:
+        grad_weight.addmm_(grad_logits.T, h)
+    else:
+        grad_weight += (grad_logits.T @ h).float()
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -55,8 +80,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 h = hidden[start : start + chunk_size].to(compute_dtype)  # (C, H)
                 t = targets[start : start + chunk_size]
                 keep = None if valid is None else valid[start : start + chunk_size].to(torch.float32)  # (C,)
-                logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensors live: this chunk's
-                lse = torch.logsumexp(logits, dim=-1)  # (C,)
+                logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensor live: this chunk's
+                lse = logsumexp_rows(logits)  # (C,)
                 row_loss = lse - logits.gather(1, t[:, None]).squeeze(1)
                 if z_loss_coefficient:
                     row_loss = row_loss + z_loss_coefficient * lse.square()
@@ -73,7 +98,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 if need_hidden:
                     grad_hidden[start : start + chunk_size] = grad_logits @ w
                 if need_weight:
-                    grad_weight += (grad_logits.T @ h).float()
+                    accumulate_weight_grad(grad_weight, grad_logits, h)
                 del logits, grad_logits
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
@@ -82,10 +107,20 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_total):
         grad_hidden, grad_weight = ctx.saved_tensors
+        # The gradients are scaled in place and handed over unless the graph is kept for another backward (or one
+        # differentiates through this one): a (V, H) copy beside the saved one would be there when every layer's
+        # activations still are (the step's peak), and the saved ones are freed after this call anyway. Traced by
+        # torch.compile: out of place (the compiler plans the memory of its graph itself).
+        in_place = not (
+            torch.compiler.is_compiling()
+            or torch.is_grad_enabled()
+            or torch._C._autograd._get_current_graph_task_keep_graph()
+        )
         if grad_hidden is not None:
-            grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
+            scale = grad_total.to(grad_hidden.dtype)
+            grad_hidden = grad_hidden.mul_(scale) if in_place else grad_hidden * scale
         if grad_weight is not None:
-            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
+            grad_weight = (grad_weight.mul_(grad_total) if in_place else grad_weight * grad_total).to(ctx.weight_dtype)
         return grad_hidden, grad_weight, None, None, None, None, None
 
 

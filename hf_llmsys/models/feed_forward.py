@@ -70,7 +70,26 @@ class SwiGLUProduct(torch.autograd.Function):
 
 
 def swiglu_product_backward(gate_up: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """dL/dgate_up (..., 2I) of silu(gate) * up from dL/dproduct ``grad_out`` (..., I): see ``SwiGLUProduct``."""
+    """dL/dgate_up (..., 2I) of silu(gate) * up from dL/dproduct ``grad_out`` (..., I): see ``SwiGLUProduct``.
+
+    In fp32 the products are written straight into the result and 1 + gate * (1 - s) is built in place of s, the
+    same ops in the same order (so the same bits), with one (..., I) temporary instead of six. Traced by
+    ``torch.compile``: the formula written out (dynamo takes no ``out=`` view, and the compiler fuses it anyway)."""
+    if gate_up.dtype != torch.float32 or grad_out.dtype != torch.float32 or torch.compiler.is_compiling():
+        return swiglu_product_backward_upcast(gate_up, grad_out)
+    gate, up = gate_up.chunk(2, dim=-1)
+    grad_gate_up = torch.empty_like(gate_up)
+    gate_part, up_part = grad_gate_up.chunk(2, dim=-1)
+    sig = torch.sigmoid(gate)
+    torch.mul(grad_out, gate, out=up_part).mul_(sig)  # g * gate * s
+    torch.mul(grad_out, up, out=gate_part).mul_(sig)  # g * up * s
+    factor = sig.neg_().add_(1).mul_(gate).add_(1)  # 1 + gate * (1 - s), in place of s: -s + 1 == 1 - s exactly
+    gate_part.mul_(factor)
+    return grad_gate_up
+
+
+def swiglu_product_backward_upcast(gate_up: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """``swiglu_product_backward`` for bf16 / fp16 tensors: computed in fp32, rounded once into the result."""
     gate, up = gate_up.float().chunk(2, dim=-1)
     grad = grad_out.float()
     sig = torch.sigmoid(gate)
@@ -108,6 +127,7 @@ class SwiGLUDown(torch.autograd.Function):
             gate, up = gate_up.chunk(2, dim=-1)
             product = (nn.functional.silu(gate) * up).reshape(-1, up.shape[-1])  # (T, I)
             grad_weight = (flat_grad.t() @ product).to(ctx.weight_dtype)
+            del product  # not alive beside the (..., 2I) gradient below
         if ctx.needs_input_grad[2]:
             grad_bias = flat_grad.sum(0).to(ctx.bias_dtype)
         if ctx.needs_input_grad[0]:
