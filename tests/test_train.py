@@ -49,7 +49,9 @@ def validation_loss_by_hand(out, text_file):
 
 def test_pretraining_uses_the_chunked_loss_by_default(trained):
     """`llmsys train` trains with the chunked linear cross-entropy (the full logits never exist); saved."""
-    assert json.loads((trained / "config.json").read_text())["loss_chunk_size"] == 1024
+    from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+
+    assert json.loads((trained / "config.json").read_text())["loss_chunk_size"] == DEFAULT_CHUNK_SIZE == 256
 
 
 def test_saved_artefacts_load(trained, text_file):
