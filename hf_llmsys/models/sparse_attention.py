@@ -207,7 +207,8 @@ def _flex_attention():
 
 
 def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> torch.Tensor:
-    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask)."""
+    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask); on CPU with
+    D < ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` torch's uncompiled flex, where its compiled CPU kernel is unreliable."""
     if dropout:
         raise ValueError(
             "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
@@ -218,4 +219,26 @@ def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> t
             "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
             "attn_implementation='sdpa' (the block kernels), or run flex forward only under torch.no_grad()."
         )
+    if q.device.type == "cpu" and q.shape[-1] < COMPILED_CPU_FLEX_MIN_HEAD_DIM:
+        return _eager_flex_attention(q, k, v, block_mask, scale)
     return _flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
+
+
+# torch 2.13's compiled CPU flex kernel gives wrong outputs (off by ~2, or NaN) on some calls when head_dim < 32 and
+# the sequence is shorter than one 128-token block: measured on plain causal attention against SDPA, 8 calls per
+# shape, wrong on 2-4 of 8 at seq 8 / 24 / 40 / 56 / 72 with head_dim 8 and 16, never at head_dim 32 or 64 (seq 8-100)
+# nor at seq 129-300; NATTEN refuses compiled flex below head_dim 32 for the same reason (SHI-Labs/NATTEN#239).
+# Below it the uncompiled flex runs: right, and it builds the (S, S) scores, which at such head sizes are small.
+COMPILED_CPU_FLEX_MIN_HEAD_DIM = 32
+
+
+def _eager_flex_attention(q, k, v, block_mask, scale: float) -> torch.Tensor:
+    """torch's uncompiled FlexAttention (its reference implementation), without its "called without torch.compile"
+    warning: here that choice is deliberate (see ``COMPILED_CPU_FLEX_MIN_HEAD_DIM``)."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention as reference_flex_attention
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return reference_flex_attention(q, k, v, block_mask=block_mask, scale=scale)
