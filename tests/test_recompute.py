@@ -1,7 +1,8 @@
 """``models/recompute.py``: in training, the projections after a decoder layer's norms no longer keep the norms'
-outputs (they are recomputed in the backward from the norms' inputs), the gradients are those of the plain graph,
-and the recompute stands aside where other saved-tensor hooks own the saved tensors (activation checkpointing,
-offloading)."""
+outputs (they are recomputed in the backward from the norms' inputs), nor does the attention keep its fused q/k/v
+projection or its rotated q/k heads (rebuilt from the norm's input: one projection and one rotation per layer in
+the backward), the gradients are bitwise those of the plain graph, and the recompute stands aside where other
+saved-tensor hooks own the saved tensors (activation checkpointing, offloading)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,29 @@ import gc
 import pytest
 import torch
 
+import hf_llmsys.models.attention as attention
 import hf_llmsys.models.decoder_layer as decoder_layer
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
 from hf_llmsys.models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.recompute import recomputed_when_saved
+from hf_llmsys.models.positions import PositionState
+from hf_llmsys.models.recompute import also_recomputed, recomputed_when_saved
 
 
-def llama():
+def llama(attn_implementation="sdpa", **fields):
     torch.manual_seed(0)
     config = LlmsysLlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **fields)  # fmt: skip
+    config._attn_implementation = attn_implementation
     return LlmsysLlamaForCausalLM(config)
+
+
+def llama_eager():
+    return llama("eager")
+
+
+def llama_local_layers():
+    """Dense then local layers: the local one runs as a sparse layout kernel (``sparse_layouts.py``) on q, k, v."""
+    return llama(attention_layout=["dense", "local"], sliding_window=5)
 
 
 def gpt3():
@@ -60,22 +73,118 @@ def test_norm_outputs_are_not_kept_for_the_backward(build, monkeypatch):
     loss.backward()
 
 
-@pytest.mark.parametrize("build", [llama, gpt3])
-def test_gradients_equal_the_plain_graph(build, monkeypatch):
+KERNEL_AUTOCAST_BUG = pytest.mark.xfail(
+    raises=RuntimeError, strict=True, reason="the local layout kernel's attn_mask stays fp32 under bf16 autocast "
+    "(expected scalar type Float but found BFloat16): a separate bug, there without the recompute too",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "build, autocast",
+    [(build, False) for build in (llama, llama_eager, llama_local_layers, gpt3)]
+    + [(llama, True), (llama_eager, True), (gpt3, True)]
+    + [pytest.param(llama_local_layers, True, marks=KERNEL_AUTOCAST_BUG)],
+)
+def test_gradients_equal_the_plain_graph(build, autocast):
+    """Bitwise: every rebuilt tensor is made by the forward's ops on the forward's values, under its autocast."""
     model = build().train()
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(2))
     results = []
-    for recompute in (True, False):
-        if not recompute:
-            monkeypatch.setattr(decoder_layer, "recomputed_when_saved", lambda *args: contextlib.nullcontext())
+    for plain in (False, True):
+        # an outer no-op hook: the recompute stands aside, and autograd keeps every saved tensor itself
+        hooks = (
+            torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t) if plain else contextlib.nullcontext()
+        )
         model.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=ids).loss
+        with hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (loss_a, grads_a), (loss_b, grads_b) = results
     assert torch.equal(loss_a, loss_b)
     for name, grad in grads_b.items():
-        torch.testing.assert_close(grads_a[name], grad, rtol=1e-6, atol=1e-7, msg=name)
+        assert torch.equal(grads_a[name], grad), name
+
+
+def projection_storages(model, monkeypatch) -> tuple[list, list]:
+    """Weak references to the storages of every layer's q/k/v projection output and rotated q/k heads in the next
+    forward (no hook on the projection itself: it would make the projection not plain, and so not recomputed)."""
+    projections, rotated = [], []
+    for layer in model.model.layers:
+        qkv_proj = layer.self_attn.qkv_proj
+
+        def forward(x, qkv_proj=qkv_proj):
+            out = torch.nn.Linear.forward(qkv_proj, x)
+            projections.append(out.untyped_storage()._weak_ref())
+            return out
+
+        qkv_proj.forward = forward
+    rotate = PositionState.rotate
+
+    def recording_rotate(self, heads):
+        out = rotate(self, heads)
+        if out is not heads:
+            rotated.append(out.untyped_storage()._weak_ref())
+        return out
+
+    monkeypatch.setattr(PositionState, "rotate", recording_rotate)
+    return projections, rotated
+
+
+# What the plain graph keeps of (layer 0's, layer 1's projection) + (their rotated heads): with RoPE sdpa saves
+# rotated q and k and a copy of v (``attention.own_storage_if_saved``), so not the projection; llama's local layout
+# kernel likewise; eager attention saves copies of all three (its matmuls reshape q and k, repeat_kv copies v); gpt3
+# (learned positions, one kv head per query head) rotates nothing, q, k and v are views of the projection.
+PLAIN_GRAPH_KEEPS = {
+    llama: [False, False, True, True],
+    llama_eager: [False, False, False, False],
+    llama_local_layers: [False, False, True, True],
+    gpt3: [True, True],
+}
+
+
+@pytest.mark.parametrize("build", list(PLAIN_GRAPH_KEEPS))
+def test_projection_and_rotated_heads_are_not_kept_for_the_backward(build, monkeypatch):
+    model = build().train()
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(4))
+    projections, rotated = projection_storages(model, monkeypatch)
+    loss = model(input_ids=ids, labels=ids).loss
+    assert len(projections) == 2 and len(rotated) == (0 if build is gpt3 else 2)  # gpt3: learned positions
+    assert not any(kept(projections + rotated))
+    loss.backward()
+    projections.clear(), rotated.clear()
+    monkeypatch.setattr(attention, "active_recomputation", lambda: None)  # the norm outputs only
+    loss = model(input_ids=ids, labels=ids).loss
+    assert kept(projections + rotated) == PLAIN_GRAPH_KEEPS[build]  # so the check above can fail
+    loss.backward()
+
+
+def test_the_backward_projects_and_rotates_once_per_layer(monkeypatch):
+    """q, k and v are views of one rebuilt projection (and q, k of one rotation): SDPA's backward unpacks all three
+    and they share it, and nothing else keeps it (the forward's count of each is one per layer too)."""
+    model = llama().train()
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(5))
+    projections, rotated = projection_storages(model, monkeypatch)
+    loss = model(input_ids=ids, labels=ids).loss
+    assert (len(projections), len(rotated)) == (2, 2)
+    loss.backward()
+    assert (len(projections), len(rotated)) == (4, 4)
+    assert not any(kept(projections + rotated))  # the rebuilt ones are gone with the backward
+
+
+def test_stands_aside_for_a_cache_it_cannot_rebuild_and_keeps_the_cache_correct():
+    """A training forward asked for a KV cache: SDPA saves the cache's copies of k and v; gradients unchanged."""
+    model = llama().train()
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(6))
+    grads = []
+    for use_cache in (True, False):
+        model.zero_grad(set_to_none=True)
+        out = model(input_ids=ids, labels=ids, use_cache=use_cache)
+        assert (out.cache is not None) == use_cache
+        out.loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[1].items():
+        assert torch.equal(grads[0][name], grad), name
 
 
 def test_stands_aside_under_other_saved_tensor_hooks_and_gradient_checkpointing():
@@ -109,3 +218,53 @@ def test_plain_context_without_a_graph():
         out = (w * w).sum()  # mul saves w twice: both become markers, recomputed in the backward
     out.backward()
     torch.testing.assert_close(z.grad, 2 * 1.5 * 1.5 * z.detach())
+    assert not also_recomputed(w, lambda: calls.append(1))  # outside a context: nothing to register with
+
+
+def test_one_hook_set_rebuilds_a_chain_of_tensors_once_each():
+    x = torch.randn(3, 4, requires_grad=True)
+    calls = []
+
+    def recompute(name, make):
+        calls.append(name)
+        return make()
+
+    a = x * 2
+    with recomputed_when_saved(a, lambda: recompute("a", lambda: x.detach() * 2)):
+        b = a.exp()
+        assert also_recomputed(b, lambda: recompute("b", lambda: (x.detach() * 2).exp()))
+        out = (b * b * a).sum()  # b * b saves b twice (one node: one rebuild), then a is saved: markers
+    out.backward()
+    b = (x.detach() * 2).exp()
+    torch.testing.assert_close(x.grad, 2 * b * b * (2 * x.detach() * 2 + 1))  # d/dx b^2 a, b = e^2x, a = 2x
+    assert sorted(calls) == ["a", "b"]
+
+
+def test_nothing_outlives_the_backward_without_the_garbage_collector(monkeypatch):
+    """Once the graph is freed, every layer's recomputation (and the layer input its norm's recompute holds) goes
+    at once: no reference cycle leaves them to the garbage collector (at SmolLM2's shape that was 0.53 GiB of layer
+    inputs per step kept past the step)."""
+    import gc
+    import weakref
+
+    from hf_llmsys.models import recompute
+
+    made = []
+    init = recompute.Recomputation.__init__
+
+    def recording_init(self):
+        init(self)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(recompute.Recomputation, "__init__", recording_init)
+    model = llama().train()
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(6))
+    gc.disable()
+    try:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        alive = [ref() is not None for ref in made]
+    finally:
+        gc.enable()
+    assert len(alive) == 4 and not any(alive)  # two norms per layer, two layers

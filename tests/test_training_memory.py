@@ -64,28 +64,35 @@ def kept_bytes_per_layer(model, ids, **kwargs) -> list[int]:
     return kept
 
 
-def llama_layer_needs(tokens: int) -> int:
+def llama_layer_needs(tokens: int, attention_inputs_rebuilt: bool = True) -> int:
     """fp32 bytes a SwiGLU + RoPE + SDPA layer's backward needs: the two norms' inputs and their rstd, the
-    gate/up projection (the SwiGLU product and its down projection are rebuilt from it), rotated q and k, v,
-    the attention's output and its log-sum-exp."""
+    gate/up projection (the SwiGLU product and its down projection are rebuilt from it), the attention's output
+    and its log-sum-exp; and, unless the backward rebuilds them from the norm's input (``recompute.py``), rotated
+    q and k and v."""
     floats = (
         2 * HIDDEN + 2  # input_layernorm and post_attention_layernorm: input and rstd
         + 2 * INTERMEDIATE  # gate_up
-        + (HEADS + KV_HEADS) * HEAD_DIM + KV_HEADS * HEAD_DIM  # rotated q | k, and v in its own storage
         + HEADS * HEAD_DIM + HEADS  # attention output (o_proj's input too) and log-sum-exp
     )  # fmt: skip
+    if not attention_inputs_rebuilt:
+        floats += (HEADS + KV_HEADS) * HEAD_DIM + KV_HEADS * HEAD_DIM  # rotated q | k, and v in its own storage
     return 4 * tokens * floats
 
 
-def test_a_llama_layer_keeps_only_what_its_backward_needs():
-    """No KV cache in training, and v copied out of the fused projection: nothing keeps the (B, S, H+2G, D)
-    projection alive (SDPA would keep it through a view of v)."""
+def test_a_llama_layer_keeps_only_what_its_backward_needs(monkeypatch):
+    """No KV cache in training, and q, k, v rebuilt in the backward: nothing keeps the (B, S, H+2G, D) projection
+    or the rotated heads alive. Without the rebuild, v is copied out of the fused projection (SDPA would keep the
+    whole projection through a view of v); with a cache SDPA keeps the cache's copies of k and v."""
+    from hf_llmsys.models import attention
+
     model = llama(head_dim=HEAD_DIM)
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
     assert kept_bytes_per_layer(model, ids) == [llama_layer_needs(48)] * 2
-    # with a cache SDPA keeps the cache's copies of k and v beside the rotated k: one (B, S, G, D) more
+    plain = llama_layer_needs(48, attention_inputs_rebuilt=False)
     with_cache = kept_bytes_per_layer(model, ids, use_cache=True)
-    assert with_cache == [llama_layer_needs(48) + 4 * 48 * KV_HEADS * HEAD_DIM] * 2
+    assert with_cache == [plain + 4 * 48 * KV_HEADS * HEAD_DIM] * 2  # rotated k beside the cache's k and v
+    monkeypatch.setattr(attention, "active_recomputation", lambda: None)
+    assert kept_bytes_per_layer(model, ids) == [plain] * 2
 
 
 @pytest.mark.parametrize("build", ["llama", "llama_eager", "gpt3"])

@@ -21,6 +21,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
+from .recompute import active_recomputation, plain_linear
 
 
 def eager_attention_forward(
@@ -107,6 +108,29 @@ class GroupedQueryAttention(nn.Module):
             return None
         return self.config.sliding_window
 
+    def rebuild_in_backward(
+        self, hidden_states: torch.Tensor, qkv: torch.Tensor, qk: torch.Tensor, positions: PositionState, cache
+    ) -> bool:
+        """In a training forward whose input the backward rebuilds anyway (the decoder layer's norm output,
+        ``recompute.py``), have it rebuild the projection ``qkv`` (B, S, H+2G, D) and the rotated heads ``qk``
+        (B, S, H+G, D) too, instead of keeping them for the attention's backward (which saves q, k and v): one
+        (B, S, H+2G, D) matmul and one rotation more per layer in the backward, (H+2G) x D floats less kept per
+        token and layer (SmolLM2: 3.75 MiB per 1,024 fp32 tokens). Only for a plain ``qkv_proj`` (an adapter such
+        as LoRA may draw dropout, and hooks would see a second call) and without a cache (its k/v copies are
+        saved instead); returns whether the tensors were registered."""
+        recomputation = active_recomputation()
+        if recomputation is None or cache is not None or not qkv.requires_grad or not plain_linear(self.qkv_proj):
+            return False
+        rebuild_input = recomputation.rebuilder(hidden_states)
+        if rebuild_input is None:
+            return False
+        qkv_shape, heads_qk, rotate = qkv.shape, qk.shape[2], positions.rotate  # captured: no tensor is held
+        recomputation.add(qkv, lambda: self.qkv_proj(rebuild_input()).view(qkv_shape))
+        if qk.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr():  # RoPE; else qk is a view of qkv
+            rebuild_qkv = recomputation.rebuilder(qkv)
+            recomputation.add(qk, lambda: rotate(rebuild_qkv()[:, :, :heads_qk]))
+        return True
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -127,7 +151,10 @@ class GroupedQueryAttention(nn.Module):
         qk = positions.rotate(qkv[:, :, :heads_qk])  # rotate q and k heads in one call: (B, S, H+G, D)
         query = qk[:, :, : self.num_heads].transpose(1, 2)  # (B, H, S, D)
         key = qk[:, :, self.num_heads :].transpose(1, 2)  # (B, G, S, D)
-        value = own_storage_if_saved(qkv[:, :, heads_qk:], qkv, qk, cache).transpose(1, 2)  # (B, G, S, D)
+        value = qkv[:, :, heads_qk:]  # (B, S, G, D)
+        if not self.rebuild_in_backward(hidden_states, qkv, qk, positions, cache):
+            value = own_storage_if_saved(value, qkv, qk, cache)
+        value = value.transpose(1, 2)  # (B, G, S, D)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 

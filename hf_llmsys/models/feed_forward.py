@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
+from .recompute import plain_linear
+
 # Named gated variants -> the activation applied to the gate.
 GATED_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
 # Activations computed by a fused torch kernel instead of transformers' module of the same function: GPT-2's
@@ -177,12 +179,7 @@ class GatedMLP(nn.Module):
     def down_is_plain(self) -> bool:
         """True when ``down_proj`` is a plain ``nn.Linear`` that nothing observes (no adapter such as PEFT's LoRA,
         no quantized layer, no forward hook), so ``SwiGLUDown`` may compute it."""
-        down = self.down_proj
-        return (
-            type(down) is nn.Linear
-            and not (down._forward_hooks or down._forward_pre_hooks)
-            and not (torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks)
-        )
+        return plain_linear(self.down_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)  # (B, S, 2I)

@@ -1,10 +1,19 @@
-"""Saved activations recomputed instead of kept: a tensor that is cheap to rebuild from tensors autograd keeps anyway.
+"""Saved activations recomputed instead of kept: tensors that are cheap to rebuild from tensors autograd keeps anyway.
 
 A pre-norm block feeds its norm's output to a projection, and the projection's backward needs that output (for its
 weight gradient): autograd keeps it, one (B, S, hidden) tensor per norm, while the norm itself keeps its input and
 its statistic. ``recomputed_when_saved(output, recompute)`` is a context: inside it, every saved view of ``output``
 is stored as a marker, and the backward rebuilds it by ``recompute()`` (no gradient; the same ops as the forward, so
 the same values) and takes the same view. The memory of the saved output goes; one elementwise pass per use comes.
+
+Code running inside the context registers more tensors with ``also_recomputed(tensor, recompute)`` (one hook set
+rebuilds them all; a nested context would find the first one's hooks active and stand aside): the attention's
+fused q/k/v projection output and its rotated q/k heads (``attention.py``). A recompute may use another registered
+tensor's rebuilt value (``rebuilder``), so a chain norm -> projection -> rotation keeps only the norm's input.
+A rebuilt tensor is held until the last of its saved views is unpacked, so it is made once: SDPA's backward unpacks
+q, k (views of one rotation) and v (a view of the projection the rotation was rebuilt from): one projection, one
+rotation; the norm output it was projected from is held until the projection's own backward takes it.
+Each recompute runs under the autocast state its tensor was made under, so its values are the forward's.
 
 It stands aside (a plain context) when no gradient is being recorded, under ``torch.compile`` (AOTAutograd chooses
 what to recompute itself, and dynamo does not trace saved-tensor hooks), and when other saved-tensor hooks are
@@ -14,20 +23,136 @@ own the saved tensors there, and a nested hook would take them away.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 
 @dataclass(frozen=True)
 class RecomputedView:
-    """What is stored instead of a saved view of the recomputable tensor: the view's geometry."""
+    """What is stored instead of a saved view of a recomputable tensor: which tensor, and the view's geometry."""
 
+    index: int
     size: torch.Size
     stride: tuple[int, ...]
     storage_offset: int
+
+
+@dataclass
+class Recomputable:
+    """One registered tensor: its storage identity, how to rebuild it, the autocast state it was made under, and
+    its rebuilt value while saved views of it are still to be unpacked."""
+
+    storage: int
+    dtype: torch.dtype
+    device: torch.device
+    recompute: Callable[[], torch.Tensor]
+    autocast: tuple[bool, torch.dtype]
+    pending: int = 0  # markers packed and not yet unpacked
+    held: torch.Tensor | None = field(default=None, repr=False)
+
+
+class Recomputation:
+    """The registered tensors of one ``recomputed_when_saved`` context, and its pack/unpack hooks."""
+
+    def __init__(self):
+        self.entries: list[Recomputable] = []
+        # The registered tensors, held while the context is open, so no other tensor can take a registered
+        # storage's address and be mistaken for it (entries match by address); dropped when it closes.
+        self.registered: list[torch.Tensor] | None = []
+
+    def add(self, output: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> None:
+        """Store saved views of ``output`` as markers from now on; ``recompute()`` gives its values again."""
+        kind = output.device.type
+        autocast = (torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+        storage = output.untyped_storage().data_ptr()
+        self.registered.append(output)
+        self.entries.append(Recomputable(storage, output.dtype, output.device, recompute, autocast))
+
+    def index_of(self, tensor: torch.Tensor) -> int | None:
+        """The entry whose storage ``tensor`` views, or None."""
+        storage = tensor.untyped_storage().data_ptr()
+        for index, entry in enumerate(self.entries):
+            if entry.storage == storage and entry.dtype == tensor.dtype and entry.device == tensor.device:
+                return index
+        return None
+
+    def rebuilder(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor] | None:
+        """A function giving ``tensor`` (a registered one, whole) again in the backward, or None if unregistered.
+
+        It holds no tensor, so using it in another recompute keeps nothing alive."""
+        index = self.index_of(tensor)
+        if index is None or tensor.storage_offset() != 0 or not tensor.is_contiguous():
+            return None
+        # A weak reference: the function goes into another entry of this Recomputation, and a strong one would
+        # make a reference cycle that keeps every entry's recompute inputs (the layer's input, which the norm's
+        # recompute holds) alive after the backward until the garbage collector happens to run.
+        recomputation = weakref.ref(self)
+        return lambda: recomputation().rebuild(index)
+
+    def rebuild(self, index: int, unpacking: bool = False) -> torch.Tensor:
+        """Entry ``index``'s values: recomputed once, then held until its last marker is unpacked (so q, k and v,
+        three views of one projection, cost one projection; a second backward through a retained graph
+        recomputes). ``unpacking``: called for one of its markers (else: used by another entry's recompute)."""
+        entry = self.entries[index]
+        rebuilt = entry.held
+        if rebuilt is None:
+            enabled, dtype = entry.autocast
+            with torch.no_grad(), torch.autocast(entry.device.type, dtype=dtype, enabled=enabled):
+                rebuilt = entry.recompute()
+        entry.pending -= unpacking
+        entry.held = rebuilt if entry.pending > 0 else None
+        return rebuilt
+
+    def pack(self, tensor: torch.Tensor):
+        index = self.index_of(tensor)
+        if index is None:
+            return tensor
+        self.entries[index].pending += 1
+        return RecomputedView(index, tensor.size(), tensor.stride(), tensor.storage_offset())
+
+    def unpack(self, packed):
+        if isinstance(packed, RecomputedView):
+            rebuilt = self.rebuild(packed.index, unpacking=True)
+            return rebuilt.as_strided(packed.size, packed.stride, packed.storage_offset)
+        return packed
+
+
+_active = threading.local()  # .stack: the Recomputation of each enclosing recomputed_when_saved that is hooked
+
+
+def active_recomputation() -> Recomputation | None:
+    """The innermost hooked ``recomputed_when_saved`` context of this thread, or None (none, or it stood aside)."""
+    if torch.compiler.is_compiling():
+        return None
+    stack = getattr(_active, "stack", None)
+    return stack[-1] if stack else None
+
+
+def also_recomputed(output: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> bool:
+    """Inside a hooked ``recomputed_when_saved``: rebuild saved views of ``output`` by ``recompute()`` too.
+
+    Returns whether it was registered (False outside such a context or when ``output`` records no gradient)."""
+    recomputation = active_recomputation()
+    if recomputation is None or not output.requires_grad:
+        return False
+    recomputation.add(output, recompute)
+    return True
+
+
+def plain_linear(module: torch.nn.Module) -> bool:
+    """True when ``module`` is a plain ``nn.Linear`` that nothing observes (no adapter such as PEFT's LoRA, no
+    quantized layer, no forward hook), so calling it again, or computing it another way, is unobservable."""
+    hooks = torch.nn.modules.module
+    return (
+        type(module) is torch.nn.Linear
+        and not (module._forward_hooks or module._forward_pre_hooks)
+        and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+    )
 
 
 def other_saved_tensor_hooks_active() -> bool:
@@ -46,20 +171,13 @@ def recomputed_when_saved(output: torch.Tensor, recompute: Callable[[], torch.Te
     ):
         yield
         return
-    storage = output.untyped_storage().data_ptr()
-    dtype, device = output.dtype, output.device
-
-    def pack(tensor: torch.Tensor):
-        if tensor.dtype == dtype and tensor.device == device and tensor.untyped_storage().data_ptr() == storage:
-            return RecomputedView(tensor.size(), tensor.stride(), tensor.storage_offset())
-        return tensor
-
-    def unpack(packed):
-        if isinstance(packed, RecomputedView):
-            with torch.no_grad():
-                rebuilt = recompute()
-            return rebuilt.as_strided(packed.size, packed.stride, packed.storage_offset)
-        return packed
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        yield
+    recomputation = Recomputation()
+    recomputation.add(output, recompute)
+    stack = _active.__dict__.setdefault("stack", [])
+    stack.append(recomputation)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(recomputation.pack, recomputation.unpack):
+            yield
+    finally:
+        stack.pop()
+        recomputation.registered = None
