@@ -111,3 +111,21 @@ def test_static_cache_generation_keeps_each_layers_layout(config_class, model_cl
     kwargs = dict(attention_mask=mask, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
     uncached = model.generate(prompt, use_cache=False, **kwargs)
     assert torch.equal(model.generate(prompt, cache_implementation="static", **kwargs), uncached)
+
+
+def test_llama_local_layers_train_under_bf16_autocast_as_their_masks_do():
+    """Under CPU bf16 autocast RoPE's fp32 tables leave q, k in fp32 beside a bf16 v; SDPA's autocast casts all three,
+    and the layout kernels (aten flash calls autocast does not cover) do the same, so they run (they raised a dtype
+    error) and agree with the same layers as masks through SDPA, forward and gradients, to bf16 precision."""
+    results = []
+    for kernels in (True, False):
+        model = llama().train()
+        model.config.sparse_kernels = kernels
+        ids = torch.randint(0, 100, (2, 23), generator=torch.Generator().manual_seed(3))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        results.append((out.logits.float(), model.model.layers[1].self_attn.qkv_proj.weight.grad))
+    (logits, grad), (want_logits, want_grad) = results
+    torch.testing.assert_close(logits, want_logits, atol=3e-2, rtol=0)
+    torch.testing.assert_close(grad, want_grad, atol=1e-2, rtol=5e-2)

@@ -73,17 +73,10 @@ def test_norm_outputs_are_not_kept_for_the_backward(build, monkeypatch):
     loss.backward()
 
 
-KERNEL_AUTOCAST_BUG = pytest.mark.xfail(
-    raises=RuntimeError, strict=True, reason="the local layout kernel's attn_mask stays fp32 under bf16 autocast "
-    "(expected scalar type Float but found BFloat16): a separate bug, there without the recompute too",
-)  # fmt: skip
-
-
 @pytest.mark.parametrize(
     "build, autocast",
     [(build, False) for build in (llama, llama_eager, llama_local_layers, gpt3)]
-    + [(llama, True), (llama_eager, True), (gpt3, True)]
-    + [pytest.param(llama_local_layers, True, marks=KERNEL_AUTOCAST_BUG)],
+    + [(llama, True), (llama_eager, True), (gpt3, True), (llama_local_layers, True)],
 )
 def test_gradients_equal_the_plain_graph(build, autocast):
     """Bitwise: every rebuilt tensor is made by the forward's ops on the forward's values, under its autocast."""

@@ -238,8 +238,19 @@ def _attention_function(run, module, query, key, value, attention_mask, scaling,
     """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
     key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
     value = repeat_kv(value, module.num_key_value_groups)
+    query, key, value = _autocast_like_sdpa(query, key, value)
     out = run(query, key, value, scale=scaling, dropout=dropout)  # (B, H, S, D)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _autocast_like_sdpa(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k, v in autocast's dtype where autocast is on, as autocast casts SDPA's inputs: the layout kernels call
+    aten ops autocast does not cover, and under bf16 autocast RoPE's fp32 tables leave q, k in fp32 beside a bf16 v."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
 
 
 def _fix_head(mask_fn: MaskFunction, head: int) -> MaskFunction:
