@@ -266,3 +266,23 @@ def test_activation_checkpointing_gives_the_same_gradients():
     model(input_ids=ids, labels=labels).loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], msg=name)
+
+
+def test_a_training_forward_builds_a_decoder_cache_only_when_asked():
+    """As the decoder-only models: with gradients in training mode the config's ``use_cache=True`` builds no cache
+    (a training step never reads it; SDPA would keep its k/v copies); a passed cache or ``use_cache=True`` still
+    gets one, and evaluation and no-grad forwards are unchanged."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    torch.manual_seed(0)
+    model = LlmsysT5ForConditionalGeneration(LlmsysT5Config(**reference_config("relu").to_dict())).train()
+    assert model.config.use_cache
+    ids, mask, labels = batch()
+    assert model(input_ids=ids, attention_mask=mask, labels=labels).past_key_values is None
+    asked = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=True).past_key_values
+    assert asked.self_attention_cache.get_seq_length() == labels.shape[1]
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    assert model(input_ids=ids, attention_mask=mask, labels=labels, cache=cache).past_key_values is cache
+    with torch.no_grad():
+        assert model(input_ids=ids, attention_mask=mask, labels=labels).past_key_values is not None
+    assert model.eval()(input_ids=ids, attention_mask=mask, labels=labels).past_key_values is not None

@@ -9,7 +9,8 @@ recomputes each layer from it and gradients reach the table once per layer.
 
 ``output_hidden_states`` / ``output_attentions`` are collected by transformers' output-capturing hooks
 (``capture_outputs``; the stacks register what they can record as transformers' own T5Stack does) and
-``use_cache`` defaults to ``config.use_cache``. The decoder also runs without encoder states (``get_decoder()``
+``use_cache`` defaults to ``config.use_cache``, except in a training forward that records gradients, which builds
+no cache unless one is passed or ``use_cache=True`` is (as the decoder-only models, ``decoder.py``). The decoder also runs without encoder states (``get_decoder()``
 used alone, as a language model): its cross-attention sublayers are then skipped, as in transformers' T5.
 """
 
@@ -128,7 +129,8 @@ class T5DecoderStack(T5Stack):
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         embeds = self.embed(input_ids, inputs_embeds)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache is None:  # a training forward with gradients never reads the cache; SDPA would keep its k/v copies
+            use_cache = self.config.use_cache and not (self.training and torch.is_grad_enabled() and cache is None)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         self_cache = cache.self_attention_cache if cache is not None else None
