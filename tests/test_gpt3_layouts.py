@@ -221,27 +221,22 @@ def test_flex_kernel_equals_sdpa_where_torch_compiled_cpu_flex_is_unreliable(seq
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
-def test_flex_block_masks_equal_the_kernels():
-    """FlexAttention with the sparse layouts' BlockMasks (CPU forward; head_dim 16, so torch's uncompiled flex) == the
-    SDPA layout kernels. No dense layer: transformers' own flex function runs those, compiled, and at head_dim 16 it
-    meets torch's CPU bug just as transformers' Llama does (the compiled test below covers dense layers)."""
-    kernels, _ = pair(["local", "strided", "fixed", "local"])
+@pytest.mark.parametrize(
+    ("layout", "hidden_size", "seq_len"),
+    [
+        # head_dim 16: torch's uncompiled flex. No dense layer: transformers' own flex function runs those, compiled,
+        # and at head_dim 16 it meets torch's CPU bug just as transformers' Llama does.
+        (["local", "strided", "fixed", "local"], 64, 40),
+        (LAYOUTS["all"], 128, 48),  # head_dim 32: the compiled CPU flex kernel, dense layers included
+    ],
+)
+def test_flex_block_masks_equal_the_kernels(layout, hidden_size, seq_len):
+    """FlexAttention with the layouts' BlockMasks (CPU forward) == the SDPA layout kernels."""
+    kernels, _ = pair(layout, hidden_size=hidden_size)
     kernels.eval()
     flex = copy.deepcopy(kernels)
     flex.config._attn_implementation = "flex_attention"
-    ids = torch.randint(0, 100, (2, 40))
-    with torch.no_grad():
-        got, want = flex(ids).logits, kernels(ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
-
-
-def test_flex_block_masks_equal_the_kernels_compiled():
-    """The same with every layout, dense included, at head_dim 32, where the compiled CPU flex kernel runs."""
-    kernels, _ = pair(LAYOUTS["all"], hidden_size=128)
-    kernels.eval()
-    flex = copy.deepcopy(kernels)
-    flex.config._attn_implementation = "flex_attention"
-    ids = torch.randint(0, 100, (2, 48))
+    ids = torch.randint(0, 100, (2, seq_len))
     with torch.no_grad():
         got, want = flex(ids).logits, kernels(ids).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
