@@ -6,9 +6,12 @@ its statistic. ``recomputed_when_saved(output, recompute)`` is a context: inside
 is stored as a marker, and the backward rebuilds it by ``recompute()`` (no gradient; the same ops as the forward, so
 the same values) and takes the same view. The memory of the saved output goes; one elementwise pass per use comes.
 
-Code running inside the context registers more tensors with ``also_recomputed(tensor, recompute)`` (one hook set
-rebuilds them all; a nested context would find the first one's hooks active and stand aside): the attention's
-fused q/k/v projection output and its rotated q/k heads (``attention.py``). A recompute may use another registered
+Code running inside the context registers more tensors with ``also_recomputed(tensor, recompute)``, or with
+``active_recomputation().add`` where it chains rebuilds (one hook set rebuilds them all; a nested context would find
+the first one's hooks active and stand aside): the attention's fused q/k/v projection output and its rotated q/k
+heads (``attention.py``). As with the norm's output, a rebuild reads the weights at backward time: change them in
+place between a forward and its backward and the gradients follow the new weights, where autograd's saved tensors
+would raise instead. A recompute may use another registered
 tensor's rebuilt value (``rebuilder``), so a chain norm -> projection -> rotation keeps only the norm's input.
 A rebuilt tensor is held until the last of its saved views is unpacked, so it is made once: SDPA's backward unpacks
 q, k (views of one rotation) and v (a view of the projection the rotation was rebuilt from): one projection, one
