@@ -358,3 +358,26 @@ def test_cli_engine_ray_keeps_input_order_across_files_and_blocks(ray_session, t
     reports = [json.loads((tmp_path / d / "report.json").read_text()) for d in ("ray", "ref")]
     assert [r.pop("output_files", None) or r.pop("output_file") for r in reports]
     assert reports[0] == reports[1]
+
+
+class DropOddPositions(DocumentStep):
+    """Drops documents at odd input positions: a step that reads ``doc.index``."""
+
+    name = "drop_odd_positions"
+    reads_position = True
+
+    def apply(self, doc: Document):
+        assert doc.index >= 0, "the document was not numbered before a step that reads positions"
+        return self.rule("odd") if doc.index % 2 else None
+
+
+def test_a_step_that_reads_positions_sees_the_datasets_engines_positions(ray_session):
+    """The Ray engine runs a first run of document steps before numbering (position -1), unless one of them
+    declares ``reads_position``: then they see the input positions, as under the datasets engine."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    recipe = [DropOddPositions(), {"step": "length"}, {"step": "exact_dedup"}]
+    reference = clean(_corpus(), recipe)
+    assert reference.report.dropped["drop_odd_positions.odd"] >= 1
+    got = clean(_corpus(), recipe, engine="ray", num_proc=2, batch_size=2)
+    assert _rows(got) == _rows(reference)
+    assert got.report.dropped == reference.report.dropped

@@ -185,6 +185,7 @@ DRIVER = textwrap.dedent(
         """Keeps every document unchanged, slowly, leaving a file naming the node, process and document."""
 
         name = "slow_node_marker"
+        reads_position = True  # its marker names the document's input position
 
         def __init__(self, folder, delay):
             self.folder, self.delay = folder, delay

@@ -96,6 +96,11 @@ class Step:
 class DocumentStep(Step):
     """A step deciding on each document alone; may rewrite ``doc.text``."""
 
+    # apply() reads doc.index (the input position). The datasets engine always sets it; the Ray engine runs the
+    # document steps before the first corpus step ahead of numbering the rows (so the numbered copy it holds is the
+    # smaller, filtered corpus), with doc.index -1 there, unless a step of that run declares this.
+    reads_position: ClassVar[bool] = False
+
     def apply(self, doc: Document) -> str | None:
         """Rewrite doc.text in place if the step transforms; return None to keep, or a rule name to drop."""
         raise NotImplementedError

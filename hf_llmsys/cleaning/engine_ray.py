@@ -277,7 +277,8 @@ def clean_ray(
     ds = dataset.map_batches(prepare_block, fn_args=(text_field,), **run.map_kwargs(batch_size=None))
     del dataset  # a materialised input is released once numbered: the store holds one copy of the corpus
     groups = segments(steps)
-    if groups and not isinstance(groups[0][0], CorpusStep):  # no step reads positions: run before numbering
+    if groups and not isinstance(groups[0][0], CorpusStep) and not any(step.reads_position for step in groups[0]):
+        # no step of this run reads positions: it runs before numbering, so only its output is numbered and held
         ds = ds.map_batches(RunDocumentStepsArrow(groups.pop(0), text_field), **run.map_kwargs())
     numbered, report.documents_in, report.characters_in = number_rows(ds, run.remote_args)
     ds = ds if numbered is None else numbered  # None: no block at all, nothing to number
