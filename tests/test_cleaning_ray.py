@@ -381,3 +381,21 @@ def test_a_step_that_reads_positions_sees_the_datasets_engines_positions(ray_ses
     got = clean(_corpus(), recipe, engine="ray", num_proc=2, batch_size=2)
     assert _rows(got) == _rows(reference)
     assert got.report.dropped == reference.report.dropped
+
+
+def test_a_file_that_fails_to_parse_late_is_named_and_a_steps_error_is_not_a_read_error(ray_session, tmp_path, capsys):
+    """The second file breaks only while the steps stream (after the schema came from the first): the error still
+    names its file and line. Only read errors trigger that local re-read: a step's own error is raised as it is."""
+    from hf_llmsys.cleaning.ray_io import is_read_error
+
+    good = _write_jsonl(tmp_path / "a.jsonl", [f"page number {i} with some words in it." for i in range(2000)])
+    bad = tmp_path / "b.jsonl"
+    bad.write_text("".join(json.dumps({"text": f"other page {i}."}) + "\n" for i in range(50)) + '{"text": broken\n')
+    code = llmsys(["clean", "--engine", "ray", "--input", str(good), str(bad), "--output", str(tmp_path / "out")])
+    assert code == 2 and f"{bad}:51 is not valid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    try:
+        json.loads("{")
+    except ValueError as parse_error:
+        assert is_read_error(parse_error)
+    assert not is_read_error(RuntimeError("a step failed"))

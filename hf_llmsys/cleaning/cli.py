@@ -141,7 +141,14 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
     """`llmsys clean --engine ray`: connect, check the workers, read with Ray Data, clean, write shards."""
     from .engine_ray import INDEX, check_recipe_runs_on_ray, clean_ray
     from .ray_cluster import check_workers_import, configure_data_context, connect
-    from .ray_io import explain_read_error, local_read_error, read_ray_input, resolve_inputs, write_ray_output
+    from .ray_io import (
+        explain_read_error,
+        is_read_error,
+        local_read_error,
+        read_ray_input,
+        resolve_inputs,
+        write_ray_output,
+    )
 
     check_recipe_runs_on_ray(steps)
     resolve_inputs(args.input)  # missing inputs fail before a cluster is touched
@@ -160,6 +167,8 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
             max_examples=args.max_examples,
         )  # fmt: skip
     except Exception as err:  # a file past the first can fail to parse only now, while the steps stream
+        if not is_read_error(err):  # a step's own error: re-reading the corpus would only delay it
+            raise
         precise = local_read_error(args.input, args.text_field, args.lines)
         if precise is None:
             raise

@@ -109,6 +109,21 @@ def local_read_error(inputs: list[str], text_field: str, lines: bool) -> ValueEr
     return None
 
 
+def is_read_error(err: BaseException) -> bool:
+    """Whether `err` (a Ray task error, or what it wraps) came from reading the input: raised in one of Ray Data's
+    read tasks (``ray::Read...``), or pyarrow / json / utf-8 failing to parse."""
+    import json
+
+    import pyarrow as pa
+
+    seen = err
+    while seen is not None:
+        if isinstance(seen, (pa.ArrowException, json.JSONDecodeError, UnicodeDecodeError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "ray::Read" in str(err)  # a remote traceback kept only as text
+
+
 def explain_read_error(err: Exception, inputs: list[str], text_field: str, lines: bool) -> ValueError:
     """A ValueError naming the file and line: local inputs are re-read by the datasets reader, which names both."""
     precise = local_read_error(inputs, text_field, lines)
