@@ -106,12 +106,12 @@ def projection_storages(model, monkeypatch) -> tuple[list, list]:
     for layer in model.model.layers:
         qkv_proj = layer.self_attn.qkv_proj
 
-        def forward(x, qkv_proj=qkv_proj):
-            out = torch.nn.Linear.forward(qkv_proj, x)
+        def linear(x, qkv_proj=qkv_proj):
+            out = type(qkv_proj).linear(qkv_proj, x)
             projections.append(out.untyped_storage()._weak_ref())
             return out
 
-        qkv_proj.forward = forward
+        qkv_proj.linear = linear  # what its training forward and the backward's rebuild call
     rotate = PositionState.rotate
 
     def recording_rotate(self, heads):

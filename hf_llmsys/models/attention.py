@@ -21,6 +21,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
+from .projection import Projection
 from .recompute import active_recomputation, plain_linear
 
 
@@ -94,9 +95,9 @@ class GroupedQueryAttention(nn.Module):
         bias = config.attention_bias
         fused_heads = self.num_heads + 2 * self.num_key_value_heads
         out_bias = getattr(config, "attention_out_bias", None)  # GPT-Neo: no q/k/v bias, but an output bias
-        self.qkv_proj = nn.Linear(config.hidden_size, fused_heads * self.head_dim, bias=bias)
+        self.qkv_proj = Projection(config.hidden_size, fused_heads * self.head_dim, bias=bias)
         o_bias = bias if out_bias is None else out_bias
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
+        self.o_proj = Projection(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
 
     def sliding_window(self) -> int | None:
         """The band width of this layer when the config marks it "sliding_attention" (GPT-3's local layers), else None.
@@ -125,7 +126,8 @@ class GroupedQueryAttention(nn.Module):
         if rebuild_input is None:
             return False
         qkv_shape, heads_qk, rotate = qkv.shape, qk.shape[2], positions.rotate  # captured: no tensor is held
-        recomputation.add(qkv, lambda: self.qkv_proj(rebuild_input()).view(qkv_shape))
+        linear = self.qkv_proj.linear  # the training forward's own F.linear: the rebuild repeats it bitwise
+        recomputation.add(qkv, lambda: linear(rebuild_input()).view(qkv_shape))
         if qk.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr():  # RoPE; else qk is a view of qkv
             rebuild_qkv = recomputation.rebuilder(qkv)
             recomputation.add(qk, lambda: rotate(rebuild_qkv()[:, :, :heads_qk]))

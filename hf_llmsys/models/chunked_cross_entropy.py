@@ -33,6 +33,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .projection import PLAIN_LINEAR_TYPES
+
 # Tokens per chunk: at V = 49,152 one chunk's fp32 logits are 48 MiB. They are alive at the end of the forward,
 # beside every layer's activations: 1,024 (192 MiB) made a SmolLM2-shaped step's peak 0.05 GiB higher than 256,
 # and the (256, H) x (H, V) matmuls run at the speed of larger ones.
@@ -177,6 +179,6 @@ def uses_chunked_loss(model, labels, logits_to_keep=0) -> bool:
         and getattr(model.config, "loss_chunk_size", 0) > 0
         and isinstance(logits_to_keep, int)
         and logits_to_keep == 0
-        and type(head) is torch.nn.Linear
+        and type(head) in PLAIN_LINEAR_TYPES
         and head.bias is None
     )

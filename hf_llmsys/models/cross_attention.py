@@ -16,6 +16,7 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
+from .projection import Projection
 
 
 class CrossAttention(nn.Module):
@@ -33,9 +34,9 @@ class CrossAttention(nn.Module):
         self.scaling = self.head_dim**-0.5 if scale is None else scale
         self.attention_dropout = config.attention_dropout
         inner, bias = self.num_heads * self.head_dim, config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, inner, bias=bias)
-        self.kv_proj = nn.Linear(config.hidden_size, 2 * inner, bias=bias)
-        self.o_proj = nn.Linear(inner, config.hidden_size, bias=bias)
+        self.q_proj = Projection(config.hidden_size, inner, bias=bias)
+        self.kv_proj = Projection(config.hidden_size, 2 * inner, bias=bias)
+        self.o_proj = Projection(inner, config.hidden_size, bias=bias)
 
     def encoder_keys_values(self, encoder_hidden_states: torch.Tensor, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, T, D) of the encoder output: from the cache when already stored, else projected

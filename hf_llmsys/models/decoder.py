@@ -36,6 +36,7 @@ from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
+from .projection import Projection
 from .sparse_layouts import layouts_from_config
 from .token_inputs import embed_token_ids
 
@@ -149,7 +150,7 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
     def __init__(self, config):
         super().__init__(config)
         self.model = self.base_model_class(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Projection(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
+from .projection import Projection
 from .recompute import plain_linear
 
 # Named gated variants -> the activation applied to the gate.
@@ -149,8 +150,8 @@ class MLP(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str, bias: bool = False):
         super().__init__()
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.up_proj = Projection(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = Projection(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -163,8 +164,8 @@ class GatedMLP(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str, bias: bool = False):
         super().__init__()
         self.intermediate_size = intermediate_size
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.gate_up_proj = Projection(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = Projection(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
         self.fused_product = FUSED_GATED_PRODUCTS.get(hidden_act)  # None: autograd's ops
         self.fused_down = FUSED_GATED_DOWN.get(hidden_act)  # None: down_proj(gated_product)

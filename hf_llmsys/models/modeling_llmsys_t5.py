@@ -48,6 +48,7 @@ from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
 from .positions import T5RelativePositionalEncoding
+from .projection import Projection
 from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
@@ -269,7 +270,7 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, Ge
 
     def build_modules(self, config: LlmsysT5Config) -> None:
         super().build_modules(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Projection(config.d_model, config.vocab_size, bias=False)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Labels shifted right with the decoder start (pad) token first (used by data collators)."""

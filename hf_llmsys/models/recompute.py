@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .projection import PLAIN_LINEAR_TYPES
+
 
 @dataclass(frozen=True)
 class RecomputedView:
@@ -152,7 +154,7 @@ def plain_linear(module: torch.nn.Module) -> bool:
     quantized layer, no forward hook), so calling it again, or computing it another way, is unobservable."""
     hooks = torch.nn.modules.module
     return (
-        type(module) is torch.nn.Linear
+        type(module) in PLAIN_LINEAR_TYPES
         and not (module._forward_hooks or module._forward_pre_hooks)
         and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
     )

@@ -29,9 +29,9 @@ import inspect
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..data.sft_labels import IGNORE_INDEX
+from ..models.projection import PLAIN_LINEAR_TYPES
 
 
 def supervised_positions(labels: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,7 @@ def enable_chunked_loss(model, chunk_size: int, training_args) -> tuple[bool, st
         why_not = "--loss_chunk_size 0"
     elif getattr(training_args, "label_smoothing_factor", 0):
         why_not = "label smoothing is on (--label_smoothing_factor): the Trainer smooths full logits"
-    elif type(base.get_output_embeddings()) is not nn.Linear:
+    elif type(base.get_output_embeddings()) not in PLAIN_LINEAR_TYPES:
         why_not = "its LM head is wrapped (an adapter on lm_head)"
     base.config.loss_chunk_size = 0 if why_not else chunk_size
     return not why_not, why_not

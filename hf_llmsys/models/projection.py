@@ -1,0 +1,82 @@
+"""The linear projection of every hf-llmsys block: ``nn.Linear``, with few-row CPU inference through large weights
+in the faster BLAS call.
+
+Shapes: x (..., in_features) -> (..., out_features), y = x Wᵀ + b with W (out_features, in_features), as ``nn.Linear``.
+
+A decode step projects a handful of rows (one per sequence or beam) through every weight, so it is bound by reading
+the weights. ``F.linear`` asks the BLAS for x Wᵀ; the same product written (W xᵀ)ᵀ is another BLAS call, with the
+weight as the left, untransposed operand (``_weight_major``). Measured on an AMD EPYC (AVX2, torch 2.13's MKL
+2024.2, 2 threads, fp32), each weight streamed from memory as in a decode step (cycling through copies of it
+beyond the cache; ``scripts/bench/llama_vs_hf.py`` measures the whole decode):
+
+- the LM head (32000 x 512, 49152 x 576): 1.5-2.1x faster at one row, 1.9-2.7x at 8 rows;
+- weights of >= 1M elements (2752 x 512, 3072 x 576): 1.02-1.36x;
+- smaller ones (512 x 512 up to 512 x 1376): 0.73-1.42x, no consistent winner.
+
+So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` and at most ``MAX_ROWS`` rows; one
+row is repeated to two (a matrix product instead of MKL's slower matrix-vector one) and one result kept. The rule
+is fixed, not timed at run time: a choice timed per call would make the same input give different float rounding
+from one call (or process) to the next. Results differ from ``F.linear`` by float rounding only (another summation
+order), and are the same for the same rows, weight and input every time.
+
+Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
+and dtypes than CPU float32 with MKL (only measured there), tensor subclasses, ``torch.compile`` (inductor picks its
+own kernels). ``Projection.weight_major_inference = False`` turns it off. ``plain_linear`` checks (fused training
+functions, the chunked loss) treat a ``Projection`` as the plain ``nn.Linear`` it computes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_MKL = torch.backends.mkl.is_available()  # the BLAS the orientations were measured with
+MAX_ROWS = 64  # a decode step's rows (batch x beams)
+MIN_WEIGHT_ELEMENTS = 1 << 20  # 4 MiB of fp32: below, neither call wins consistently (module docstring)
+
+
+def _weight_major(flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(R, in) -> (R, out) as (W xᵀ + b)ᵀ, the weight the left operand; one row is repeated to two and one result
+    kept. The right operand stays a transposed view of the rows: the layout measured (a contiguous copy of it is
+    2-3x slower in MKL)."""
+    rows = flat if flat.shape[0] > 1 else flat.expand(2, -1).contiguous()  # (R, in) or (2, in)
+    rhs = rows.t()  # (in, R)
+    out = torch.mm(weight, rhs) if bias is None else torch.addmm(bias[:, None], weight, rhs)  # (out, R or 2)
+    return out[:, : flat.shape[0]].t().contiguous()
+
+
+class Projection(nn.Linear):
+    """``nn.Linear`` (same parameters, state dict, init and adapters: PEFT's LoRA wraps it as a Linear) whose
+    few-row CPU float32 inference through a large weight runs as ``_weight_major`` (module docstring)."""
+
+    weight_major_inference: bool = True
+
+    def runs_weight_major(self, x: torch.Tensor) -> bool:
+        weight = self.weight
+        return (
+            self.weight_major_inference
+            and not torch.compiler.is_compiling()
+            and x.device.type == "cpu"
+            and x.dtype == weight.dtype == torch.float32
+            and type(x) is torch.Tensor
+            and type(weight) is nn.Parameter
+            and _MKL
+            and weight.numel() >= MIN_WEIGHT_ELEMENTS
+            and 0 < x.numel() <= MAX_ROWS * x.shape[-1]
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        )
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """F.linear(x, weight, bias): what every other forward computes (a training forward included), so a
+        backward that rebuilds this output calls it and gets the forward's values bitwise."""
+        return nn.functional.linear(x, self.weight, self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.runs_weight_major(x):
+            return self.linear(x)
+        with torch.no_grad():
+            out = _weight_major(x.reshape(-1, x.shape[-1]), self.weight, self.bias)  # (R, out)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+PLAIN_LINEAR_TYPES = (nn.Linear, Projection)  # modules whose forward is exactly F.linear(x, weight, bias) in value
