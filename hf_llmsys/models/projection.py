@@ -9,7 +9,7 @@ weight as the left, untransposed operand (``_weight_major``). Measured on an AMD
 2024.2, 2 threads, fp32), each weight streamed from memory as in a decode step (cycling through copies of it
 beyond the cache; ``scripts/bench/llama_vs_hf.py`` measures the whole decode):
 
-- the LM head (32000 x 512, 49152 x 576): 1.5-2.1x faster at one row, 1.9-2.7x at 8 rows;
+- the LM head (32000 x 512, 49152 x 576): 1.3-1.9x faster at one row, 1.9-2.8x at 8 rows;
 - weights of >= 1M elements (2752 x 512, 3072 x 576): 1.02-1.36x;
 - smaller ones (512 x 512 up to 512 x 1376): 0.73-1.42x, no consistent winner.
 
@@ -52,18 +52,19 @@ class Projection(nn.Linear):
     weight_major_inference: bool = True
 
     def runs_weight_major(self, x: torch.Tensor) -> bool:
+        """Cheapest tests first: most calls (small weights, training batches) are decided by the first four."""
         weight = self.weight
         return (
             self.weight_major_inference
-            and not torch.compiler.is_compiling()
-            and x.device.type == "cpu"
-            and x.dtype == weight.dtype == torch.float32
-            and type(x) is torch.Tensor
-            and type(weight) is nn.Parameter
             and _MKL
             and weight.numel() >= MIN_WEIGHT_ELEMENTS
             and 0 < x.numel() <= MAX_ROWS * x.shape[-1]
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and x.dtype == weight.dtype == torch.float32
+            and x.device.type == "cpu"
+            and type(x) is torch.Tensor
+            and type(weight) is nn.Parameter
+            and not torch.compiler.is_compiling()
         )
 
     def linear(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,8 +75,7 @@ class Projection(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.runs_weight_major(x):
             return self.linear(x)
-        with torch.no_grad():
-            out = _weight_major(x.reshape(-1, x.shape[-1]), self.weight, self.bias)  # (R, out)
+        out = _weight_major(x.reshape(-1, x.shape[-1]), self.weight, self.bias)  # (R, out); nothing needs a gradient
         return out.view(*x.shape[:-1], self.out_features)
 
 
