@@ -17,7 +17,7 @@ from hf_llmsys import (
     LlmsysT5Config,
     LlmsysT5ForConditionalGeneration,
 )
-from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, logsumexp_rows, shift_labels
+from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels, softmax_in_place
 
 V, H = 97, 24
 
@@ -140,9 +140,15 @@ def test_one_weight_sized_tensor_per_step_and_a_retained_graph_still_works(dtype
     assert torch.equal(first, expected) and torch.equal(weight.grad, expected)
 
 
-def test_logsumexp_in_rows_equals_torchs():
+def test_softmax_in_place_gives_torchs_log_normaliser_and_softmax_in_the_logits_storage():
     logits = torch.randn(300, V) * 4
-    torch.testing.assert_close(logsumexp_rows(logits), torch.logsumexp(logits, dim=-1), rtol=0, atol=0)
+    logits[0, 0] = 1e4  # a row dominated by one logit: the max is subtracted before the exp
+    expected_lse, expected_softmax = torch.logsumexp(logits, dim=-1), torch.softmax(logits, dim=-1)
+    storage = logits.data_ptr()
+    lse = softmax_in_place(logits)
+    torch.testing.assert_close(lse, expected_lse, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(logits, expected_softmax, rtol=1e-6, atol=1e-7)
+    assert logits.data_ptr() == storage and torch.isfinite(lse).all()
 
 
 def test_bad_chunk_size_is_clear():

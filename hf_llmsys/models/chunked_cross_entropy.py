@@ -14,7 +14,7 @@ in fp32, turned into that chunk's gradients, and freed before the next. Gradient
 
 so the backward only scales the saved (N, H) and (V, H) gradients by the incoming scalar (in place, when the graph
 is not kept for another backward): no recomputation, peak memory O(C * V + N * H + V * H). The weight gradient is
-accumulated in place (``addmm_``) and the log-normaliser taken a few rows at a time (``logsumexp_rows``), so the
+accumulated in place (``addmm_``) and the softmax written over the chunk's logits (``softmax_in_place``), so the
 vocabulary-sized tensors alive at once are one chunk's logits and the (V, H) accumulator: at the end of a training
 forward, where every layer's activations are alive too, this is the step's peak. In bf16 the matmuls run in bf16 and the softmax, the loss and the weight-gradient
 sum in fp32, as the plain path's fp32 loss over bf16 logits does. Loss and gradients equal the plain path's
@@ -39,7 +39,6 @@ from .projection import PLAIN_LINEAR_TYPES
 # beside every layer's activations: 1,024 (192 MiB) made a SmolLM2-shaped step's peak 0.05 GiB higher than 256,
 # and the (256, H) x (H, V) matmuls run at the speed of larger ones.
 DEFAULT_CHUNK_SIZE = 256
-LSE_ROWS = 128  # rows per torch.logsumexp call: its (rows, V) temporary is half a default chunk's logits
 
 
 def shift_labels(labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
@@ -47,13 +46,18 @@ def shift_labels(labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
 
 
-def logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
-    """(C, V) fp32 -> log sum exp over each row (C,), as ``torch.logsumexp`` computes it (max + log sum exp(x - max))
-    but with one (C, V) temporary at a time in rows of ``LSE_ROWS``: torch's keeps a whole (C, V) ``x - max``."""
-    out = torch.empty(logits.shape[0], dtype=logits.dtype, device=logits.device)
-    for start in range(0, logits.shape[0], LSE_ROWS):
-        out[start : start + LSE_ROWS] = torch.logsumexp(logits[start : start + LSE_ROWS], dim=-1)
-    return out
+def softmax_in_place(logits: torch.Tensor) -> torch.Tensor:
+    """(C, V) fp32 logits -> their log-normaliser lse (C,), leaving softmax(logits) in the logits' own storage.
+
+    torch's formula, ``lse = max + log sum exp(x - max)``, with one exp over the chunk: ``exp(x - max)`` is written
+    in place, its row sums give lse and, divided by them, the softmax. (``torch.logsumexp`` then ``exp(x - lse)``
+    takes the exp of every logit twice and keeps a (C, V) ``x - max`` temporary: the exp is the costliest
+    element-wise op of the loss.) No (C, V) tensor besides the logits is made."""
+    row_max = logits.amax(dim=-1, keepdim=True)  # (C, 1)
+    exps = logits.sub_(row_max).exp_()  # (C, V), in place
+    sums = exps.sum(dim=-1, keepdim=True)  # (C, 1)
+    exps.div_(sums)
+    return (row_max + sums.log()).squeeze(-1)
 
 
 def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:
@@ -83,14 +87,15 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 t = targets[start : start + chunk_size]
                 keep = None if valid is None else valid[start : start + chunk_size].to(torch.float32)  # (C,)
                 logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensor live: this chunk's
-                lse = logsumexp_rows(logits)  # (C,)
-                row_loss = lse - logits.gather(1, t[:, None]).squeeze(1)
+                target_logits = logits.gather(1, t[:, None]).squeeze(1)  # (C,)
+                lse = softmax_in_place(logits)  # (C,); logits now hold the softmax
+                row_loss = lse - target_logits
                 if z_loss_coefficient:
                     row_loss = row_loss + z_loss_coefficient * lse.square()
                 total += row_loss.sum() if keep is None else (row_loss * keep).sum()
                 if not (need_hidden or need_weight):
                     continue
-                grad_logits = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                grad_logits = logits  # the softmax
                 if z_loss_coefficient:
                     grad_logits.mul_((1 + 2 * z_loss_coefficient * lse)[:, None])
                 grad_logits[torch.arange(t.shape[0], device=t.device), t] -= 1
