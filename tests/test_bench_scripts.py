@@ -69,8 +69,12 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
                 "--memory-allocator", "returning", "--json", str(out)])  # fmt: skip
     results = json.loads(out.read_text())
     (fp32,) = results["training"]
-    for name in ("ours", "theirs", "ours_compiled", "theirs_compiled"):
+    for name in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled"):
         assert fp32[name]["tokens_per_s"] > 0 and len(fp32[name]["losses"]) == results["workload"]["steps"]
+    # ours trains with the chunked loss by default (as llmsys train / sft do), beside the plain loss: same losses
+    assert fp32["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE and fp32["plain_loss_ratio"] > 0
+    assert fp32["ours"]["losses"] == pytest.approx(fp32["ours_plain_loss"]["losses"], rel=1e-5)
+    assert fp32["ours"]["losses"] == pytest.approx(fp32["theirs"]["losses"], rel=1e-4)
     assert fp32["ours_compiled"]["losses"] == pytest.approx(fp32["ours"]["losses"], rel=1e-4)
     assert fp32["compiled_ratio"] > 0 and fp32["ratio_vs_theirs_compiled"] > 0
     load = results["load_time"]

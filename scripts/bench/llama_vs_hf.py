@@ -7,7 +7,9 @@ and gate/up fused on load), so the two hold identical weights; the logits are ch
 anything is timed, and the run aborts otherwise.
 
 1. Training throughput: tokens/s of forward + backward + AdamW step (labels = input_ids, random tokens), in fp32
-   and in bf16 autocast. Each model trains its own copy. Steps are interleaved (A B B A A B ...: the order
+   and in bf16 autocast. Each model trains its own copy. Ours trains as ``llmsys train`` / ``sft`` train it, with
+   the chunked loss (``--train-loss-chunk-size``, default 256 tokens a chunk), and also with the plain loss
+   (``ours_plain_loss``): same loss and gradients, one without the full logits. Steps are interleaved (A B B A A B ...: the order
    alternates each round so neither model always runs right after the other); warm-up steps are discarded and
    the median step time is reported.
 2. Greedy decode: batch 1, a random prompt, ``generate(do_sample=False, max_new_tokens=N, min_new_tokens=N)``
@@ -149,7 +151,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="glibc: the default malloc, whose peak RSS includes freed memory it keeps; returning: "
                              "glibc with MALLOC_MMAP_THRESHOLD_=131072, so every freed tensor goes back to the OS "
                              "and the peak RSS is the live tensors' peak (slower: page faults)")  # fmt: skip
-    parser.add_argument("--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="ours: config.loss_chunk_size")
+    parser.add_argument(
+        "--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="peak memory, ours: config.loss_chunk_size"
+    )
+    parser.add_argument(
+        "--train-loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+        help="training speed, ours: config.loss_chunk_size (default: llmsys train / sft's); > 0 also times ours "
+        "with the plain loss (0) as ours_plain_loss",
+    )  # fmt: skip
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side")
     parser.add_argument("--memory-child", choices=["ours", "theirs"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
@@ -231,16 +240,35 @@ def compiled(model, backend: str):
     return torch.compile(model, backend=backend)
 
 
+PLAIN_LOSS_SUFFIX = "_plain_loss"
+
+
+def training_variants(models: dict, loss_chunk_size: int) -> dict:
+    """The models to train, each a copy in train mode (the decode models' weights stay untouched): ours with
+    ``config.loss_chunk_size = loss_chunk_size``, as ``llmsys train`` and ``llmsys sft`` train it by default (the
+    chunked linear cross-entropy, ``models/chunked_cross_entropy.py``); when that is > 0 also ours with the plain
+    loss (``ours_plain_loss``, the model's own default outside those jobs); transformers' Llama as it is."""
+    variants = {}
+    for name, model in models.items():
+        variants[name] = copy.deepcopy(model).train()
+        if name == "ours":
+            variants[name].config.loss_chunk_size = loss_chunk_size
+            if loss_chunk_size:
+                variants[name + PLAIN_LOSS_SUFFIX] = copy.deepcopy(model).train()
+                variants[name + PLAIN_LOSS_SUFFIX].config.loss_chunk_size = 0
+    return variants
+
+
 def bench_training(models: dict, precision: str, args, vocab_size: int, flops_per_token: float, peak: float) -> dict:
     """Median tokens/s of forward + backward + AdamW step for each model (eager and, with --compile, compiled),
     steps interleaved; MFU against the measured matmul peak of this precision."""
     autocast = precision == "bf16"
     trainees, optimizers = {}, {}
-    for name, model in models.items():
-        trainees[name] = copy.deepcopy(model).train()  # keep the decode models' weights untouched
-        optimizers[name] = torch.optim.AdamW(trainees[name].parameters(), lr=1e-4)
-        if args.compile:
-            clone = copy.deepcopy(model).train()
+    for name, model in training_variants(models, args.train_loss_chunk_size).items():
+        trainees[name] = model
+        optimizers[name] = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        if args.compile and not name.endswith(PLAIN_LOSS_SUFFIX):
+            clone = copy.deepcopy(model)
             optimizers[f"{name}_compiled"] = torch.optim.AdamW(clone.parameters(), lr=1e-4)
             trainees[f"{name}_compiled"] = compiled(clone, args.compile_backend)
     gen = torch.Generator().manual_seed(args.seed + 2)
@@ -279,6 +307,11 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
             "losses": losses[name],
         }
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
+    result["loss_chunk_size"] = args.train_loss_chunk_size
+    if "ours" + PLAIN_LOSS_SUFFIX in result:
+        result["plain_loss_ratio"] = (
+            result["ours" + PLAIN_LOSS_SUFFIX]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
+        )
     if args.compile:
         theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
         result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
@@ -557,7 +590,7 @@ def profile_training_step(model, args, vocab_size: int, precision: str = "bf16",
     optimizer and glue: what fusing can remove)."""
     from torch.profiler import ProfilerActivity, profile
 
-    trainee = copy.deepcopy(model).train()
+    trainee = training_variants({"ours": model}, args.train_loss_chunk_size)["ours"]
     optimizer = torch.optim.AdamW(trainee.parameters(), lr=1e-4)
     ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
 
@@ -614,13 +647,18 @@ def print_report(results: dict) -> None:
             f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak"
         )
         for r in results["training"]:
-            columns = [n for n in ("ours", "theirs", "ours_compiled", "theirs_compiled") if n in r]
+            columns = [
+                n for n in ("ours", "ours" + PLAIN_LOSS_SUFFIX, "theirs", "ours_compiled", "theirs_compiled") if n in r
+            ]
             log(f"  {r['precision']} (load {machine_limits.fmt_load(r['load'])})")
             for name in columns:
                 log(f"    {name:16s} {r[name]['tokens_per_s']:10.1f} tok/s  {r[name]['median_step_s']:8.3f} s/step  "
                     f"MFU {pct(r[name]['mfu'])}")  # fmt: skip
             goal = TRAIN_GOAL if r["precision"] == "fp32" else BF16_GOAL
-            log(f"    ours / theirs eager     {verdict(r['ratio'], goal)}")
+            loss = f"chunked loss, {r['loss_chunk_size']} tokens a chunk" if r["loss_chunk_size"] else "plain loss"
+            log(f"    ours / theirs eager     {verdict(r['ratio'], goal)}  (ours: {loss})")
+            if "plain_loss_ratio" in r:
+                log(f"    ours with the plain loss / theirs eager {r['plain_loss_ratio']:5.2f}x")
             if "ratio_vs_theirs_compiled" in r:
                 log(f"    ours / theirs compiled  {verdict(r['ratio_vs_theirs_compiled'], TRAIN_COMPILED_GOAL)}")
                 log(f"    ours compiled / theirs compiled {r['compiled_ratio']:5.2f}x")
