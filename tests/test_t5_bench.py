@@ -25,8 +25,11 @@ def test_t5_vs_hf_tiny(tmp_path):
     pairs = zip(training["ours"]["losses"], training["theirs"]["losses"], strict=True)
     assert all(abs(a - b) < 1e-4 for a, b in pairs)  # same weights, same batches: the two models train alike
     assert training["ratio"] > 0 and training["cpu_ratio"] > 0 and len(training["ours"]["step_s"]) == 2
-    for name in ("ours", "theirs", "ours_compiled", "theirs_compiled"):
+    for name in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled"):
         assert training[name]["tokens_per_s"] > 0 and 0 < training[name]["mfu"]
+    # ours trains with the chunked loss, as llmsys train does, beside the plain loss: the same losses
+    assert training["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE and training["plain_loss_ratio"] > 0
+    assert training["ours"]["losses"] == [pytest.approx(x, rel=1e-5) for x in training["ours_plain_loss"]["losses"]]
     assert training["ours_compiled"]["losses"] == [pytest.approx(x, rel=1e-4) for x in training["ours"]["losses"]]
     assert training["compiled_ratio"] > 0 and training["ratio_vs_theirs_compiled"] > 0
     assert results["limits"]["peak_flops_fp32"] > 0 and len(results["machine_before"]["load_average"]) == 3

@@ -8,7 +8,9 @@ Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on 
 
 1. Training throughput: tokens/s (encoder + decoder tokens) of forward + backward + AdamW step on random
    span-corruption-shaped batches (input_length encoder tokens, target_length labels), steps interleaved
-   (A B, B A, ...), warm-up discarded, median step time.
+   (A B, B A, ...), warm-up discarded, median step time. Ours trains as ``llmsys train --model_type llmsys_t5``
+   trains it, with the chunked loss (``--train-loss-chunk-size``, default 256), and also with the plain loss
+   (``ours_plain_loss``).
 2. Beam search latency: batch 1, ``generate(num_beams=4, length_penalty=0.6, max_new_tokens=N,
    min_new_tokens=N)`` (transformers' length penalty in both, so the outputs must be identical, and are checked),
    interleaved repetitions, median wall time of the whole call.
@@ -50,6 +52,7 @@ from transformers.utils import logging as hf_logging
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.models import T5_PRESETS
+from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -74,6 +77,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-beams", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="timed beam-search runs per model")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--train-loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+        help="ours: config.loss_chunk_size in training (default: llmsys train's); > 0 also times ours with the "
+        "plain loss (0) as ours_plain_loss",
+    )  # fmt: skip
     parser.add_argument("--compile", action="store_true", help="add torch.compile'd training columns (both sides)")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     parser.add_argument("--skip-limits", action="store_true", help="skip measuring the matmul peak")
@@ -159,12 +167,31 @@ def bench_load(models: dict, workdir: Path, repeats: int) -> dict:
     return result
 
 
+PLAIN_LOSS_SUFFIX = "_plain_loss"
+
+
+def training_variants(models: dict, loss_chunk_size: int) -> dict:
+    """The models to train, each a copy in train mode: ours with ``config.loss_chunk_size = loss_chunk_size``, as
+    ``llmsys train --model_type llmsys_t5`` trains it by default (the chunked linear cross-entropy), and when that is
+    > 0 also with the plain loss (``ours_plain_loss``, the model's own default outside the job); transformers' T5
+    as it is."""
+    variants = {}
+    for name, model in models.items():
+        variants[name] = copy.deepcopy(model).train()
+        if name == "ours":
+            variants[name].config.loss_chunk_size = loss_chunk_size
+            if loss_chunk_size:
+                variants[name + PLAIN_LOSS_SUFFIX] = copy.deepcopy(model).train()
+                variants[name + PLAIN_LOSS_SUFFIX].config.loss_chunk_size = 0
+    return variants
+
+
 def bench_training(models: dict, args, vocab_size: int) -> dict:
     """Median (encoder + decoder) tokens/s of forward + backward + AdamW step, steps interleaved."""
-    trainees = {name: copy.deepcopy(model).train() for name, model in models.items()}
+    trainees = training_variants(models, args.train_loss_chunk_size)
     if args.compile:
-        for name, model in models.items():
-            trainees[f"{name}_compiled"] = torch.compile(copy.deepcopy(model).train(), backend=args.compile_backend)
+        for name in models:
+            trainees[f"{name}_compiled"] = torch.compile(copy.deepcopy(trainees[name]), backend=args.compile_backend)
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in trainees.items()}
     gen = torch.Generator().manual_seed(args.seed + 2)
     tokens = args.batch * (args.input_length + args.target_length)
@@ -197,6 +224,11 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
                         "losses": losses[name]}  # fmt: skip
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     result["cpu_ratio"] = result["ours"]["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
+    result["loss_chunk_size"] = args.train_loss_chunk_size
+    if "ours" + PLAIN_LOSS_SUFFIX in result:
+        plain = result["ours" + PLAIN_LOSS_SUFFIX]
+        result["plain_loss_ratio"] = plain["tokens_per_s"] / result["theirs"]["tokens_per_s"]
+        result["plain_loss_cpu_ratio"] = plain["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
     if args.compile:
         theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
         result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
@@ -276,13 +308,19 @@ def main(argv=None) -> dict:
     results["machine_after"] = machine()
     training, beam_search = results["training"], results["beam_search"]
     log("")
-    for name in [n for n in ("ours", "theirs", "ours_compiled", "theirs_compiled") if n in training]:
+    for name in [n for n in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled") if n in training]:
         mfu = training[name]["mfu"]
         log(f"training  {name:16s} {training[name]['tokens_per_s']:10.1f} tok/s  "
             f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} (fp32 peak)")  # fmt: skip
+    chunk = training["loss_chunk_size"]
+    loss = f"chunked loss, {chunk} tokens a chunk" if chunk else "plain loss"
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
-        f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); load "
-        f"{machine_limits.fmt_load(training['load'])}")  # fmt: skip
+        f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
+        f"{loss}; "
+        f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
+    if "plain_loss_ratio" in training:
+        log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "
+            f"{training['plain_loss_cpu_ratio']:.2f}x")  # fmt: skip
     if args.compile:
         log(f"training  ours / transformers compiled {training['ratio_vs_theirs_compiled']:.2f}x; compiled / "
             f"compiled {training['compiled_ratio']:.2f}x")  # fmt: skip
