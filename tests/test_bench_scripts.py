@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,15 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     assert fp32["ours"]["losses"] == pytest.approx(fp32["ours_plain_loss"]["losses"], rel=1e-5)
     assert fp32["ours"]["losses"] == pytest.approx(fp32["theirs"]["losses"], rel=1e-4)
     assert fp32["ours_compiled"]["losses"] == pytest.approx(fp32["ours"]["losses"], rel=1e-4)
+    # the round-by-round speed ratios: each round's reference step time over ours, median and quartiles
+    pairs = {"ours/theirs": ("ours", "theirs"), "ours/theirs_compiled": ("ours", "theirs_compiled")}
+    for key, (name, reference) in pairs.items():
+        rounds = fp32["per_round"][key]
+        ratios = [ref / own for own, ref in zip(fp32[name]["step_s"], fp32[reference]["step_s"], strict=True)]
+        assert rounds["rounds"] == len(ratios) and rounds["median"] == pytest.approx(statistics.median(ratios))
+        assert min(ratios) <= rounds["q1"] <= rounds["median"] <= rounds["q3"] <= max(ratios)
+    assert set(fp32["per_round"]) == {"ours/theirs", "ours_plain_loss/theirs", "ours/theirs_compiled",
+                                      "ours_compiled/theirs_compiled"}  # fmt: skip
     assert fp32["compiled_ratio"] > 0 and fp32["ratio_vs_theirs_compiled"] > 0
     load = results["load_time"]
     assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0

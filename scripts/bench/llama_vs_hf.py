@@ -316,7 +316,35 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
         theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
         result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
         result["compiled_ratio"] = result["ours_compiled"]["tokens_per_s"] / theirs_compiled
+    result["per_round"] = {
+        f"{name}/{reference}": per_round_ratio(times[name], times[reference])
+        for name, reference in PAIRS
+        if name in times and reference in times
+    }
     return result
+
+
+# (ours side, transformers side) pairs whose speed ratio is also taken round by round
+PAIRS = (
+    ("ours", "theirs"),
+    ("ours" + PLAIN_LOSS_SUFFIX, "theirs"),
+    ("ours", "theirs_compiled"),
+    ("ours_compiled", "theirs_compiled"),
+)
+
+
+def per_round_ratio(times: list[float], reference_times: list[float]) -> dict:
+    """Speed of one model over another from the steps they ran in the same round (reference step time / step
+    time, > 1: faster): median and quartiles. Rounds are back to back, so a slow spell of the machine hits both
+    sides of a round; the ratio of the two medians can mix a slow round of one side with a fast one of the other."""
+    ratios = sorted(ref / own for own, ref in zip(times, reference_times, strict=True))
+    quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    return {"median": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2], "rounds": len(ratios)}
+
+
+def fmt_round(r: dict, key: str) -> str:
+    pr = r.get("per_round", {}).get(key)
+    return "" if pr is None else f"; per round {pr['median']:.2f}x (quartiles {pr['q1']:.2f}-{pr['q3']:.2f}x)"
 
 
 # ----------------------------------------------------------------------------------------------------- decode
@@ -656,12 +684,15 @@ def print_report(results: dict) -> None:
                     f"MFU {pct(r[name]['mfu'])}")  # fmt: skip
             goal = TRAIN_GOAL if r["precision"] == "fp32" else BF16_GOAL
             loss = f"chunked loss, {r['loss_chunk_size']} tokens a chunk" if r["loss_chunk_size"] else "plain loss"
-            log(f"    ours / theirs eager     {verdict(r['ratio'], goal)}  (ours: {loss})")
+            log(f"    ours / theirs eager     {verdict(r['ratio'], goal)}  (ours: {loss}){fmt_round(r, 'ours/theirs')}")
             if "plain_loss_ratio" in r:
-                log(f"    ours with the plain loss / theirs eager {r['plain_loss_ratio']:5.2f}x")
+                log(f"    ours with the plain loss / theirs eager {r['plain_loss_ratio']:5.2f}x"
+                    f"{fmt_round(r, 'ours_plain_loss/theirs')}")  # fmt: skip
             if "ratio_vs_theirs_compiled" in r:
-                log(f"    ours / theirs compiled  {verdict(r['ratio_vs_theirs_compiled'], TRAIN_COMPILED_GOAL)}")
-                log(f"    ours compiled / theirs compiled {r['compiled_ratio']:5.2f}x")
+                log(f"    ours / theirs compiled  {verdict(r['ratio_vs_theirs_compiled'], TRAIN_COMPILED_GOAL)}"
+                    f"{fmt_round(r, 'ours/theirs_compiled')}")  # fmt: skip
+                log(f"    ours compiled / theirs compiled {r['compiled_ratio']:5.2f}x"
+                    f"{fmt_round(r, 'ours_compiled/theirs_compiled')}")  # fmt: skip
             if r["precision"] == "bf16":
                 best = max(r[n]["mfu"] for n in columns if n.startswith("ours"))
                 log(f"    ours bf16 MFU {pct(best)} (goal >= {pct(BF16_MFU_GOAL)}: "
