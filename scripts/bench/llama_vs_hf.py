@@ -69,6 +69,7 @@ from transformers.utils import logging as hf_logging
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -416,10 +417,16 @@ def bench_decode(models: dict, args, vocab_size: int, batch: int = 1, weight_byt
     return result
 
 
+def generate_cache(model) -> GrowingCache:
+    """The cache our ``generate`` decodes with (``GrowingCache``: no re-concatenation per token); a forward given
+    none builds transformers' ``DynamicCache``, which copies every cached key and value again each step."""
+    return GrowingCache(config=model.config.get_text_config(decoder=True))
+
+
 def decode_steps(model, prompt: torch.Tensor, steps: int) -> None:
     """Prefill, then ``steps`` single-token greedy forwards with the KV cache: the model's own per-token work,
     without generate's bookkeeping (logits processors, stopping criteria, input preparation)."""
-    out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), cache=generate_cache(model), logits_to_keep=1)
     cache = out.cache
     mask = torch.ones(1, prompt.shape[1] + steps, dtype=torch.long)
     token = out.logits[:, -1].argmax(-1, keepdim=True)
@@ -455,7 +462,7 @@ def profile_decode(model, args, vocab_size: int, top: int = 20) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     # Prefill outside the profiled regions; the profiler sees n steps, cProfile the next n on the same cache.
-    out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=prompt, attention_mask=torch.ones_like(prompt), cache=generate_cache(model), logits_to_keep=1)
     cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
     mask = torch.ones(1, prompt.shape[1] + 2 * n, dtype=torch.long)
 
