@@ -73,6 +73,7 @@ from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+from loss_variants import PLAIN_LOSS_SUFFIX, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
 
 TRAIN_GOAL = 1.05  # ours / transformers tokens/s (fp32, eager)
 TRAIN_COMPILED_GOAL = 1.0  # ours / transformers compiled (fp32)
@@ -239,25 +240,6 @@ def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
 def compiled(model, backend: str):
     """``torch.compile`` of a model, the same way for both sides."""
     return torch.compile(model, backend=backend)
-
-
-PLAIN_LOSS_SUFFIX = "_plain_loss"
-
-
-def training_variants(models: dict, loss_chunk_size: int) -> dict:
-    """The models to train, each a copy in train mode (the decode models' weights stay untouched): ours with
-    ``config.loss_chunk_size = loss_chunk_size``, as ``llmsys train`` and ``llmsys sft`` train it by default (the
-    chunked linear cross-entropy, ``models/chunked_cross_entropy.py``); when that is > 0 also ours with the plain
-    loss (``ours_plain_loss``, the model's own default outside those jobs); transformers' Llama as it is."""
-    variants = {}
-    for name, model in models.items():
-        variants[name] = copy.deepcopy(model).train()
-        if name == "ours":
-            variants[name].config.loss_chunk_size = loss_chunk_size
-            if loss_chunk_size:
-                variants[name + PLAIN_LOSS_SUFFIX] = copy.deepcopy(model).train()
-                variants[name + PLAIN_LOSS_SUFFIX].config.loss_chunk_size = 0
-    return variants
 
 
 def bench_training(models: dict, precision: str, args, vocab_size: int, flops_per_token: float, peak: float) -> dict:

@@ -56,6 +56,7 @@ from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+from loss_variants import PLAIN_LOSS_SUFFIX, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
 
 GOAL = 1.1
 LOGITS_TOL = 1e-4
@@ -165,25 +166,6 @@ def bench_load(models: dict, workdir: Path, repeats: int) -> dict:
     log(f"  load ours {result['ours']['median_s']:.3f} s, theirs {result['theirs']['median_s']:.3f} s, "
         f"load {machine_limits.fmt_load(result['load'])}")  # fmt: skip
     return result
-
-
-PLAIN_LOSS_SUFFIX = "_plain_loss"
-
-
-def training_variants(models: dict, loss_chunk_size: int) -> dict:
-    """The models to train, each a copy in train mode: ours with ``config.loss_chunk_size = loss_chunk_size``, as
-    ``llmsys train --model_type llmsys_t5`` trains it by default (the chunked linear cross-entropy), and when that is
-    > 0 also with the plain loss (``ours_plain_loss``, the model's own default outside the job); transformers' T5
-    as it is."""
-    variants = {}
-    for name, model in models.items():
-        variants[name] = copy.deepcopy(model).train()
-        if name == "ours":
-            variants[name].config.loss_chunk_size = loss_chunk_size
-            if loss_chunk_size:
-                variants[name + PLAIN_LOSS_SUFFIX] = copy.deepcopy(model).train()
-                variants[name + PLAIN_LOSS_SUFFIX].config.loss_chunk_size = 0
-    return variants
 
 
 def bench_training(models: dict, args, vocab_size: int) -> dict:
