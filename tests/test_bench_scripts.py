@@ -59,6 +59,19 @@ def test_llama_vs_hf_quick_tiny(tmp_path):
     assert profile["precision"] == "bf16" and 0 < profile["matmul_share"] < 1 and profile["top_ops_ms"]
 
 
+def test_llama_vs_hf_shapes():
+    """--shape smollm2 times SmolLM2-135M's shape (transformers' LlamaConfig kwargs of our preset); --tiny wins."""
+    from transformers import LlamaConfig
+
+    bench = _load_script("llama_vs_hf")
+    name, shape = bench.model_shape(bench.parse_args(["--shape", "smollm2"]))
+    config = LlamaConfig(**shape)
+    assert name == "smollm2" and config.vocab_size == 49152 and config.num_hidden_layers == 30
+    assert config.hidden_size == 576 and config.num_key_value_heads == 3 and config.tie_word_embeddings
+    assert bench.model_shape(bench.parse_args([]))[1] == bench.MODEL_SHAPES["default"]
+    assert bench.model_shape(bench.parse_args(["--tiny", "--shape", "smollm2"]))[0] == "tiny"
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the

@@ -130,6 +130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, help="decode new tokens (default 256)")
     parser.add_argument("--quick", action="store_true", help="much smaller run for smoke-checking")
     parser.add_argument("--tiny", action="store_true", help="drastically smaller model (for tests)")
+    parser.add_argument(
+        "--shape", choices=["default", "smollm2"], default="default",
+        help="training / decode model: the default shape or SmolLM2-135M's (random weights); --tiny overrides",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--precisions", default="fp32,bf16", help="training precisions, comma-separated")
     parser.add_argument("--skip-train", action="store_true", help="skip the training benchmark")
@@ -481,6 +485,13 @@ def profile_decode(model, args, vocab_size: int, top: int = 20) -> dict:
 # ------------------------------------------------------------------------------------------ load and memory
 
 
+def model_shape(args) -> tuple[str, dict]:
+    """(name, transformers LlamaConfig kwargs) of the training / decode model: --tiny, else --shape (the default
+    shape, or SmolLM2-135M's: vocab 49,152, 30 layers, tied embeddings)."""
+    name = "tiny" if args.tiny else args.shape
+    return name, (smollm2_shaped("smollm2")[1] if name == "smollm2" else dict(MODEL_SHAPES[name]))
+
+
 def smollm2_shaped(shape_name: str) -> tuple[dict, dict]:
     """(our config kwargs, transformers LlamaConfig kwargs) of the memory / load workload's model."""
     if shape_name == "smollm2":
@@ -754,8 +765,7 @@ def main(argv=None) -> dict:
     if args.memory_child:
         return memory_child(args)
     wall_start = time.perf_counter()
-    shape_name = "tiny" if args.tiny else "default"
-    shape = MODEL_SHAPES[shape_name]
+    shape_name, shape = model_shape(args)
     log(f"building models ({shape_name}: {shape}) ... load {machine_limits.fmt_load(machine_limits.load())}")
     workdir = tempfile.TemporaryDirectory(prefix="llama_vs_hf-")  # kept until the end: weights may be mmapped
     try:
