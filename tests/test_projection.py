@@ -50,12 +50,12 @@ def test_module_equals_nn_linear_and_repeats_itself_bitwise(every_weight, shape)
 
 @needs_mkl
 def test_the_rule_rows_and_weight_size():
-    big, small = Projection(1024, 1024, bias=False), Projection(64, 64)
+    big, small = Projection(512, 512, bias=False), Projection(64, 64)
     assert big.weight.numel() == projection.MIN_WEIGHT_ELEMENTS
     with torch.no_grad():
-        assert big.runs_weight_major(torch.randn(1, 1024))
-        assert big.runs_weight_major(torch.randn(2, 32, 1024))  # 64 rows
-        assert not big.runs_weight_major(torch.randn(projection.MAX_ROWS + 1, 1024))
+        assert big.runs_weight_major(torch.randn(1, 512))
+        assert big.runs_weight_major(torch.randn(2, 32, 512))  # 64 rows
+        assert not big.runs_weight_major(torch.randn(projection.MAX_ROWS + 1, 512))
         assert not small.runs_weight_major(torch.randn(1, 64))  # below MIN_WEIGHT_ELEMENTS
 
 

@@ -11,10 +11,15 @@ beyond the cache; ``scripts/bench/llama_vs_hf.py`` measures the whole decode):
 
 - the LM head (32000 x 512, 49152 x 576): 1.3-1.9x faster at one row, 1.9-2.8x at 8 rows;
 - weights of >= 1M elements (2752 x 512, 3072 x 576): 1.02-1.36x;
-- smaller ones (512 x 512 up to 512 x 1376): 0.73-1.42x, no consistent winner.
+- smaller ones (512 x 512 up to 512 x 1376), each timed alone: 0.73-1.42x, no consistent winner.
 
-So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` and at most ``MAX_ROWS`` rows; one
-row is repeated to two (a matrix product instead of MKL's slower matrix-vector one) and one result kept. The rule
+Timed alone the smaller weights settle nothing; in the whole decode they do. Greedy decode with every block weight of
+>= 256K elements weight-major against >= 1M only (the same model, runs interleaved with transformers' Llama, 2
+threads, idle, identical tokens): default bench shape batch 1 1.29-1.35x transformers against 1.26-1.27x, batch 8
+1.55-1.57x against 1.45x; SmolLM2-135M's shape batch 1 1.14-1.17x against 1.10x, batch 8 1.26-1.28x against 1.13x.
+So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` (every projection of those models,
+t5-small's included; tiny test models' weights stay below) and at most ``MAX_ROWS`` rows; one row is repeated to
+two (a matrix product instead of MKL's slower matrix-vector one) and one result kept. The rule
 is fixed, not timed at run time: a choice timed per call would make the same input give different float rounding
 from one call (or process) to the next. Results differ from ``F.linear`` by float rounding only (another summation
 order), and are the same for the same rows, weight and input every time.
@@ -32,7 +37,7 @@ from torch import nn
 
 _MKL = torch.backends.mkl.is_available()  # the BLAS the orientations were measured with
 MAX_ROWS = 64  # a decode step's rows (batch x beams)
-MIN_WEIGHT_ELEMENTS = 1 << 20  # 4 MiB of fp32: below, neither call wins consistently (module docstring)
+MIN_WEIGHT_ELEMENTS = 1 << 18  # 1 MiB of fp32 (a 512 x 512 projection): measured down to there (module docstring)
 
 
 def _weight_major(flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
