@@ -72,6 +72,14 @@ def test_llama_vs_hf_shapes():
     assert bench.model_shape(bench.parse_args(["--tiny", "--shape", "smollm2"]))[0] == "tiny"
 
 
+def test_llama_vs_hf_refuses_a_negative_train_chunk(capsys):
+    bench = _load_script("llama_vs_hf")
+    assert bench.parse_args(["--train-loss-chunk-size", "0"]).train_loss_chunk_size == 0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--train-loss-chunk-size", "-1"])
+    assert "--train-loss-chunk-size" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the

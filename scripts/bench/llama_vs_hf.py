@@ -73,7 +73,7 @@ from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-from loss_variants import PLAIN_LOSS_SUFFIX, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
 
 TRAIN_GOAL = 1.05  # ours / transformers tokens/s (fp32, eager)
 TRAIN_COMPILED_GOAL = 1.0  # ours / transformers compiled (fp32)
@@ -161,7 +161,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="peak memory, ours: config.loss_chunk_size"
     )
     parser.add_argument(
-        "--train-loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+        "--train-loss-chunk-size", type=chunk_size_arg, default=DEFAULT_CHUNK_SIZE,
         help="training speed, ours: config.loss_chunk_size (default: llmsys train / sft's); > 0 also times ours "
         "with the plain loss (0) as ours_plain_loss",
     )  # fmt: skip

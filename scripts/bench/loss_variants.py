@@ -9,9 +9,20 @@ shows the plain loss beside it.
 
 from __future__ import annotations
 
+import argparse
 import copy
 
 PLAIN_LOSS_SUFFIX = "_plain_loss"
+
+
+def chunk_size_arg(text: str) -> int:
+    """argparse type of ``--train-loss-chunk-size``: tokens per chunk, >= 0 (0: the plain loss only)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{value} is negative: give tokens per chunk (e.g. 256), or 0 for the plain loss"
+        )
+    return value
 
 
 def training_variants(models: dict, loss_chunk_size: int) -> dict:

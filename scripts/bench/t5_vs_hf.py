@@ -56,7 +56,7 @@ from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-from loss_variants import PLAIN_LOSS_SUFFIX, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
 
 GOAL = 1.1
 LOGITS_TOL = 1e-4
@@ -79,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed beam-search runs per model")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument(
-        "--train-loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+        "--train-loss-chunk-size", type=chunk_size_arg, default=DEFAULT_CHUNK_SIZE,
         help="ours: config.loss_chunk_size in training (default: llmsys train's); > 0 also times ours with the "
         "plain loss (0) as ours_plain_loss",
     )  # fmt: skip
