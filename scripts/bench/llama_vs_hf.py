@@ -9,9 +9,9 @@ anything is timed, and the run aborts otherwise.
 1. Training throughput: tokens/s of forward + backward + AdamW step (labels = input_ids, random tokens), in fp32
    and in bf16 autocast. Each model trains its own copy. Ours trains as ``llmsys train`` / ``sft`` train it, with
    the chunked loss (``--train-loss-chunk-size``, default 256 tokens a chunk), and also with the plain loss
-   (``ours_plain_loss``): same loss and gradients, one without the full logits. Steps are interleaved (A B B A A B ...: the order
-   alternates each round so neither model always runs right after the other); warm-up steps are discarded and
-   the median step time is reported.
+   (``ours_plain_loss``): same loss and gradients, one without the full logits. Steps are interleaved (A B B A A
+   B ...: the order alternates each round so neither model always runs right after the other); warm-up steps are
+   discarded and the median step time is reported, and each ratio also round by round (median and quartiles).
 2. Greedy decode: batch 1, a random prompt, ``generate(do_sample=False, max_new_tokens=N, min_new_tokens=N)``
    so both emit exactly N tokens; interleaved repetitions, median tokens/s (new tokens / wall time of the whole
    generate call, prefill included) and ms/token; both models must emit identical token ids.
