@@ -75,9 +75,11 @@ def test_llama_vs_hf_shapes():
 def test_llama_vs_hf_refuses_a_negative_train_chunk(capsys):
     bench = _load_script("llama_vs_hf")
     assert bench.parse_args(["--train-loss-chunk-size", "0"]).train_loss_chunk_size == 0
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--train-loss-chunk-size", "-1"])
-    assert "--train-loss-chunk-size" in capsys.readouterr().err
+    for bad, why in (("-1", "is negative"), ("x", "is not a whole number")):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--train-loss-chunk-size", bad])
+        err = capsys.readouterr().err
+        assert "--train-loss-chunk-size" in err and why in err
 
 
 @pytest.mark.timeout(600)

@@ -17,7 +17,12 @@ PLAIN_LOSS_SUFFIX = "_plain_loss"
 
 def chunk_size_arg(text: str) -> int:
     """argparse type of ``--train-loss-chunk-size``: tokens per chunk, >= 0 (0: the plain loss only)."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number of tokens (e.g. 256; 0: the plain loss)"
+        ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(
             f"{value} is negative: give tokens per chunk (e.g. 256), or 0 for the plain loss"
