@@ -22,8 +22,9 @@ from transformers import initialization as init
 from transformers.core_model_loading import WeightTransform
 from transformers.modeling_utils import PreTrainedModel
 
+from .fused_file_views import file_views, read_header, write_in_fusion_order
 from .rotary import RotaryEmbedding
-from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, transforms_matching
+from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, fusion_groups, transforms_matching
 from .weight_integrity import check_folder, file_sha256, write_manifests
 
 __all__ = ["LlmsysPreTrainedModel", "check_local_folder", "file_sha256", "move_into_place"]
@@ -80,7 +81,10 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         if isinstance(model, LlmsysPreTrainedModel):
             mapping = [*(load_config.weight_mapping or []), *model.checkpoint_key_map()]
             load_config = dataclasses.replace(load_config, weight_mapping=mapping)
-        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
+        with file_views(checkpoint_files if state_dict is None else None):  # fused pieces: views of the files
+            return PreTrainedModel._load_pretrained_model(
+                model, state_dict, checkpoint_files, load_config, expected_keys
+            )
 
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
@@ -146,11 +150,20 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
+            self._store_fused_pieces_adjacent(staging)
             self._complete_auto_map(staging / "config.json")
             write_manifests(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _store_fused_pieces_adjacent(self, folder: Path) -> None:
+        """Rewrite each saved safetensors file with the pieces of every fused tensor back to back, so that a load
+        maps the fused tensor instead of copying it (``fused_file_views.py``)."""
+        transforms = self.checkpoint_key_map()
+        for path in sorted(folder.glob("*.safetensors")):
+            _, header = read_header(path)
+            write_in_fusion_order(path, fusion_groups(header, transforms))
 
     def _complete_auto_map(self, config_path: Path) -> None:
         """Add every Auto class of this architecture to ``auto_map`` so each loads with trust_remote_code."""

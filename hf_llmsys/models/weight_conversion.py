@@ -45,6 +45,8 @@ from transformers.core_model_loading import (
     rename_source_key,
 )
 
+from .fused_file_views import joined_as_file_view
+
 
 def _qkv_sizes(config) -> list[int]:
     d = config.head_dim
@@ -59,7 +61,9 @@ SPLIT_SIZE_RULES = {"qkv": _qkv_sizes, "gate_up": _gate_up_sizes}
 
 
 class ConcatenateRows(ConversionOps):
-    """Fuse the source tensors along dim 0 in source-pattern order; reversed by ``SplitRows``."""
+    """Fuse the source tensors along dim 0 in source-pattern order; reversed by ``SplitRows``. During a
+    ``from_pretrained`` load whose file holds the pieces back to back, the result is a view of the file, not a
+    copy (``fused_file_views.py``)."""
 
     def __init__(self, rule: str):
         self.rule = rule
@@ -75,7 +79,8 @@ class ConcatenateRows(ConversionOps):
                 )
             value = input_dict.pop(pattern)
             tensors.extend(value if isinstance(value, list) else [value])
-        return {target_patterns[0]: torch.cat(tensors, dim=0)}
+        fused = joined_as_file_view(tensors)
+        return {target_patterns[0]: torch.cat(tensors, dim=0) if fused is None else fused}
 
     @property
     def reverse_op(self) -> ConversionOps:
@@ -218,3 +223,21 @@ def convert_state_dict(state_dict: dict, transforms: list[WeightTransform], conf
     for new_key, converter in pending.items():
         for name, value in converter.convert(new_key, config=config).items():
             state_dict[prefix + name] = value[0] if isinstance(value, list) else value
+
+
+def fusion_groups(keys: Iterable[str], transforms: list[WeightTransform]) -> list[list[str]]:
+    """The checkpoint keys that ``ConcatenateRows`` joins into one tensor, one list per fused tensor in the order
+    it joins them (e.g. a layer's ``q_proj``, ``k_proj``, ``v_proj`` weights), found as a load would: every
+    renaming, then the converter that claims the key."""
+    renamings = [transform for transform in transforms if isinstance(transform, WeightRenaming)]
+    converters = [
+        transform for transform in transforms if isinstance(transform, WeightConverter)
+        and any(isinstance(operation, ConcatenateRows) for operation in transform.operations)
+    ]  # fmt: skip
+    groups: dict[str, dict[int, str]] = {}
+    for key in keys:
+        target, pattern = rename_source_key(key, renamings, converters)
+        if pattern is not None:
+            converter = next(c for c in converters if pattern in c.source_patterns)
+            groups.setdefault(target, {})[converter.source_patterns.index(pattern)] = key
+    return [[members[index] for index in sorted(members)] for members in groups.values()]
