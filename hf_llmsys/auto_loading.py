@@ -149,6 +149,8 @@ def check_tokenizer_folder(source, kwargs: dict) -> None:
     if path is None or not path.is_dir():
         return
     folder = path / kwargs["subfolder"] if kwargs.get("subfolder") else path
+    if kwargs.get("gguf_file"):  # the tokenizer is read from the GGUF file, which transformers checks itself
+        return
     if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ValueError(
             f"{folder}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); give the folder that the "

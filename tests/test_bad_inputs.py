@@ -212,6 +212,31 @@ def test_bare_bpe_files_of_another_tokenizer_and_empty_folders_are_named(tmp_pat
     assert "sentencepiece or tiktoken" not in str(info.value)
 
 
+def test_a_folder_holding_only_a_gguf_file_gives_its_tokenizer(tmp_path):
+    """A GGUF carries its tokenizer (``gguf_file=``, how ``scripts/fetch_smollm2.py`` reads SmolLM2's): the folder
+    has no tokenizer files and must not be refused for it."""
+    gguf = pytest.importorskip("gguf")
+    import numpy
+    from transformers import AutoTokenizer
+
+    writer = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["<s>", "</s>", "a", "b", "ab"])
+    writer.add_token_types([gguf.TokenType.CONTROL] * 2 + [gguf.TokenType.NORMAL] * 3)
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_tensor("unused", numpy.zeros(1, dtype="float32"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file="model.gguf")
+    assert tokenizer.convert_ids_to_tokens(tokenizer("abab")["input_ids"]) == ["ab", "ab"]
+    with pytest.raises(OSError, match="missing.gguf"):  # a wrong name gets transformers' own error about it
+        AutoTokenizer.from_pretrained(tmp_path, gguf_file="missing.gguf")
+
+
 def test_more_layers_than_config_is_rejected(tmp_path, saved_model):
     bigger = LlmsysLlamaForCausalLM(_llama(num_hidden_layers=2, pad_token_id=0, eos_token_id=1, bos_token_id=2))
     bigger.save_pretrained(tmp_path / "bigger")
