@@ -89,8 +89,9 @@ def positions_events(ctx: DemoContext):
     @user_errors
     def show_encoding(encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset):
         if encoding not in positions_tab.ENCODING_VIEWS:
-            raise ValueError(f"encoding: choose one of {sorted(positions_tab.ENCODING_VIEWS)} "
-                             "(position_embedding_type names).")
+            raise ValueError(
+                f"encoding: choose one of {sorted(positions_tab.ENCODING_VIEWS)} (position_embedding_type names)."
+            )
         params = positions_tab.EncodingParams(
             length=limits.check_int(length, "length", 2, min(limits.max_length, 512)),
             heads=limits.check_int(heads, "heads", 1, limits.max_heads),

@@ -22,9 +22,14 @@ from transformers import initialization as init
 from transformers.core_model_loading import WeightTransform
 from transformers.modeling_utils import PreTrainedModel
 
-from .fused_file_views import file_views, read_header, write_in_fusion_order
+from .fused_file_views import file_views
 from .rotary import RotaryEmbedding
-from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, fusion_groups, transforms_matching
+from .weight_conversion import (
+    CHECKPOINT_KEY_MAPS,
+    convert_state_dict,
+    store_fused_pieces_adjacent,
+    transforms_matching,
+)
 from .weight_integrity import check_folder, file_sha256, write_manifests
 
 __all__ = ["LlmsysPreTrainedModel", "check_local_folder", "file_sha256", "move_into_place"]
@@ -150,20 +155,12 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
-            self._store_fused_pieces_adjacent(staging)
+            store_fused_pieces_adjacent(staging, self.checkpoint_key_map())  # loads then map, not copy, them
             self._complete_auto_map(staging / "config.json")
             write_manifests(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-    def _store_fused_pieces_adjacent(self, folder: Path) -> None:
-        """Rewrite each saved safetensors file with the pieces of every fused tensor back to back, so that a load
-        maps the fused tensor instead of copying it (``fused_file_views.py``)."""
-        transforms = self.checkpoint_key_map()
-        for path in sorted(folder.glob("*.safetensors")):
-            _, header = read_header(path)
-            write_in_fusion_order(path, fusion_groups(header, transforms))
 
     def _complete_auto_map(self, config_path: Path) -> None:
         """Add every Auto class of this architecture to ``auto_map`` so each loads with trust_remote_code."""

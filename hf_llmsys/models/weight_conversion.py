@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from copy import deepcopy
+from pathlib import Path
 
 import torch
 from transformers.core_model_loading import (
@@ -45,7 +46,7 @@ from transformers.core_model_loading import (
     rename_source_key,
 )
 
-from .fused_file_views import joined_as_file_view
+from .fused_file_views import joined_as_file_view, read_header, write_in_fusion_order
 
 
 def _qkv_sizes(config) -> list[int]:
@@ -241,3 +242,11 @@ def fusion_groups(keys: Iterable[str], transforms: list[WeightTransform]) -> lis
             converter = next(c for c in converters if pattern in c.source_patterns)
             groups.setdefault(target, {})[converter.source_patterns.index(pattern)] = key
     return [[members[index] for index in sorted(members)] for members in groups.values()]
+
+
+def store_fused_pieces_adjacent(folder: Path, transforms: list[WeightTransform]) -> None:
+    """Rewrite each safetensors file of `folder` with the pieces of every fused tensor back to back (the groups
+    `transforms` join), so that a load maps each fused tensor instead of copying it (``fused_file_views.py``)."""
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        _, header = read_header(path)
+        write_in_fusion_order(path, fusion_groups(header, transforms))
