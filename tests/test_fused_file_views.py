@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_checkpoint_formats import CASES, logits, model_inputs, reference_model
 
+from hf_llmsys.models import fused_file_views
 from hf_llmsys.models.fused_file_views import (
     FileViews,
     copy_in_order,
@@ -110,6 +111,15 @@ def test_pieces_apart_in_the_file_a_cast_or_no_proc_maps_fall_back_to_the_copy(s
     monkeypatch.undo()
     assert not any(mapped_from(folder, elsewhere).values())
     assert all(torch.equal(elsewhere[name], expected[name]) for name in expected)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("unable to mmap")
+
+    monkeypatch.setattr(fused_file_views, "map_privately", refuse)  # a filesystem without private mappings
+    unmappable = fused_params(CASES[case][1].from_pretrained(folder))
+    monkeypatch.undo()
+    assert not any(mapped_from(folder, unmappable).values())
+    assert all(torch.equal(unmappable[name], expected[name]) for name in expected)
 
 
 def test_a_group_split_across_shards_loads_by_copy(tmp_path):

@@ -172,6 +172,12 @@ def copy_range(source, target, offset: int, count: int) -> None:
 # --------------------------------------------------------------------------------------------------- loading
 
 
+def map_privately(path: str, nbytes: int) -> torch.UntypedStorage:
+    """A copy-on-write memory mapping of the file's first `nbytes` (``mmap(MAP_PRIVATE)``: pages are read on
+    first touch, and writes stay in this process)."""
+    return torch.UntypedStorage.from_file(path, shared=False, nbytes=nbytes)
+
+
 class MappedFile:
     """One checkpoint file: its identity, its header's tensors by data offset, and (once needed) our private
     mapping of it."""
@@ -189,16 +195,19 @@ class MappedFile:
 
     def mapping(self) -> torch.UntypedStorage | None:
         """Our private (copy-on-write) mapping of the whole file, made once; None if the file at the path is no
-        longer the one whose header was read (replaced since)."""
+        longer the one whose header was read (replaced since) or cannot be mapped (the load then copies)."""
         if self.storage is None:
-            descriptor = os.open(self.path, os.O_RDONLY)
+            try:
+                descriptor = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                return None
             try:
                 status = os.fstat(descriptor)
                 if (status.st_dev, status.st_ino) != self.identity:
                     return None
-                self.storage = torch.UntypedStorage.from_file(
-                    f"/proc/self/fd/{descriptor}", shared=False, nbytes=status.st_size
-                )
+                self.storage = map_privately(f"/proc/self/fd/{descriptor}", status.st_size)
+            except (OSError, RuntimeError):  # a filesystem that refuses private mappings
+                return None
             finally:
                 os.close(descriptor)
         return self.storage
