@@ -32,6 +32,14 @@ def test_t5_vs_hf_tiny(tmp_path):
     assert training["ours"]["losses"] == [pytest.approx(x, rel=1e-5) for x in training["ours_plain_loss"]["losses"]]
     assert training["ours_compiled"]["losses"] == [pytest.approx(x, rel=1e-4) for x in training["ours"]["losses"]]
     assert training["compiled_ratio"] > 0 and training["ratio_vs_theirs_compiled"] > 0
+    # the round-by-round ratios (scripts/bench/round_ratios.py), as in llama_vs_hf.py
+    assert set(training["per_round"]) == {"ours/theirs", "ours_plain_loss/theirs", "ours/theirs_compiled",
+                                          "ours_compiled/theirs_compiled"}  # fmt: skip
+    own, reference = training["ours"]["step_s"], training["theirs"]["step_s"]
+    ratios = [ref / step for step, ref in zip(own, reference, strict=True)]
+    rounds = training["per_round"]["ours/theirs"]
+    assert rounds["rounds"] == 2 and rounds["median"] == pytest.approx(sum(ratios) / 2)
+    assert min(ratios) <= rounds["q1"] <= rounds["median"] <= rounds["q3"] <= max(ratios)
     assert results["limits"]["peak_flops_fp32"] > 0 and len(results["machine_before"]["load_average"]) == 3
     load = results["load_time"]
     assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0

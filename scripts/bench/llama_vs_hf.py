@@ -74,6 +74,7 @@ from hf_llmsys.models.kv_cache import GrowingCache
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 TRAIN_GOAL = 1.05  # ours / transformers tokens/s (fp32, eager)
 TRAIN_COMPILED_GOAL = 1.0  # ours / transformers compiled (fp32)
@@ -303,35 +304,8 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
         theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
         result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
         result["compiled_ratio"] = result["ours_compiled"]["tokens_per_s"] / theirs_compiled
-    result["per_round"] = {
-        f"{name}/{reference}": per_round_ratio(times[name], times[reference])
-        for name, reference in PAIRS
-        if name in times and reference in times
-    }
+    result["per_round"] = per_round_ratios(times)
     return result
-
-
-# (ours side, transformers side) pairs whose speed ratio is also taken round by round
-PAIRS = (
-    ("ours", "theirs"),
-    ("ours" + PLAIN_LOSS_SUFFIX, "theirs"),
-    ("ours", "theirs_compiled"),
-    ("ours_compiled", "theirs_compiled"),
-)
-
-
-def per_round_ratio(times: list[float], reference_times: list[float]) -> dict:
-    """Speed of one model over another from the steps they ran in the same round (reference step time / step
-    time, > 1: faster): median and quartiles. Rounds are back to back, so a slow spell of the machine hits both
-    sides of a round; the ratio of the two medians can mix a slow round of one side with a fast one of the other."""
-    ratios = sorted(ref / own for own, ref in zip(times, reference_times, strict=True))
-    quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
-    return {"median": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2], "rounds": len(ratios)}
-
-
-def fmt_round(r: dict, key: str) -> str:
-    pr = r.get("per_round", {}).get(key)
-    return "" if pr is None else f"; per round {pr['median']:.2f}x (quartiles {pr['q1']:.2f}-{pr['q3']:.2f}x)"
 
 
 # ----------------------------------------------------------------------------------------------------- decode

@@ -10,7 +10,7 @@ Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on 
    span-corruption-shaped batches (input_length encoder tokens, target_length labels), steps interleaved
    (A B, B A, ...), warm-up discarded, median step time. Ours trains as ``llmsys train --model_type llmsys_t5``
    trains it, with the chunked loss (``--train-loss-chunk-size``, default 256), and also with the plain loss
-   (``ours_plain_loss``).
+   (``ours_plain_loss``). Each ratio is also given round by round (median and quartiles: ``round_ratios.py``).
 2. Beam search latency: batch 1, ``generate(num_beams=4, length_penalty=0.6, max_new_tokens=N,
    min_new_tokens=N)`` (transformers' length penalty in both, so the outputs must be identical, and are checked),
    interleaved repetitions, median wall time of the whole call.
@@ -57,6 +57,7 @@ from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 GOAL = 1.1
 LOGITS_TOL = 1e-4
@@ -207,6 +208,7 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     result["cpu_ratio"] = result["ours"]["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
     result["loss_chunk_size"] = args.train_loss_chunk_size
+    result["per_round"] = per_round_ratios(times)
     if "ours" + PLAIN_LOSS_SUFFIX in result:
         plain = result["ours" + PLAIN_LOSS_SUFFIX]
         result["plain_loss_ratio"] = plain["tokens_per_s"] / result["theirs"]["tokens_per_s"]
@@ -282,8 +284,9 @@ def main(argv=None) -> dict:
         log(machine_limits.describe(limits))
     results["training"] = bench_training(models, args, vocab_size)
     flops = matmul_flops_per_step(ours, args)
-    for name in [n for n in results["training"] if isinstance(results["training"][n], dict)]:
-        entry = results["training"][name]
+    for entry in results["training"].values():
+        if not isinstance(entry, dict) or "median_step_s" not in entry:
+            continue  # the per-round ratios
         entry["mfu"] = flops / entry["median_step_s"] / limits["peak_flops_fp32"] if limits else None
     results["training"]["flops_per_step"] = flops
     results["beam_search"] = bench_beam(models, args, vocab_size)
@@ -298,14 +301,15 @@ def main(argv=None) -> dict:
     loss = f"chunked loss, {chunk} tokens a chunk" if chunk else "plain loss"
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
         f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
-        f"{loss}; "
+        f"{loss}{fmt_round(training, 'ours/theirs')}; "
         f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
     if "plain_loss_ratio" in training:
         log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "
-            f"{training['plain_loss_cpu_ratio']:.2f}x")  # fmt: skip
+            f"{training['plain_loss_cpu_ratio']:.2f}x{fmt_round(training, 'ours_plain_loss/theirs')}")  # fmt: skip
     if args.compile:
-        log(f"training  ours / transformers compiled {training['ratio_vs_theirs_compiled']:.2f}x; compiled / "
-            f"compiled {training['compiled_ratio']:.2f}x")  # fmt: skip
+        log(f"training  ours / transformers compiled {training['ratio_vs_theirs_compiled']:.2f}x"
+            f"{fmt_round(training, 'ours/theirs_compiled')}; compiled / compiled {training['compiled_ratio']:.2f}x"
+            f"{fmt_round(training, 'ours_compiled/theirs_compiled')}")  # fmt: skip
     log(f"beam {args.num_beams}  latency s ours {beam_search['ours']['median_s']:10.3f}  transformers "
         f"{beam_search['theirs']['median_s']:10.3f}  speedup {beam_search['speedup']:.2f}x, by CPU time "
         f"{beam_search['cpu_speedup']:.2f}x (goal >= {GOAL}: {'MET' if beam_search['speedup'] >= GOAL else 'NOT MET'}); "
