@@ -150,10 +150,11 @@ class GroupedQueryAttention(nn.Module):
         batch, seq_len, _ = hidden_states.shape
         heads_qk = self.num_heads + self.num_key_value_heads
         qkv = self.qkv_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)  # (B, S, H+2G, D)
-        qk = positions.rotate(qkv[:, :, :heads_qk])  # rotate q and k heads in one call: (B, S, H+G, D)
-        query = qk[:, :, : self.num_heads].transpose(1, 2)  # (B, H, S, D)
-        key = qk[:, :, self.num_heads :].transpose(1, 2)  # (B, G, S, D)
-        value = qkv[:, :, heads_qk:]  # (B, S, G, D)
+        # views by split, not slices: a slice's backward zero-fills a gradient of its whole base, and the slices'
+        # gradients are then added; split's backward joins them in one cat (same values)
+        qk, value = qkv.split([heads_qk, self.num_key_value_heads], dim=2)  # (B, S, H+G, D), (B, S, G, D)
+        qk = positions.rotate(qk)  # rotate q and k heads in one call
+        query, key = (part.transpose(1, 2) for part in qk.split([self.num_heads, self.num_key_value_heads], dim=2))
         if not self.rebuild_in_backward(hidden_states, qkv, qk, positions, cache):
             value = own_storage_if_saved(value, qkv, qk, cache)
         value = value.transpose(1, 2)  # (B, G, S, D)

@@ -60,13 +60,17 @@ def softmax_in_place(logits: torch.Tensor) -> torch.Tensor:
     return (row_max + sums.log()).squeeze(-1)
 
 
-def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, h: torch.Tensor) -> None:
-    """grad_weight (V, H) fp32 += grad_logits.T (V, C) @ h (C, H): in place (``addmm_``) when the matmul is fp32,
-    so no second (V, H) tensor exists; in bf16 the product is rounded to bf16 first, as the plain path's is."""
+def accumulate_weight_grad(
+    grad_weight: torch.Tensor | None, grad_logits: torch.Tensor, h: torch.Tensor
+) -> torch.Tensor:
+    """grad_weight (V, H) fp32 + grad_logits.T (V, C) @ h (C, H), returned. The first chunk's product is the start
+    (`grad_weight` None), not a zero-filled (V, H) tensor: at t5-small's shape that fill of fresh memory took as
+    long as the product. Later chunks add in place (``addmm_``) when the matmul is fp32, so no second (V, H) tensor
+    exists; in bf16 the product is rounded to bf16 first, as the plain path's is."""
     if grad_logits.dtype == torch.float32:
-        grad_weight.addmm_(grad_logits.T, h)
-    else:
-        grad_weight += (grad_logits.T @ h).float()
+        return grad_logits.T @ h if grad_weight is None else grad_weight.addmm_(grad_logits.T, h)
+    product = (grad_logits.T @ h).float()
+    return product if grad_weight is None else grad_weight.add_(product)
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -79,7 +83,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        grad_weight = None  # the first chunk's product starts it (accumulate_weight_grad)
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(compute_dtype)  # (V, H); no copy when the dtypes agree
             for start in range(0, hidden.shape[0], chunk_size):
@@ -105,8 +109,10 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 if need_hidden:
                     grad_hidden[start : start + chunk_size] = grad_logits @ w
                 if need_weight:
-                    accumulate_weight_grad(grad_weight, grad_logits, h)
+                    grad_weight = accumulate_weight_grad(grad_weight, grad_logits, h)
                 del logits, grad_logits
+        if need_weight and grad_weight is None:  # no rows at all
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total

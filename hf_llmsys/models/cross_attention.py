@@ -46,8 +46,9 @@ class CrossAttention(nn.Module):
             return layer.keys, layer.values
         batch, length, _ = encoder_hidden_states.shape
         kv = self.kv_proj(encoder_hidden_states).view(batch, length, 2 * self.num_heads, self.head_dim)  # (B, T, 2H, D)
-        key = kv[:, :, : self.num_heads].transpose(1, 2)  # (B, H, T, D)
-        value = kv[:, :, self.num_heads :].transpose(1, 2)
+        # split, not two slices: the backward joins the two gradients in one cat instead of zero-filling a
+        # (B, T, 2H, D) tensor per slice and adding them
+        key, value = (part.transpose(1, 2) for part in kv.split(self.num_heads, dim=2))  # (B, H, T, D) each
         if cache is not None:
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
