@@ -155,7 +155,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
-            store_fused_pieces_adjacent(staging, self.checkpoint_key_map())  # loads then map, not copy, them
+            store_fused_pieces_adjacent(staging, self.checkpoint_key_map())  # so that loads map the fused tensors
             self._complete_auto_map(staging / "config.json")
             write_manifests(staging)
             move_into_place(staging, target)
