@@ -202,3 +202,28 @@ def test_in_place_and_copying_rewrites_give_the_same_valid_file(tmp_path):
             (length,) = struct.unpack("<Q", handle.read(8))
         assert (8 + length) % 8 == 0
     assert not list(tmp_path.glob(".*reordering"))
+
+
+def test_copy_range_mixes_kernel_and_buffered_copies_in_order(tmp_path, monkeypatch):
+    """Where ``copy_file_range`` fails part-way (another filesystem, no such call), the buffered fallback appends
+    at the same place the kernel copy would: the bytes come out in order either way."""
+    source_bytes = bytes(range(256)) * 64
+    (tmp_path / "source").write_bytes(source_bytes)
+    kernel_copy, calls = fused_file_views.os.copy_file_range, []
+
+    def flaky(src, dst, count, offset_src=None, *args):
+        calls.append(offset_src)
+        if len(calls) % 2 == 0:
+            raise OSError(18, "Invalid cross-device link")
+        return kernel_copy(src, dst, min(count, 1000), offset_src, *args)
+
+    monkeypatch.setattr(fused_file_views.os, "copy_file_range", flaky)
+    monkeypatch.setattr(fused_file_views, "COPY_BLOCK_BYTES", 700)  # kernel and buffered copies alternate
+    pieces = [(5000, 3000), (0, 2500), (9000, 7000)]
+    with open(tmp_path / "source", "rb") as source, open(tmp_path / "target", "wb") as target:
+        target.write(b"header")
+        target.flush()
+        for offset, count in pieces:
+            fused_file_views.copy_range(source, target, offset, count)
+    expected = b"header" + b"".join(source_bytes[offset : offset + count] for offset, count in pieces)
+    assert (tmp_path / "target").read_bytes() == expected and len(calls) > 4

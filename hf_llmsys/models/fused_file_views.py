@@ -149,6 +149,9 @@ def copy_in_order(path: Path, order: list[str], entries: dict, data_start: int, 
         temporary.unlink(missing_ok=True)
 
 
+COPY_BLOCK_BYTES = 1 << 24  # the buffered fallback's read size
+
+
 def copy_range(source, target, offset: int, count: int) -> None:
     """Append `count` bytes of `source` from `offset` to `target` (both open files): in the kernel where it can
     (``copy_file_range``), else through a buffer."""
@@ -159,9 +162,10 @@ def copy_range(source, target, offset: int, count: int) -> None:
             copied = 0
         if not copied:
             source.seek(offset)
-            block = source.read(min(count, 1 << 24))
+            block = source.read(min(count, COPY_BLOCK_BYTES))
             target.seek(0, os.SEEK_END)
             target.write(block)
+            target.flush()  # the next copy_file_range writes at the descriptor's offset: the block must be there
             copied = len(block)
             if not copied:
                 raise OSError(f"{source.name}: ends before byte {offset + count}")
@@ -230,19 +234,20 @@ class FileViews:
     MAPS = Path("/proc/self/maps")
 
     def __init__(self, files: Iterable[str | os.PathLike]):
-        self.files: list[MappedFile] = []
-        for name in files:
-            if str(name).endswith(".safetensors"):
-                try:
-                    self.files.append(MappedFile(Path(name)))
-                except (OSError, ValueError, struct.error):  # unreadable: the loader reports it, we only copy
-                    continue
+        self.paths = [Path(name) for name in files if str(name).endswith(".safetensors")]
         self.regions: list[tuple[int, int, int, MappedFile]] | None = None  # (start, end, file offset, file)
 
     def find_regions(self) -> list[tuple[int, int, int, MappedFile]]:
-        """The process's mappings of the checkpoint files (read once, during the conversion: safetensors has
-        mapped every file by then and keeps the mappings until the load ends)."""
-        by_identity = {file.identity: file for file in self.files}
+        """The process's mappings of the checkpoint files (read once, at the first fused tensor of the load:
+        safetensors has mapped every file by then and keeps the mappings until the load ends). A load with no
+        fused tensor (GPT-2's fused ``c_attn``) reads neither this nor the files' headers."""
+        files = []
+        for path in self.paths:
+            try:
+                files.append(MappedFile(path))
+            except (OSError, ValueError, struct.error):  # unreadable: the loader reports it, we only copy
+                continue
+        by_identity = {file.identity: file for file in files}
         inodes = {str(inode).encode() for _, inode in by_identity}
         regions = []
         try:
@@ -326,4 +331,4 @@ def file_views(checkpoint_files: Iterable[str | os.PathLike] | None):
 def joined_as_file_view(pieces: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """The pieces as one view of the active load's checkpoint file, or None (no active load, or not possible)."""
     views = ACTIVE_FILE_VIEWS.get()
-    return None if views is None or not views.files else views.joined(pieces)
+    return None if views is None or not views.paths else views.joined(pieces)
