@@ -234,3 +234,21 @@ def test_t5_chunked_loss_equals_plain():
 def test_config_refuses_negative_chunk():
     with pytest.raises(StrictDataclassClassValidationError, match="loss_chunk_size"):
         LlmsysLlamaConfig(**TINY_DECODER, loss_chunk_size=-1)
+
+
+def test_compiled_for_a_gpu_the_plain_loss_is_used(monkeypatch):
+    """Traced by torch.compile for a GPU the model takes the plain loss (the compiled CUDA code of the chunked one
+    gave wrong gradients); on the CPU, compiled or not, and on a GPU in eager mode, the chunked one. A meta-device
+    model stands in for a GPU one: the rule reads only the head's device type."""
+    from hf_llmsys.models.chunked_cross_entropy import uses_chunked_loss
+
+    config = LlmsysLlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, num_key_value_heads=1, loss_chunk_size=4)  # fmt: skip
+    cpu_model = LlmsysLlamaForCausalLM(config).train()
+    with torch.device("meta"):
+        gpu_like = LlmsysLlamaForCausalLM(config).train()
+    labels = labelled_batch()
+    assert uses_chunked_loss(cpu_model, labels) and uses_chunked_loss(gpu_like, labels)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert uses_chunked_loss(cpu_model, labels)
+    assert not uses_chunked_loss(gpu_like, labels)
