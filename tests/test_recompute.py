@@ -261,3 +261,20 @@ def test_nothing_outlives_the_backward_without_the_garbage_collector(monkeypatch
     finally:
         gc.enable()
     assert len(alive) == 4 and not any(alive)  # two norms per layer, two layers
+
+
+def test_runs_on_the_cpu_and_stands_aside_on_other_devices(monkeypatch):
+    """``RECOMPUTING_DEVICES``: the CPU rebuilds; elsewhere (a GPU, measured slower with the hooks) nothing is hooked.
+    A meta tensor stands in for a GPU one: the rule reads only the device type."""
+    from hf_llmsys.models import recompute
+
+    hooked = []
+    for device in ("cpu", "meta"):
+        x = torch.randn(3, 4, device=device, requires_grad=True)
+        with recomputed_when_saved(x, lambda: None):
+            hooked.append(recompute.active_recomputation() is not None)
+    assert hooked == [True, False]
+    monkeypatch.setattr(recompute, "RECOMPUTING_DEVICES", set())  # the switch: off on the CPU too
+    x = torch.randn(3, 4, requires_grad=True)
+    with recomputed_when_saved(x, lambda: None):
+        assert recompute.active_recomputation() is None

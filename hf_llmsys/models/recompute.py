@@ -22,6 +22,14 @@ It stands aside (a plain context) when no gradient is being recorded, under ``to
 what to recompute itself, and dynamo does not trace saved-tensor hooks), and when other saved-tensor hooks are
 already active: activation checkpointing (``gradient_checkpointing=True``) and ``torch.autograd.graph.save_on_cpu``
 own the saved tensors there, and a nested hook would take them away.
+
+It runs on the devices in ``RECOMPUTING_DEVICES`` (the CPU) and stands aside on the others. On a GPU the step of a
+small model waits on Python, and the hooks (one Python call per saved tensor, a projection and a rotation more per
+layer) were measured to cost more than they save: SmolLM2-135M's shape, bf16 autocast, batch 8 x 2048, H200
+(torch 2.11): 160 ms a step with them against 140 ms without (transformers' Llama: 151 ms), peak 26.74 against
+26.92 GiB (its fused attention kernels save copies of q, k and v, not the registered views). On the CPU, fp32, the
+saved norm outputs and projections are what the memory goal of a training step is made of. Add a device type to
+``RECOMPUTING_DEVICES`` to have it recompute there too.
 """
 
 from __future__ import annotations
@@ -127,6 +135,8 @@ class Recomputation:
         return packed
 
 
+RECOMPUTING_DEVICES = {"cpu"}  # device types whose training forwards rebuild saved tensors (module docstring)
+
 _active = threading.local()  # .stack: the Recomputation of each enclosing recomputed_when_saved that is hooked
 
 
@@ -172,6 +182,7 @@ def recomputed_when_saved(output: torch.Tensor, recompute: Callable[[], torch.Te
     if (
         torch.compiler.is_compiling()
         or not (torch.is_grad_enabled() and output.requires_grad)
+        or output.device.type not in RECOMPUTING_DEVICES
         or other_saved_tensor_hooks_active()
     ):
         yield
