@@ -54,6 +54,25 @@ def test_pretraining_uses_the_chunked_loss_by_default(trained):
     assert json.loads((trained / "config.json").read_text())["loss_chunk_size"] == DEFAULT_CHUNK_SIZE == 256
 
 
+def test_the_chunk_size_not_given_is_the_training_devices_default(monkeypatch):
+    """No --loss_chunk_size: the default of the device the job trains on (256 tokens on the CPU, 2,048 on a GPU,
+    where each chunk's kernel launches cost more than its memory saves); a given one, 0 included, stays."""
+    from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
+    from hf_llmsys.training import pretrain_arguments
+
+    assert (default_chunk_size("cpu"), default_chunk_size("cuda"), default_chunk_size(torch.device("cuda:1"))) == (
+        256, 2048, 2048,
+    )  # fmt: skip
+    asked = []
+    monkeypatch.setattr(pretrain_arguments, "default_chunk_size", lambda device: asked.append(device) or 777)
+    for flags, expected in (([], 777), (["--loss_chunk_size", "0"], 0), (["--loss_chunk_size", "64"], 64)):
+        model_args, data_args, training_args = train.parse_args(["--hidden_size", "32", *flags])
+        assert model_args.loss_chunk_size == (None if not flags else expected)
+        train.validate_pretrain_args(model_args, training_args, data_args)
+        assert model_args.loss_chunk_size == expected
+    assert asked == [training_args.device]
+
+
 def test_saved_artefacts_load(trained, text_file):
     names = set(os.listdir(trained))
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= names

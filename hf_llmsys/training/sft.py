@@ -61,6 +61,7 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from ..evaluation.model_limits import config_position_limit, fit_length
+from ..models.chunked_cross_entropy import default_chunk_size
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import (
     count_parameters,
@@ -263,7 +264,10 @@ def make_collators(tokenizer, model, data_args, supervised_logits: bool = False)
 
 
 def chunked_loss(model, data_args, training_args) -> bool:
-    """--loss_chunk_size on the model where it is exactly its loss (a note says why not, for our models)."""
+    """--loss_chunk_size on the model where it is exactly its loss (a note says why not, for our models); not given:
+    the default of the device the job trains on."""
+    if data_args.loss_chunk_size is None:
+        data_args.loss_chunk_size = default_chunk_size(training_args.device)
     on, why_not = enable_chunked_loss(model, data_args.loss_chunk_size, training_args)
     if not on and data_args.loss_chunk_size > 0 and hasattr(model.config, "loss_chunk_size"):
         logger.warning(f"--loss_chunk_size: plain loss ({why_not})")

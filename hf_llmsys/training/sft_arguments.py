@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..data.conversation_labels import ASSISTANT_TURNS
 from ..data.sft_labels import PROMPT_TRUNCATIONS, RESPONSE_OVERFLOWS
-from ..models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+from ..models.chunked_cross_entropy import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE
 from .job import JobTrainingArguments
 
 DEFAULT_SFT_OUTPUT_DIR = "runs/llmsys-sft"
@@ -117,12 +117,13 @@ class SFTDataArguments:
             "(DataCollatorWithFlattening), so a step trains the same examples as without packing."
         },
     )
-    loss_chunk_size: int = field(
-        default=DEFAULT_CHUNK_SIZE,
+    loss_chunk_size: int | None = field(
+        default=None,
         metadata={
             "help": "hf-llmsys models: the loss as chunked linear cross-entropy over this many supervised tokens at "
             "a time (the full logits never exist; same loss and gradients; saved in the config); "
-            "0: the plain loss (then --logits_on_labels_only applies)."
+            f"0: the plain loss (then --logits_on_labels_only applies). Default: {DEFAULT_CHUNK_SIZE} on the CPU, "
+            f"{ACCELERATOR_CHUNK_SIZE} on a GPU (fewer kernel launches, same peak memory)."
         },
     )
     logits_on_labels_only: bool = field(
