@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 
@@ -82,6 +83,23 @@ def test_llama_vs_hf_refuses_a_negative_train_chunk(capsys):
         assert "--train-loss-chunk-size" in err and why in err
 
 
+@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
+def test_bench_device_flag(script, capsys):
+    """--device: cpu by default, the training jobs' chunk size of that device; an unknown device, or CUDA where
+    torch sees none, is refused naming the flag."""
+    bench = _load_script(script)
+    args = bench.parse_args([])
+    assert args.device == "cpu" and args.train_loss_chunk_size == 256
+    bad = [("tpu", "use cpu or cuda")]
+    if not torch.cuda.is_available():
+        bad.append(("cuda", "torch sees no CUDA device"))
+    for device, why in bad:
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--device", device])
+        err = capsys.readouterr().err
+        assert "--device" in err and why in err
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the
@@ -96,7 +114,7 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     for name in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled"):
         assert fp32[name]["tokens_per_s"] > 0 and len(fp32[name]["losses"]) == results["workload"]["steps"]
     # ours trains with the chunked loss by default (as llmsys train / sft do), beside the plain loss: same losses
-    assert fp32["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE and fp32["plain_loss_ratio"] > 0
+    assert fp32["loss_chunk_size"] == bench.default_chunk_size("cpu") and fp32["plain_loss_ratio"] > 0
     assert fp32["ours"]["losses"] == pytest.approx(fp32["ours_plain_loss"]["losses"], rel=1e-5)
     assert fp32["ours"]["losses"] == pytest.approx(fp32["theirs"]["losses"], rel=1e-4)
     assert fp32["ours_compiled"]["losses"] == pytest.approx(fp32["ours"]["losses"], rel=1e-4)
@@ -119,7 +137,7 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
         assert child["side"] == side and child["peak_rss"] >= child["built_rss"] > 0 and len(child["step_s"]) == 1
         assert child["malloc_mmap_threshold"] == "131072"  # the child ran with the returning allocator's setting
     assert memory["allocator"] == "returning"
-    assert memory["runs"]["ours"][0]["loss_chunk_size"] == bench.DEFAULT_CHUNK_SIZE
+    assert memory["runs"]["ours"][0]["loss_chunk_size"] == bench.default_chunk_size("cpu")
     assert memory["runs"]["ours"][0]["loss"] == pytest.approx(memory["runs"]["theirs"][0]["loss"], rel=1e-3)
     assert memory["ratio"] > 0 and memory["speed_ratio"] > 0
 

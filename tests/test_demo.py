@@ -65,7 +65,9 @@ def test_encoding_views_are_named_as_the_models_name_them():
 
 
 def test_unknown_encoding_names_the_choices(served):
-    with pytest.raises(Exception, match=r"not in the list of choices: \['sinusoidal', 'rope', 'alibi', 't5', 'relative'\]"):
+    with pytest.raises(
+        Exception, match=r"not in the list of choices: \['sinusoidal', 'rope', 'alibi', 't5', 'relative'\]"
+    ):
         show(served[0], "relative (Shaw)")  # the old label: gradio's Radio lists the registry names
 
 

@@ -8,7 +8,7 @@ anything is timed, and the run aborts otherwise.
 
 1. Training throughput: tokens/s of forward + backward + AdamW step (labels = input_ids, random tokens), in fp32
    and in bf16 autocast. Each model trains its own copy. Ours trains as ``llmsys train`` / ``sft`` train it, with
-   the chunked loss (``--train-loss-chunk-size``, default 256 tokens a chunk), and also with the plain loss
+   the chunked loss (``--train-loss-chunk-size``, default the jobs' on the device: 256 tokens a chunk on the CPU), and also with the plain loss
    (``ours_plain_loss``): same loss and gradients, one without the full logits. Steps are interleaved (A B B A A
    B ...: the order alternates each round so neither model always runs right after the other); warm-up steps are
    discarded and the median step time is reported, and each ratio also round by round (median and quartiles).
@@ -31,6 +31,11 @@ anything is timed, and the run aborts otherwise.
    tensors leave the resident set at once and the peak is that of the live tensors rather than glibc's heap
    high-water mark (the default, ``glibc``, measures what a user sees; both are the same for both sides).
 8. ``--profile-train``: torch.profiler op table of one bf16 training step of ours, with the matmul share.
+9. ``--device cuda``: training, decode and peak memory on the GPU (timed regions synchronised; the limits measured
+   there; peak memory is ``torch.cuda.max_memory_allocated`` of each fresh process instead of its RSS).
+   ``--decode-static`` adds greedy decode with ``cache_implementation="static"`` for both sides, which transformers'
+   ``generate`` compiles on a GPU (its default ``compile_config``); the weight-read floor is then reachable without
+   Python's per-token overhead.
 
 Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
 >= 1.3x and >= 70% of the bf16 peak; decode batch 1 >= 90% of the floor (and >= 2x transformers), batch 8 >= 1.3x;
@@ -41,6 +46,7 @@ peak training memory <= 0.5x; load <= 1.1x. The machine load (os.getloadavg) is 
     python scripts/bench/llama_vs_hf.py --quick --tiny       # seconds: drastically smaller model
     python scripts/bench/llama_vs_hf.py --profile-decode     # add a profile of OUR per-token decode step
     python scripts/bench/llama_vs_hf.py --json results.json --threads 2
+    python scripts/bench/llama_vs_hf.py --device cuda --compile --decode-static --skip-load   # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
 """
@@ -68,7 +74,7 @@ from transformers.utils import logging as hf_logging
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
 from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -159,18 +165,38 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "glibc with MALLOC_MMAP_THRESHOLD_=131072, so every freed tensor goes back to the OS "
                              "and the peak RSS is the live tensors' peak (slower: page faults)")  # fmt: skip
     parser.add_argument(
-        "--loss-chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="peak memory, ours: config.loss_chunk_size"
+        "--loss-chunk-size",
+        type=int,
+        help="peak memory, ours: config.loss_chunk_size (default: llmsys train's on --device)",
     )
     parser.add_argument(
-        "--train-loss-chunk-size", type=chunk_size_arg, default=DEFAULT_CHUNK_SIZE,
-        help="training speed, ours: config.loss_chunk_size (default: llmsys train / sft's); > 0 also times ours "
+        "--train-loss-chunk-size", type=chunk_size_arg,
+        help="training speed, ours: config.loss_chunk_size (default: llmsys train / sft's on --device); > 0 also times ours "
         "with the plain loss (0) as ours_plain_loss",
     )  # fmt: skip
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side")
     parser.add_argument("--memory-child", choices=["ours", "theirs"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and decode")
+    parser.add_argument(
+        "--decode-static", action="store_true",
+        help='also decode with cache_implementation="static" (compiled by generate on a GPU), both sides',
+    )  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        parser.error(f"--device {args.device!r}: {err}; use cpu or cuda")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device!r}: use cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device!r}: torch sees no CUDA device here; use --device cpu")
+    if device.type == "cuda" and (args.profile_train or args.profile_decode):
+        parser.error("--profile-train / --profile-decode profile CPU time; run them with --device cpu")
+    for name in ("loss_chunk_size", "train_loss_chunk_size"):  # the training jobs' default on this device
+        if getattr(args, name) is None:
+            setattr(args, name, default_chunk_size(device))
     args.memory_shape = args.memory_shape or ("tiny" if args.tiny else "smollm2")
     for key, value in MEMORY_WORKLOADS[args.memory_shape].items():
         if getattr(args, f"memory_{key}") is None:
@@ -198,8 +224,9 @@ def log(message: str = "") -> None:
 # ----------------------------------------------------------------------------------------------------- models
 
 
-def build_models(shape: dict, seed: int, workdir: Path):
-    """transformers' LlamaForCausalLM with seeded weights, and ours loaded from its saved checkpoint."""
+def build_models(shape: dict, seed: int, workdir: Path, device: str = "cpu"):
+    """transformers' LlamaForCausalLM with seeded weights, and ours loaded from its saved checkpoint; both moved to
+    `device`."""
     config = LlamaConfig(**shape, attn_implementation="sdpa")
     torch.manual_seed(seed)
     # PreTrainedModel.__init__ writes _attn_implementation into the config object: never share one.
@@ -209,14 +236,14 @@ def build_models(shape: dict, seed: int, workdir: Path):
     for name, model in (("ours", ours), ("theirs", theirs)):
         if model.config._attn_implementation != "sdpa":
             raise RuntimeError(f"{name} uses attention {model.config._attn_implementation!r}, expected 'sdpa'")
-    return ours, theirs
+    return ours.to(device), theirs.to(device)
 
 
 @torch.no_grad()
 def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
     """Max |logit difference| on a random batch; raises if above LOGITS_TOL (weights did not carry over)."""
     gen = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(0, vocab_size, (2, 64), generator=gen)
+    ids = torch.randint(0, vocab_size, (2, 64), generator=gen).to(ours.device)
     diff = (ours(ids).logits - theirs(ids).logits).abs().max().item()
     if not diff <= LOGITS_TOL:
         raise RuntimeError(
@@ -264,15 +291,17 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
     losses = {name: [] for name in trainees}
     tokens = args.batch * args.seq
     for step in range(args.warmup + args.steps):
-        ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=gen)  # same batch for all
+        ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=gen).to(args.device)  # same batch
         for name in interleaved_order(step, trainees):
             model, optimizer = trainees[name], optimizers[name]
+            machine_limits.synchronize(args.device)
             start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=autocast):
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            machine_limits.synchronize(args.device)
             elapsed = time.perf_counter() - start
             phase = "warm-up" if step < args.warmup else "timed"
             log(
@@ -311,7 +340,7 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
 # ----------------------------------------------------------------------------------------------------- decode
 
 
-def greedy(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def greedy(model, prompt: torch.Tensor, new_tokens: int, **generate_kwargs) -> torch.Tensor:
     return model.generate(
         prompt,
         attention_mask=torch.ones_like(prompt),
@@ -319,29 +348,42 @@ def greedy(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
         pad_token_id=model.config.eos_token_id if model.config.pad_token_id is None else model.config.pad_token_id,
+        **generate_kwargs,
     )
 
 
-def bench_decode(models: dict, args, vocab_size: int, batch: int = 1, weight_bytes: int = 0, bandwidth: float = 0):
+def bench_decode(
+    models: dict, args, vocab_size: int, batch: int = 1, weight_bytes: int = 0, bandwidth: float = 0,
+    cache_implementation: str | None = None,
+):  # fmt: skip
     """Median new-tokens/s of greedy generate for each model, runs interleaved; checks identical token ids. The
-    weight-read floor: every step reads all weights once, ``weight_bytes / bandwidth`` seconds per token."""
+    weight-read floor: every step reads all weights once, ``weight_bytes / bandwidth`` seconds per token.
+    ``cache_implementation="static"``: both decode with transformers' pre-allocated cache (on a GPU ``generate``
+    then compiles the decoding step; the warm-up runs include that compile)."""
     gen = torch.Generator().manual_seed(args.seed + 3)
-    prompt = torch.randint(0, vocab_size, (batch, args.prompt), generator=gen)
+    prompt = torch.randint(0, vocab_size, (batch, args.prompt), generator=gen).to(args.device)
+    extra = {"cache_implementation": cache_implementation} if cache_implementation else {}
+    cache_name = cache_implementation or "default"
     times = {name: [] for name in models}
     outputs = {name: [] for name in models}
     for run in range(args.warmup + args.repeats):
         warm = run < args.warmup
-        wanted = min(args.new_tokens, WARMUP_DECODE_TOKENS) if warm else args.new_tokens  # short warm-up runs
+        # short warm-up runs; a static cache's size is prompt + new tokens, and a compiled step specialises on it
+        short = warm and not cache_implementation
+        wanted = min(args.new_tokens, WARMUP_DECODE_TOKENS) if short else args.new_tokens
         for name in interleaved_order(run):
+            machine_limits.synchronize(args.device)
             start = time.perf_counter()
-            out = greedy(models[name], prompt, wanted)
+            out = greedy(models[name], prompt, wanted, **extra)
+            machine_limits.synchronize(args.device)
             elapsed = time.perf_counter() - start
             new = out.shape[1] - prompt.shape[1]
             if new != wanted:
                 raise RuntimeError(f"{name} generated {new} tokens, expected exactly {wanted}")
             phase = "warm-up" if warm else "timed"
             log(
-                f"  decode batch {batch} run {run + 1}/{args.warmup + args.repeats} ({phase:7s}) {name:6s} "
+                f"  decode batch {batch} {cache_name} cache run {run + 1}/{args.warmup + args.repeats} ({phase:7s}) "
+                f"{name:6s} "
                 f"{elapsed:7.2f} s  {1000 * elapsed / new:8.2f} ms/step  load {machine_limits.fmt_load(machine_limits.load())}"
             )
             if not warm:
@@ -356,6 +398,7 @@ def bench_decode(models: dict, args, vocab_size: int, batch: int = 1, weight_byt
     floor_s = weight_bytes / bandwidth if bandwidth and weight_bytes else None
     result = {
         "batch": batch,
+        "cache": cache_name,
         "load": machine_limits.load(),
         "weight_bytes": weight_bytes,
         "floor_ms_per_step": None if floor_s is None else 1000 * floor_s,
@@ -521,7 +564,13 @@ def bench_load(args, workdir: Path) -> dict:
 
 def memory_child(args) -> None:
     """In a fresh interpreter (``--memory-child ours|theirs``): build the SmolLM2-shaped model (random weights),
-    run training steps (forward + backward + AdamW), print peak RSS and tokens/s as one JSON line."""
+    run training steps (forward + backward + AdamW), print peak RSS and tokens/s as one JSON line. On a GPU
+    (``--device cuda``) the peaks are ``torch.cuda.max_memory_allocated``: the tensors, the allocator's cache aside."""
+    cuda = torch.device(args.device).type == "cuda"
+
+    def peak() -> int:
+        return torch.cuda.max_memory_allocated(args.device) if cuda else machine_limits.self_peak_rss()
+
     ours_kw, theirs_kw = smollm2_shaped(args.memory_shape)
     torch.manual_seed(args.seed)
     if args.memory_child == "ours":
@@ -529,23 +578,28 @@ def memory_child(args) -> None:
         model = LlmsysLlamaForCausalLM(config)
     else:
         model = LlamaForCausalLM(LlamaConfig(**theirs_kw, attn_implementation="sdpa"))
-    model.train()
+    model.to(args.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    built_rss = machine_limits.self_peak_rss()
+    built_rss = peak()
     gen = torch.Generator().manual_seed(args.seed + 5)
     tokens = args.memory_batch * args.memory_seq
     step_s, loss = [], None
     for _ in range(args.memory_steps):
         ids = torch.randint(0, ours_kw["vocab_size"], (args.memory_batch, args.memory_seq), generator=gen)
+        ids = ids.to(args.device)
+        machine_limits.synchronize(args.device)
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.memory_precision == "bf16"):
+        with torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16,
+                            enabled=args.memory_precision == "bf16"):  # fmt: skip
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        machine_limits.synchronize(args.device)
         step_s.append(time.perf_counter() - start)
     print(json.dumps({
-        "side": args.memory_child, "peak_rss": machine_limits.self_peak_rss(), "built_rss": built_rss,
+        "side": args.memory_child, "peak_rss": peak(), "built_rss": built_rss,
+        "measure": "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss",
         "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
         "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
@@ -557,7 +611,8 @@ def bench_memory(args) -> dict:
     theirs, then again in the other order when --memory-rounds 2)."""
     argv = ["--memory-shape", args.memory_shape, "--memory-batch", str(args.memory_batch), "--memory-seq",
             str(args.memory_seq), "--memory-steps", str(args.memory_steps), "--memory-precision",
-            args.memory_precision, "--loss-chunk-size", str(args.loss_chunk_size), "--seed", str(args.seed)]  # fmt: skip
+            args.memory_precision, "--loss-chunk-size", str(args.loss_chunk_size), "--seed", str(args.seed),
+            "--device", args.device]  # fmt: skip
     if args.threads:
         argv += ["--threads", str(args.threads)]
     runs = {"ours": [], "theirs": []}
@@ -565,12 +620,13 @@ def bench_memory(args) -> dict:
         for side in interleaved_order(round_index):
             child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side],
                                                   env=MEMORY_ALLOCATORS[args.memory_allocator])  # fmt: skip
-            log(f"  memory {side:6s} peak RSS {child['peak_rss'] / 2**30:6.2f} GiB (after build "
+            log(f"  memory {side:6s} peak {memory_measure_name(child)} {child['peak_rss'] / 2**30:6.2f} GiB (after build "
                 f"{child['built_rss'] / 2**30:5.2f} GiB), last step {child['step_s'][-1]:6.2f} s, "
                 f"{child['tokens_per_s']:8.1f} tok/s, load {machine_limits.fmt_load(child['load'])}")  # fmt: skip
             runs[side].append(child)
     result = {"batch": args.memory_batch, "seq": args.memory_seq, "shape": args.memory_shape,
-              "precision": args.memory_precision, "allocator": args.memory_allocator, "runs": runs}  # fmt: skip
+              "precision": args.memory_precision, "allocator": args.memory_allocator, "runs": runs,
+              "measure": memory_measure_name(runs["ours"][0])}  # fmt: skip
     for side, children in runs.items():
         result[side] = {
             "peak_rss": max(c["peak_rss"] for c in children),
@@ -581,6 +637,11 @@ def bench_memory(args) -> dict:
     result["step_ratio"] = result["ours"]["step_rss"] / max(result["theirs"]["step_rss"], 1)
     result["speed_ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     return result
+
+
+def memory_measure_name(child: dict) -> str:
+    """What a memory child's peak is: its resident set on the CPU, the CUDA allocator's live tensors on a GPU."""
+    return "CUDA allocated" if child.get("measure") == "torch.cuda.max_memory_allocated" else "RSS"
 
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_scaled_dot_product")
@@ -636,7 +697,8 @@ def print_report(results: dict) -> None:
     log("=" * 110)
     log(
         f"hf-llmsys LlmsysLlamaForCausalLM (ours) vs transformers LlamaForCausalLM (theirs) -- "
-        f"{results['model_shape']}, torch threads {results['threads']}, load {machine_limits.fmt_load(machine_limits.load())}"
+        f"{results['model_shape']}, {results.get('device', 'cpu')}, torch threads {results['threads']}, "
+        f"load {machine_limits.fmt_load(machine_limits.load())}"
     )
     log(f"model: {results['params']:,} parameters; logits max |diff| {results['logits_max_abs_diff']:.2e}")
     if results.get("limits"):
@@ -673,7 +735,8 @@ def print_report(results: dict) -> None:
                     f"{'MET' if best >= BF16_MFU_GOAL else 'NOT MET'})")  # fmt: skip
     for d in results.get("decode") or []:
         log(
-            f"Greedy decode, batch {d['batch']}, prompt {d['prompt_tokens']}, {d['new_tokens']} new tokens, median "
+            f"Greedy decode, batch {d['batch']}, {d.get('cache', 'default')} cache, prompt {d['prompt_tokens']}, "
+            f"{d['new_tokens']} new tokens, median "
             f"of {len(d['ours']['run_s'])} interleaved runs (wall time of generate, prefill included), load "
             f"{machine_limits.fmt_load(d['load'])}"
         )
@@ -699,7 +762,8 @@ def print_report(results: dict) -> None:
             f"{lt['with_forward_ratio']:.2f}x")  # fmt: skip
     if results.get("memory"):
         m = results["memory"]
-        log(f"Peak training memory ({m['shape']} shape, batch {m['batch']} x seq {m['seq']}, {m['precision']}, "
+        where = "" if m.get("measure", "RSS") == "RSS" else f"{m['measure']}, "
+        log(f"Peak training memory ({where}{m['shape']} shape, batch {m['batch']} x seq {m['seq']}, {m['precision']}, "
             f"{m['allocator']} allocator, one fresh process per side): ours {m['ours']['peak_rss'] / 2**30:.2f} GiB, theirs "
             f"{m['theirs']['peak_rss'] / 2**30:.2f} GiB: ratio {m['ratio']:.2f} (goal <= {MEMORY_GOAL}: "
             f"{'MET' if m['ratio'] <= MEMORY_GOAL else 'NOT MET'}); above the built model "
@@ -749,11 +813,11 @@ def main(argv=None) -> dict:
 
 
 def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -> dict:
-    ours, theirs = build_models(shape, args.seed, workdir)
+    ours, theirs = build_models(shape, args.seed, workdir, args.device)
     diff = check_logits(ours, theirs, shape["vocab_size"], args.seed)
     log(f"logits agree: max |diff| {diff:.2e} <= {LOGITS_TOL:g}")
     models = {"ours": ours, "theirs": theirs}
-    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else 2048)
+    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else None, args.device)
     if limits:
         log(machine_limits.describe(limits))
     matmul_params = machine_limits.matmul_parameters(ours)
@@ -764,6 +828,7 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
         "matmul_params": matmul_params,
         "logits_max_abs_diff": diff,
         "threads": torch.get_num_threads(),
+        "device": machine_limits.describe_device(args.device),
         "limits": limits,
         "load_start": machine_limits.load(),
         "torch": torch.__version__,
@@ -791,13 +856,17 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
     if not args.skip_decode:  # before training: training copies the models, decode uses the originals
         weight_bytes = matmul_params * 4  # fp32: every matmul weight read once per step
         bandwidth = limits["copy_bytes_per_s"] if limits else 0
-        for batch in args.decode_batches:
-            log(f"decode benchmark: batch {batch}, prompt {args.prompt}, {args.new_tokens} new tokens, "
-                f"{args.warmup} warm-up + {args.repeats} runs per model")  # fmt: skip
-            with torch.inference_mode():
-                results["decode"].append(
-                    bench_decode(models, args, shape["vocab_size"], batch, weight_bytes if batch == 1 else 0, bandwidth)
-                )
+        caches = [None, "static"] if args.decode_static else [None]
+        for cache_implementation in caches:
+            for batch in args.decode_batches:
+                log(f"decode benchmark: batch {batch}, {cache_implementation or 'default'} cache, prompt "
+                    f"{args.prompt}, {args.new_tokens} new tokens, {args.warmup} warm-up + {args.repeats} runs per "
+                    f"model")  # fmt: skip
+                with torch.inference_mode():
+                    results["decode"].append(bench_decode(
+                        models, args, shape["vocab_size"], batch, weight_bytes if batch == 1 else 0, bandwidth,
+                        cache_implementation,
+                    ))  # fmt: skip
     if not args.skip_train:
         flops = machine_limits.training_flops_per_token(
             matmul_params, shape["num_hidden_layers"], shape["hidden_size"], args.seq

@@ -1,7 +1,7 @@
 """The models a training benchmark times: ours as our training jobs train it, ours with the plain loss, the peer.
 
 ``llmsys train`` and ``llmsys sft`` train hf-llmsys models with the chunked linear cross-entropy
-(``--loss_chunk_size``, default ``DEFAULT_CHUNK_SIZE`` tokens a chunk: ``models/chunked_cross_entropy.py``); outside
+(``--loss_chunk_size``, default ``default_chunk_size(device)`` tokens a chunk: ``models/chunked_cross_entropy.py``); outside
 those jobs a model's own default is the plain loss (``config.loss_chunk_size = 0``). The two give the same loss and
 gradients, one without the full (tokens x vocab) logits, so a benchmark times ours the way the jobs train it and
 shows the plain loss beside it.

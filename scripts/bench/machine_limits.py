@@ -10,6 +10,9 @@
 - `peak_rss_child`: run a function in a fresh interpreter and report its peak resident memory (ru_maxrss), so two
   sides measured in one benchmark each start from nothing.
 - `load`: os.getloadavg(), printed with every measurement.
+
+Every measurement takes a ``device``: on CUDA the timed regions end with ``torch.cuda.synchronize()`` (kernels run
+asynchronously), and ``measure`` uses sizes that keep a GPU busy well past its launch overhead.
 """
 
 from __future__ import annotations
@@ -28,49 +31,76 @@ def load() -> tuple[float, float, float] | None:
     return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """Best FLOP/s of an n^3 matmul in `dtype` (2 n^3 FLOPs) over `repeats` timed runs after one warm-up."""
+def synchronize(device: str | torch.device = "cpu") -> None:
+    """Wait for the device's queued kernels (CUDA runs them asynchronously); nothing to wait for on the CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_best(fn, device: str | torch.device, repeats: int) -> float:
+    """Best wall seconds of ``fn()`` over `repeats` runs after one warm-up, the device synchronised around each."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5, device: str | torch.device = "cpu") -> float:
+    """Best FLOP/s of an n^3 matmul in `dtype` (2 n^3 FLOPs) over `repeats` timed runs after one warm-up. Random
+    operands (zeros run faster on some hardware); fp32 at torch's default precision ("highest": no TF32)."""
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(dtype)
-    b = torch.randn(n, n, generator=gen).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    return 2 * n**3 / timed_best(lambda: torch.mm(a, b), device, repeats)
 
 
-def copy_bandwidth(megabytes: int = 512, repeats: int = 3) -> float:
+def copy_bandwidth(megabytes: int = 512, repeats: int = 3, device: str | torch.device = "cpu") -> float:
     """Best bytes/s of copying a `megabytes` fp32 tensor (bytes read + bytes written)."""
-    src = torch.ones(megabytes * 2**20 // 4)
+    src = torch.ones(megabytes * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.numel() * 4 / best
+    return 2 * src.numel() * 4 / timed_best(lambda: dst.copy_(src), device, repeats)
 
 
-def measure(matmul_n: int = 2048) -> dict:
-    """The machine's limits at the current thread count (fp32 and bf16 matmul peaks, copy bandwidth) and load."""
+def measure(matmul_n: int | None = None, device: str | torch.device = "cpu") -> dict:
+    """The machine's limits at the current thread count (fp32 and bf16 matmul peaks, copy bandwidth) and load, on
+    `device`: a 2048^3 matmul and a 512 MB copy on the CPU; 8192^3 and 4 GB on a GPU, whose kernels would
+    otherwise finish within their launch overhead."""
+    gpu = torch.device(device).type != "cpu"
+    matmul_n = matmul_n or (8192 if gpu else 2048)
     return {
+        "device": describe_device(device),
         "threads": torch.get_num_threads(),
         "load_before": load(),
         "matmul_n": matmul_n,
-        "peak_flops_fp32": matmul_peak(torch.float32, matmul_n),
-        "peak_flops_bf16": matmul_peak(torch.bfloat16, matmul_n),
-        "copy_bytes_per_s": copy_bandwidth(),
+        "peak_flops_fp32": matmul_peak(torch.float32, matmul_n, device=device),
+        "peak_flops_bf16": matmul_peak(torch.bfloat16, matmul_n, device=device, repeats=10 if gpu else 5),
+        "copy_bytes_per_s": copy_bandwidth(4096 if gpu else 512, repeats=10 if gpu else 3, device=device),
         "load_after": load(),
     }
 
 
+def describe_device(device: str | torch.device = "cpu") -> str:
+    """The processor the benchmark runs on: the CUDA device's name, else the CPU's (from /proc/cpuinfo)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
 def describe(limits: dict) -> str:
+    where = limits.get("device", "cpu")
     return (
-        f"machine at {limits['threads']} threads: matmul {limits['matmul_n']}^3 peak "
+        f"{where}, torch threads {limits['threads']}: matmul {limits['matmul_n']}^3 peak "
         f"{limits['peak_flops_fp32'] / 1e9:.0f} GFLOP/s fp32, {limits['peak_flops_bf16'] / 1e9:.0f} GFLOP/s bf16; "
         f"copy bandwidth {limits['copy_bytes_per_s'] / 1e9:.1f} GB/s; load {fmt_load(limits['load_before'])}"
     )

@@ -9,7 +9,7 @@ Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on 
 1. Training throughput: tokens/s (encoder + decoder tokens) of forward + backward + AdamW step on random
    span-corruption-shaped batches (input_length encoder tokens, target_length labels), steps interleaved
    (A B, B A, ...), warm-up discarded, median step time. Ours trains as ``llmsys train --model_type llmsys_t5``
-   trains it, with the chunked loss (``--train-loss-chunk-size``, default 256), and also with the plain loss
+   trains it, with the chunked loss (``--train-loss-chunk-size``, default the jobs' on the device: 256 on the CPU), and also with the plain loss
    (``ours_plain_loss``). Each ratio is also given round by round (median and quartiles: ``round_ratios.py``).
 2. Beam search latency: batch 1, ``generate(num_beams=4, length_penalty=0.6, max_new_tokens=N,
    min_new_tokens=N)`` (transformers' length penalty in both, so the outputs must be identical, and are checked),
@@ -20,13 +20,16 @@ Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on 
 Ratios are ours / transformers for tokens/s and transformers / ours for latency (> 1: ours is faster); goal >= 1.1.
 Training MFU: 6 x (encoder matmul parameters x encoder tokens + decoder and head matmul parameters x decoder tokens)
 per step (attention scores not counted) over the fp32 matmul peak measured in the run (``machine_limits.py``).
-``--compile`` adds both models ``torch.compile``d the same way.
+``--compile`` adds both models ``torch.compile``d the same way. ``--device cuda`` trains and searches on a GPU (timed
+regions synchronised, the peak measured there); ``--precision bf16`` trains in bf16 autocast (MFU then against the
+bf16 peak).
 Each measurement also records the process CPU time (all threads, ``time.process_time``): on a machine shared with
 other jobs, wall times swing with the load while CPU-time ratios stay comparable, so both ratios are printed.
 
     python scripts/bench/t5_vs_hf.py                       # t5-small shapes (60M), ~ minutes on 2 cores
     python scripts/bench/t5_vs_hf.py --tiny --steps 2 --repeats 1 --new-tokens 4     # seconds (smoke test)
     python scripts/bench/t5_vs_hf.py --json results.json --threads 2
+    python scripts/bench/t5_vs_hf.py --device cuda --precision bf16 --load-repeats 0      # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
 """
@@ -52,7 +55,7 @@ from transformers.utils import logging as hf_logging
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.models import T5_PRESETS
-from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -80,8 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed beam-search runs per model")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument(
-        "--train-loss-chunk-size", type=chunk_size_arg, default=DEFAULT_CHUNK_SIZE,
-        help="ours: config.loss_chunk_size in training (default: llmsys train's); > 0 also times ours with the "
+        "--train-loss-chunk-size", type=chunk_size_arg,
+        help="ours: config.loss_chunk_size in training (default: llmsys train's on --device); > 0 also times ours with the "
         "plain loss (0) as ours_plain_loss",
     )  # fmt: skip
     parser.add_argument("--compile", action="store_true", help="add torch.compile'd training columns (both sides)")
@@ -89,8 +92,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--skip-limits", action="store_true", help="skip measuring the matmul peak")
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and search")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training: fp32 or bf16 autocast")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        parser.error(f"--device {args.device!r}: {err}; use cpu or cuda")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device!r}: use cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device!r}: torch sees no CUDA device here; use --device cpu")
+    if args.train_loss_chunk_size is None:  # the training jobs' default on this device
+        args.train_loss_chunk_size = default_chunk_size(device)
     for name in ("batch", "input_length", "target_length", "steps", "prompt", "new_tokens", "num_beams", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -112,15 +127,15 @@ def build_models(args, workdir: Path):
     theirs.save_pretrained(workdir)
     ours = LlmsysT5ForConditionalGeneration.from_pretrained(workdir, attn_implementation="sdpa").eval()
     ours.save_pretrained(workdir / "ours")
-    return ours, theirs, config.vocab_size
+    return ours.to(args.device), theirs.to(args.device), config.vocab_size
 
 
 @torch.no_grad()
 def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
     """Max |logit difference| on a random batch; raises if above LOGITS_TOL."""
     gen = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(2, vocab_size, (2, 24), generator=gen)
-    labels = torch.randint(2, vocab_size, (2, 8), generator=gen)
+    ids = torch.randint(2, vocab_size, (2, 24), generator=gen).to(ours.device)
+    labels = torch.randint(2, vocab_size, (2, 8), generator=gen).to(ours.device)
     diff = (ours(input_ids=ids, labels=labels).logits - theirs(input_ids=ids, labels=labels).logits).abs().max().item()
     if not diff <= LOGITS_TOL:
         raise RuntimeError(f"ABORT: logits differ by {diff:.3e} (> {LOGITS_TOL:g}) on identical weights.")
@@ -181,15 +196,18 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
     times, losses = {name: [] for name in trainees}, {name: [] for name in trainees}
     cpu_times = {name: [] for name in trainees}
     for step in range(args.warmup + args.steps):
-        ids = torch.randint(2, vocab_size, (args.batch, args.input_length), generator=gen)
-        labels = torch.randint(2, vocab_size, (args.batch, args.target_length), generator=gen)
+        ids = torch.randint(2, vocab_size, (args.batch, args.input_length), generator=gen).to(args.device)
+        labels = torch.randint(2, vocab_size, (args.batch, args.target_length), generator=gen).to(args.device)
         mask = torch.ones_like(ids)
         for name in interleaved_order(step, trainees):
+            machine_limits.synchronize(args.device)
             start, cpu_start = time.perf_counter(), time.process_time()
-            loss = trainees[name](input_ids=ids, attention_mask=mask, labels=labels).loss
+            with torch.autocast(torch.device(args.device).type, torch.bfloat16, enabled=args.precision == "bf16"):
+                loss = trainees[name](input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             optimizers[name].step()
             optimizers[name].zero_grad(set_to_none=True)
+            machine_limits.synchronize(args.device)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             log(f"  train step {step + 1}/{args.warmup + args.steps} {name:15s} {elapsed:7.3f} s  "
                 f"{tokens / elapsed:9.1f} tok/s  loss {loss.item():.4f}  "
@@ -230,14 +248,16 @@ def beam(model, prompt: torch.Tensor, args, new_tokens: int) -> torch.Tensor:
 def bench_beam(models: dict, args, vocab_size: int) -> dict:
     """Median wall time of a beam search per model, runs interleaved; checks identical outputs."""
     gen = torch.Generator().manual_seed(args.seed + 3)
-    prompt = torch.randint(2, vocab_size, (1, args.prompt), generator=gen)
+    prompt = torch.randint(2, vocab_size, (1, args.prompt), generator=gen).to(args.device)
     times, outputs = {name: [] for name in models}, {name: [] for name in models}
     cpu_times = {name: [] for name in models}
     for run in range(args.warmup + args.repeats):
         warm = run < args.warmup
         for name in interleaved_order(run):
+            machine_limits.synchronize(args.device)
             start, cpu_start = time.perf_counter(), time.process_time()
             out = beam(models[name], prompt, args, min(args.new_tokens, 4) if warm else args.new_tokens)
+            machine_limits.synchronize(args.device)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             log(f"  beam run {run + 1}/{args.warmup + args.repeats} ({'warm-up' if warm else 'timed'}) {name:6s} "
                 f"{elapsed:7.3f} s  load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
@@ -256,9 +276,10 @@ def bench_beam(models: dict, args, vocab_size: int) -> dict:
     return result
 
 
-def machine() -> dict:
+def machine(device: str = "cpu") -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
+            "device": machine_limits.describe_device(device),
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_average": load}  # fmt: skip
 
 
@@ -273,8 +294,8 @@ def main(argv=None) -> dict:
         ours, theirs, vocab_size = build_models(args, Path(workdir))
         models = {"ours": ours, "theirs": theirs}
         load_time = bench_load(models, Path(workdir), args.load_repeats) if args.load_repeats else None
-    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else 2048)
-    results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(), "limits": limits,
+    limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else None, args.device)
+    results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(args.device), "limits": limits,
                "parameters": sum(p.numel() for p in ours.parameters()),
                "logits_max_abs_diff": check_logits(ours, theirs, vocab_size, args.seed),
                "load_time": load_time}  # fmt: skip
@@ -283,20 +304,22 @@ def main(argv=None) -> dict:
     if limits:
         log(machine_limits.describe(limits))
     results["training"] = bench_training(models, args, vocab_size)
+    results["training"]["precision"] = args.precision
+    results["device"] = machine_limits.describe_device(args.device)
     flops = matmul_flops_per_step(ours, args)
     for entry in results["training"].values():
         if not isinstance(entry, dict) or "median_step_s" not in entry:
             continue  # the per-round ratios
-        entry["mfu"] = flops / entry["median_step_s"] / limits["peak_flops_fp32"] if limits else None
+        entry["mfu"] = flops / entry["median_step_s"] / limits[f"peak_flops_{args.precision}"] if limits else None
     results["training"]["flops_per_step"] = flops
     results["beam_search"] = bench_beam(models, args, vocab_size)
-    results["machine_after"] = machine()
+    results["machine_after"] = machine(args.device)
     training, beam_search = results["training"], results["beam_search"]
     log("")
     for name in [n for n in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled") if n in training]:
         mfu = training[name]["mfu"]
         log(f"training  {name:16s} {training[name]['tokens_per_s']:10.1f} tok/s  "
-            f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} (fp32 peak)")  # fmt: skip
+            f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} ({args.precision} peak)")  # fmt: skip
     chunk = training["loss_chunk_size"]
     loss = f"chunked loss, {chunk} tokens a chunk" if chunk else "plain loss"
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 21's benchmarks on a lent GPU in one call (at most ~9.5 minutes; each part has its own time limit):
+#   1. llama_vs_hf.py eager: training fp32 and bf16 (tokens/s, MFU against the matmul peak measured on the GPU),
+#      greedy decode batch 1 and 8 (batch 1 against the weight-read floor), peak training memory at SmolLM2's shape;
+#   2. t5_vs_hf.py: training fp32 and bf16, beam 4;
+#   3. llama_vs_hf.py with --compile (both sides compiled) and --decode-static (generate compiles the decoding step);
+#   4. bf16 training at SmolLM2-135M's shape, batch 8 x 2048 (eager): the MFU of a real model's step;
+#   5. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
+# Usage from the repository root:  bash scripts/gpu_bench.sh        (logs and JSON under $OUT, else /tmp/gpu_bench)
+#   SMOKE=1 bash scripts/gpu_bench.sh   runs the same commands on tiny sizes on the CPU (checks the script itself).
+# Wheels in .whl/ (transformers and its dependencies, when the machine's own are too old) are installed first.
+# On an H200 (2026-12-04) the parts took 85, 22, 28, > 180 (compiles of about 40 s each), 26 and > 50 s.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+OUT=${OUT:-/tmp/gpu_bench}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # hf_llmsys from this checkout where it is not installed
+DEVICE=cuda
+LLAMA=(--steps 10 --warmup 3 --repeats 3)
+SMOL=(--shape smollm2 --batch 8 --seq 2048 --steps 6 --warmup 2)
+T5=(--steps 10 --warmup 3 --repeats 3)
+SPARSE=(--quick)
+if [ "${SMOKE:-0}" = 1 ]; then
+    DEVICE=cpu
+    LLAMA=(--tiny --quick --threads 2)
+    SMOL=(--tiny --quick --threads 2)
+    T5=(--tiny --steps 2 --repeats 1 --new-tokens 4 --threads 2)
+    SPARSE=(--quick --device cpu)
+else
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+fi
+"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+
+part() {  # part NAME SECONDS SCRIPT ARGS...: one benchmark under its own limit, its log in $OUT/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name (limit ${limit} s) $(date -u +%T)"
+    timeout "$limit" "$PY" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name rc $rc $(date -u +%T)"
+    # the report at the end of each log (the table); the per-step lines stay in the log
+    grep -v -E '^  (train|decode|memory|load|beam) ' "$OUT/$name.log" | tail -n 45
+}
+
+part llama_eager 120 scripts/bench/llama_vs_hf.py --device "$DEVICE" --skip-load "${LLAMA[@]}" \
+    --json "$OUT/llama_eager.json"
+part t5_fp32 45 scripts/bench/t5_vs_hf.py --device "$DEVICE" --load-repeats 0 "${T5[@]}" --json "$OUT/t5_fp32.json"
+part t5_bf16 45 scripts/bench/t5_vs_hf.py --device "$DEVICE" --precision bf16 --load-repeats 0 "${T5[@]}" \
+    --json "$OUT/t5_bf16.json"
+part llama_compiled 270 scripts/bench/llama_vs_hf.py --device "$DEVICE" --compile --decode-static \
+    --decode-batches 1 --skip-load --skip-memory "${LLAMA[@]}" --json "$OUT/llama_compiled.json"
+part llama_smollm2 50 scripts/bench/llama_vs_hf.py --device "$DEVICE" --precisions bf16 --skip-decode \
+    --skip-load --skip-memory "${SMOL[@]}" --json "$OUT/llama_smollm2.json"
+part sparse_parity 45 scripts/gpu_check.py "${SPARSE[@]}"
