@@ -57,8 +57,29 @@ def test_train_torch_compile_compiles_without_graph_breaks(text_file, tmp_path, 
     report = read_summary(out)
     assert report["requested"] and report["compiled"] and report["backend"] == "eager"
     assert report["graphs"] >= 1 and report["graph_breaks"] == 0
+    assert report["loss"] == "chunked, 256 tokens a chunk"  # on the CPU; a GPU trains a compiled model plainly
     printed = capsys.readouterr().out
-    assert f"torch.compile: compiled with backend eager: {report['graphs']} graphs, 0 graph breaks" in printed
+    assert (
+        f"torch.compile: compiled with backend eager: {report['graphs']} graphs, 0 graph breaks; loss chunked, 256 "
+        "tokens a chunk" in printed
+    )
+
+
+def test_compiled_loss_names_the_plain_loss_on_a_gpu():
+    """The summary's loss for a compiled model: chunked on the CPU, plain on a GPU (the model's own rule there)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_llmsys.training.job import compiled_loss
+
+    def trainer(chunk, device):
+        model = SimpleNamespace(config=SimpleNamespace(loss_chunk_size=chunk))
+        return SimpleNamespace(model=model, args=SimpleNamespace(device=torch.device(device)))
+
+    assert compiled_loss(trainer(256, "cpu")) == "chunked, 256 tokens a chunk"
+    assert compiled_loss(trainer(0, "cpu")) == compiled_loss(trainer(0, "cuda")) == "plain"
+    assert compiled_loss(trainer(2048, "cuda")).startswith("plain (compiled for a GPU")
 
 
 @pytest.mark.slow

@@ -126,7 +126,21 @@ def compile_report(trainer) -> dict:
         graphs=graphs,
         graph_breaks=int(sum(counters["graph_break"].values())),
     )
+    if report["compiled"]:
+        report["loss"] = compiled_loss(trainer)
     return report
+
+
+def compiled_loss(trainer) -> str:
+    """The loss a compiled model trains with: chunked (``config.loss_chunk_size``) on the CPU; on a GPU the plain
+    one, which the models take when traced for a GPU (``models/chunked_cross_entropy.py``: the compiled CUDA code
+    of the chunked loss gave wrong gradients)."""
+    chunk = getattr(getattr(trainer.model, "config", None), "loss_chunk_size", 0) or 0
+    if chunk <= 0:
+        return "plain"
+    if trainer.args.device.type != "cpu":
+        return "plain (compiled for a GPU the chunked loss is not used: its compiled CUDA code gave wrong gradients)"
+    return f"chunked, {chunk} tokens a chunk"
 
 
 def describe_compile(report: dict) -> str:
@@ -134,9 +148,10 @@ def describe_compile(report: dict) -> str:
     if not report["compiled"]:
         return "torch.compile: requested but the model was not compiled (no graph was produced); trained eagerly"
     mode = f", mode {report['mode']}" if report["mode"] else ""
+    loss = f"; loss {report['loss']}" if report.get("loss") else ""
     return (
         f"torch.compile: compiled with backend {report['backend']}{mode}: {report['graphs']} graphs, "
-        f"{report['graph_breaks']} graph breaks"
+        f"{report['graph_breaks']} graph breaks{loss}"
     )
 
 
