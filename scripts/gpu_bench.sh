@@ -4,12 +4,15 @@
 #      greedy decode batch 1 and 8 (batch 1 against the weight-read floor), peak training memory at SmolLM2's shape;
 #   2. t5_vs_hf.py: training fp32 and bf16, beam 4;
 #   3. llama_vs_hf.py with --compile (both sides compiled) and --decode-static (generate compiles the decoding step);
-#   4. bf16 training at SmolLM2-135M's shape, batch 8 x 2048 (eager): the MFU of a real model's step;
+#   4. train_step_variants.py: a bf16 step at SmolLM2-135M's shape, batch 8 x 2048, of transformers' Llama and of
+#      ours as the jobs train it on the GPU, with the plain loss, other chunk sizes, the recompute hooks on and off;
+#      and the compiled chunked loss against eager (whether inductor's CUDA code of it is still wrong);
 #   5. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
 # Usage from the repository root:  bash scripts/gpu_bench.sh        (logs and JSON under $OUT, else /tmp/gpu_bench)
 #   SMOKE=1 bash scripts/gpu_bench.sh   runs the same commands on tiny sizes on the CPU (checks the script itself).
 # Wheels in .whl/ (transformers and its dependencies, when the machine's own are too old) are installed first.
-# On an H200 (2026-12-04) the parts took 85, 22, 28, > 180 (compiles of about 40 s each), 26 and > 50 s.
+# On an H200 (2026-12-04) the parts took 85, 22, 28, > 180 (compiles of about 40 s each), 26 (part 4's probe: about
+# 80 s) and > 50 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=python3
@@ -20,13 +23,13 @@ export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # hf_llmsys from this checkout where it is not installed
 DEVICE=cuda
 LLAMA=(--steps 10 --warmup 3 --repeats 3)
-SMOL=(--shape smollm2 --batch 8 --seq 2048 --steps 6 --warmup 2)
+SMOL=(--shape smollm2 --batch 8 --seq 2048 --steps 5 --warmup 2)
 T5=(--steps 10 --warmup 3 --repeats 3)
 SPARSE=(--quick)
 if [ "${SMOKE:-0}" = 1 ]; then
     DEVICE=cpu
     LLAMA=(--tiny --quick --threads 2)
-    SMOL=(--tiny --quick --threads 2)
+    SMOL=(--shape tiny --steps 1 --warmup 0 --threads 2)
     T5=(--tiny --steps 2 --repeats 1 --new-tokens 4 --threads 2)
     SPARSE=(--quick --device cpu)
 else
@@ -56,6 +59,6 @@ part t5_bf16 45 scripts/bench/t5_vs_hf.py --device "$DEVICE" --precision bf16 --
     --json "$OUT/t5_bf16.json"
 part llama_compiled 270 scripts/bench/llama_vs_hf.py --device "$DEVICE" --compile --decode-static \
     --decode-batches 1 --skip-load --skip-memory "${LLAMA[@]}" --json "$OUT/llama_compiled.json"
-part llama_smollm2 50 scripts/bench/llama_vs_hf.py --device "$DEVICE" --precisions bf16 --skip-decode \
-    --skip-load --skip-memory "${SMOL[@]}" --json "$OUT/llama_smollm2.json"
+part train_step_variants 90 scripts/bench/train_step_variants.py --device "$DEVICE" --compile-check "${SMOL[@]}" \
+    --json "$OUT/train_step_variants.json"
 part sparse_parity 45 scripts/gpu_check.py "${SPARSE[@]}"

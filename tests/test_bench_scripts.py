@@ -100,6 +100,24 @@ def test_bench_device_flag(script, capsys):
         assert "--device" in err and why in err
 
 
+def test_train_step_variants_tiny(tmp_path):
+    """Every variant is timed against transformers' step; on the CPU the jobs' default is 256-token chunks with
+    the recompute hooks, each ours variant also runs with the hooks off; the results are written."""
+    bench = _load_script("train_step_variants")
+    out = tmp_path / "variants.json"
+    results = bench.main(["--shape", "tiny", "--steps", "1", "--warmup", "0", "--chunks", "16,256", "--threads", "1",
+                          "--json", str(out)])  # fmt: skip
+    variants = results["variants"]
+    assert list(variants) == ["theirs", "ours", "ours-hooks", "ours_plain", "ours_plain-hooks", "ours_chunk16",
+                              "ours_chunk16-hooks"]  # fmt: skip
+    assert (variants["ours"]["chunk"], variants["ours"]["hooks"], variants["ours-hooks"]["hooks"]) == (256, True, False)
+    assert variants["ours_plain"]["chunk"] == 0 and variants["theirs"]["chunk"] is None
+    assert all(v["speed_vs_theirs"] > 0 and v["peak_bytes"] is None for v in variants.values())
+    assert json.loads(out.read_text())["default_chunk"] == 256
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--chunks", "0"])
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the
