@@ -184,14 +184,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device {args.device!r}: {err}; use cpu or cuda")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device {args.device!r}: use cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device!r}: torch sees no CUDA device here; use --device cpu")
+    device = machine_limits.checked_device(parser, args.device)
     if device.type == "cuda" and (args.profile_train or args.profile_decode):
         parser.error("--profile-train / --profile-decode profile CPU time; run them with --device cpu")
     for name in ("loss_chunk_size", "train_loss_chunk_size"):  # the training jobs' default on this device

@@ -84,6 +84,20 @@ def measure(matmul_n: int | None = None, device: str | torch.device = "cpu") -> 
     }
 
 
+def checked_device(parser, text: str) -> torch.device:
+    """The benchmarks' ``--device``: cpu or cuda[:N], with CUDA visible to torch; else ``parser.error`` naming the
+    flag and the fix."""
+    try:
+        device = torch.device(text)
+    except RuntimeError as err:
+        parser.error(f"--device {text!r}: {err}; use cpu or cuda")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {text!r}: use cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {text!r}: torch sees no CUDA device here; use --device cpu")
+    return device
+
+
 def describe_device(device: str | torch.device = "cpu") -> str:
     """The processor the benchmark runs on: the CUDA device's name, else the CPU's (from /proc/cpuinfo)."""
     if torch.device(device).type == "cuda":

@@ -96,14 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training: fp32 or bf16 autocast")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device {args.device!r}: {err}; use cpu or cuda")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device {args.device!r}: use cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device!r}: torch sees no CUDA device here; use --device cpu")
+    device = machine_limits.checked_device(parser, args.device)
     if args.train_loss_chunk_size is None:  # the training jobs' default on this device
         args.train_loss_chunk_size = default_chunk_size(device)
     for name in ("batch", "input_length", "target_length", "steps", "prompt", "new_tokens", "num_beams", "repeats"):

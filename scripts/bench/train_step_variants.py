@@ -70,14 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--json", metavar="OUT", help="write the results to this JSON file")
     args = parser.parse_args(argv)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device {args.device!r}: {err}; use cpu or cuda")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device {args.device!r}: use cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device!r}: torch sees no CUDA device here; use --device cpu")
+    machine_limits.checked_device(parser, args.device)
     try:
         args.chunks = [int(c) for c in args.chunks.split(",") if c.strip()]
     except ValueError:
