@@ -20,6 +20,17 @@ def _deterministic():
 
 
 @pytest.fixture(autouse=True)
+def _same_thread_count():
+    """A test that sets torch's thread count (a benchmark's --threads run in-process) leaves it as it found it:
+    float sums split across another number of threads round differently, and the remote-code tests compare this
+    process's logits bitwise with a fresh interpreter's."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_compiler_state():
     """torch.compile state starts empty for each test that compiled something: torch 2.13's CPU FlexAttention
     template emits C++ that does not compile ("cur_kvSplitSize3 was not declared") when several flex kernels were
