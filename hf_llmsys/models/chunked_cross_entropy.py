@@ -49,6 +49,9 @@ DEFAULT_CHUNK_SIZE = 256
 # 26.7 GiB). The training jobs' default chunk per device type (`default_chunk_size`); others take the GPU's.
 DEFAULT_CHUNK_SIZES = {"cpu": DEFAULT_CHUNK_SIZE}
 ACCELERATOR_CHUNK_SIZE = 2048
+# Device types where a model traced by torch.compile keeps the chunked loss; elsewhere it takes the plain one
+# (module docstring: inductor's CUDA code of this function was wrong).
+COMPILED_CHUNKED_LOSS_DEVICES = {"cpu"}
 
 
 def default_chunk_size(device: torch.device | str) -> int:
@@ -198,7 +201,7 @@ def uses_chunked_loss(model, labels, logits_to_keep=0) -> bool:
     """Whether a forward with these arguments computes its loss chunked: labels given, the model training with
     ``config.loss_chunk_size > 0``, no logits asked for (``logits_to_keep``), a plain bias-free ``nn.Linear``
     LM head (a PEFT-wrapped head computes more than ``hidden @ weight.T``), and not traced by ``torch.compile``
-    for a GPU (module docstring: the compiled CUDA code was wrong; the CPU's is exact)."""
+    for a device outside ``COMPILED_CHUNKED_LOSS_DEVICES`` (module docstring: the compiled CUDA code was wrong)."""
     head = getattr(model, "lm_head", None)
     return (
         labels is not None
@@ -208,5 +211,5 @@ def uses_chunked_loss(model, labels, logits_to_keep=0) -> bool:
         and logits_to_keep == 0
         and type(head) in PLAIN_LINEAR_TYPES
         and head.bias is None
-        and not (torch.compiler.is_compiling() and head.weight.device.type != "cpu")
+        and not (torch.compiler.is_compiling() and head.weight.device.type not in COMPILED_CHUNKED_LOSS_DEVICES)
     )

@@ -26,6 +26,7 @@ from transformers import GenerationConfig, HfArgumentParser, TrainingArguments, 
 from transformers.trainer_utils import TrainOutput
 
 from ..command_logging import follow_trainer_log_level
+from ..models.chunked_cross_entropy import COMPILED_CHUNKED_LOSS_DEVICES
 from .output_dir import atomic_save
 
 
@@ -138,7 +139,7 @@ def compiled_loss(trainer) -> str:
     chunk = getattr(getattr(trainer.model, "config", None), "loss_chunk_size", 0) or 0
     if chunk <= 0:
         return "plain"
-    if trainer.args.device.type != "cpu":
+    if trainer.args.device.type not in COMPILED_CHUNKED_LOSS_DEVICES:
         return "plain (compiled for a GPU the chunked loss is not used: its compiled CUDA code gave wrong gradients)"
     return f"chunked, {chunk} tokens a chunk"
 

@@ -34,8 +34,8 @@ anything is timed, and the run aborts otherwise.
 9. ``--device cuda``: training, decode and peak memory on the GPU (timed regions synchronised; the limits measured
    there; peak memory is ``torch.cuda.max_memory_allocated`` of each fresh process instead of its RSS).
    ``--decode-static`` adds greedy decode with ``cache_implementation="static"`` for both sides, which transformers'
-   ``generate`` compiles on a GPU (its default ``compile_config``); the weight-read floor is then reachable without
-   Python's per-token overhead.
+   ``generate`` compiles on a GPU (its default ``compile_config``), which removes most of Python's per-token overhead
+   (H200, default shape, batch 1: 1.5-1.9 ms a token against 7.6 ms eager; the floor is 0.04 ms).
 
 Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
 >= 1.3x and >= 70% of the bf16 peak; decode batch 1 >= 90% of the floor (and >= 2x transformers), batch 8 >= 1.3x;
