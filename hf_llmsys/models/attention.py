@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from transformers.integrations.sdpa_attention import repeat_kv
+from transformers.integrations.sdpa_attention import pack_gqa, repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .positions import PositionState
@@ -74,6 +74,44 @@ def own_storage_if_saved(value: torch.Tensor, qkv: torch.Tensor, qk: torch.Tenso
     if qk.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr():
         return value
     return value.clone(memory_format=torch.contiguous_format)
+
+
+# Device type -> dtypes for which a one-token step of grouped-query attention under "sdpa" runs on the key/value
+# heads, each group's query heads packed as that head's rows (transformers' ``pack_gqa``), instead of SDPA's
+# ``enable_gqa``. On CUDA (torch 2.11, H200) fp32 SDPA with ``enable_gqa`` falls back to the math kernel: 11 kernels
+# and 244 us a call, copying every cached key and value H/G times per token; packed, it is memory-efficient
+# attention, 2 kernels and 70 us. bf16 takes ``enable_gqa`` in cuDNN's kernel (1 kernel, 49 us; packed 64-71 us),
+# and the CPU's SDPA kernel takes grouped heads too (``scripts/bench/decode_step_overhead.py``). Read per call.
+PACKED_DECODE_DTYPES: dict[str, set[torch.dtype]] = {"cuda": {torch.float32}}
+
+
+def packs_decode_queries(query: torch.Tensor, key: torch.Tensor, implementation: str | None) -> bool:
+    """Whether ``packed_decode_attention`` computes this call: "sdpa", one query token, H > G heads, and a device
+    and dtype listed in ``PACKED_DECODE_DTYPES``. query (B, H, 1, D), key (B, G, K, D)."""
+    return (
+        implementation == "sdpa"
+        and query.shape[2] == 1
+        and query.shape[1] != key.shape[1]
+        and query.dtype in PACKED_DECODE_DTYPES.get(query.device.type, ())
+    )
+
+
+def packed_decode_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """One query token of grouped-query attention as plain attention over the G key/value heads.
+
+    query (B, H, 1, D) -> (B, G, H/G, D): the H/G query heads that share a key/value head become its rows, which see
+    the same keys (one token: no causal order among them). key/value (B, G, K, D); attention_mask None or additive /
+    boolean (B, 1 or H, 1, K) (packed alike). Returns (B, 1, H, D), as transformers' attention functions do; the same
+    arithmetic as SDPA with ``enable_gqa`` (row h of the output is query head h).
+    """
+    batch, heads, _, dim = query.shape
+    groups = heads // key.shape[1]
+    output = nn.functional.scaled_dot_product_attention(
+        pack_gqa(query, groups), key, value, attn_mask=pack_gqa(attention_mask, groups), scale=scaling
+    )  # (B, G, H/G, D)
+    return output.reshape(batch, heads, 1, dim).transpose(1, 2)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -166,11 +204,23 @@ class GroupedQueryAttention(nn.Module):
         else:
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
+        value_term = positions.value_term(self.layer_idx)
+        window = self.sliding_window()
+        if (
+            kernel is None
+            and bias is None
+            and value_term is None
+            and window is None
+            and not (self.training and self.attention_dropout > 0)
+            and packs_decode_queries(query, key, self.config._attn_implementation)
+        ):
+            output = packed_decode_attention(query, key, value, attention_mask, self.scaling)  # (B, 1, H, D)
+            return self.o_proj(output.reshape(batch, seq_len, -1)), None
         if bias is not None:  # full size: flex_attention indexes it by batch
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)
-        if (value_term := positions.value_term(self.layer_idx)) is not None:
+        if value_term is not None:
             kwargs["relative_values"] = value_term  # eager only (checked by the positional encoding)
-        if (window := self.sliding_window()) is not None:
+        if window is not None:
             kwargs["sliding_window"] = window  # flash attention bands the layer itself (it takes no mask), as Mistral
         output, probs = attention(
             self,
