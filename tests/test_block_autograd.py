@@ -220,3 +220,61 @@ def test_swiglu_backward_in_place_is_bitwise_the_upcast_formula_and_makes_one_te
     result = gate_up.numel() * 4
     assert in_place.peak == result + result // 2  # the result and s
     assert upcast.peak > 2 * result
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swiglu_functions_in_low_precision_have_autograds_bits(dtype):
+    """bf16 / fp16: the product's and the down projection's gradients are bitwise those autograd computes for
+    silu(gate) * up (transformers' Llama MLP under autocast), not an fp32 formula rounded once."""
+    torch.manual_seed(1)
+    gate_up = (torch.randn(3, 7, 64) * 2).to(dtype)
+    weight = torch.randn(16, 32).to(dtype)
+
+    def plain(t, w):
+        gate, up = t.chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w)
+
+    ours_out, (ours_g,) = grads(SwiGLUProduct.apply, gate_up)
+    ref_out, (ref_g,) = grads(lambda t: plain(t, torch.eye(32, dtype=dtype)), gate_up)
+    assert torch.equal(ours_out, ref_out)
+    assert torch.equal(ours_g, ref_g)
+    ours_out, ours_gs = grads(lambda t, w: SwiGLUDown.apply(t, w, None), gate_up, weight)
+    ref_out, ref_gs = grads(plain, gate_up, weight)
+    assert torch.equal(ours_out, ref_out)
+    for ours, ref in zip(ours_gs, ref_gs, strict=True):
+        assert torch.equal(ours, ref)
+    upcast = swiglu_product_backward_upcast(gate_up, torch.randn(3, 7, 32).to(dtype))
+    assert upcast.dtype == dtype  # the fp32 formula stays available (mixed dtypes take it)
+
+
+def test_swiglu_low_precision_backward_compiles_to_the_same_values():
+    gate_up = (torch.randn(2, 5, 48) * 2).to(torch.bfloat16)
+    grad = torch.randn(2, 5, 24).to(torch.bfloat16)
+    eager = swiglu_product_backward(gate_up, grad)
+    torch._dynamo.reset()
+    compiled = torch.compile(swiglu_product_backward, backend="aot_eager", fullgraph=True)(gate_up, grad)
+    assert torch.equal(compiled, eager)
+
+
+def test_rmsnorm_takes_torchs_fused_autograd_on_the_devices_listed(monkeypatch):
+    """On a device in ``FUSED_AUTOGRAD_NORM_DEVICES`` (CUDA) a gradient-tracking fp32 norm is ``F.rms_norm`` under
+    autograd (one fused kernel each way there); elsewhere, and for bf16 inputs, ``RMSNormFunction``. Both give the
+    same values and gradients. The CPU stands in for CUDA here."""
+    from hf_llmsys.models import norms
+
+    norm = RMSNorm(32)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 7, 32) * 3
+    assert "cuda" in norms.FUSED_AUTOGRAD_NORM_DEVICES and "cpu" not in norms.FUSED_AUTOGRAD_NORM_DEVICES
+    function_out, function_grads = grads(lambda a, w: torch.func.functional_call(norm, {"weight": w}, (a,)), x,
+                                         norm.weight)  # fmt: skip
+    monkeypatch.setattr(norms, "FUSED_AUTOGRAD_NORM_DEVICES", {"cpu"})
+    leaf = x.clone().requires_grad_()
+    assert norm(leaf).grad_fn.name() != "RMSNormFunctionBackward"
+    assert norm(leaf.bfloat16()).grad_fn.name() == "RMSNormFunctionBackward"  # the bf16 convention's rounding
+    fused_out, fused_grads = grads(lambda a, w: torch.func.functional_call(norm, {"weight": w}, (a,)), x,
+                                   norm.weight)  # fmt: skip
+    torch.testing.assert_close(fused_out, function_out, atol=1e-6, rtol=1e-6)
+    for fused, function in zip(fused_grads, function_grads, strict=True):
+        torch.testing.assert_close(fused, function, atol=1e-5, rtol=1e-5)

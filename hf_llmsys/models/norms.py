@@ -19,6 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# Devices where a gradient-tracking fp32 RMSNorm runs as ``F.rms_norm`` under autograd: torch's CUDA kernels
+# (``_fused_rms_norm`` and its backward) are one pass each way and save the input and rstd only, as
+# ``RMSNormFunction`` does; its Python backward is about ten elementwise passes over fp32 (..., H) tensors. On the
+# CPU, ``F.rms_norm`` is autograd's decomposition, which keeps x * rstd as well. Read per call.
+FUSED_AUTOGRAD_NORM_DEVICES = {"cuda"}
+
 
 def rms_norm_with_rstd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight * (x * rstd).to(x.dtype), rstd (..., 1) fp32): ``RMSNormFunction``'s forward, and its recompute."""
@@ -67,10 +73,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
-        if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
-            return RMSNormFunction.apply(hidden_states, self.weight, self.eps)
         shape = (hidden_states.shape[-1],)
-        if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
+        both_fp32 = input_dtype == torch.float32 and self.weight.dtype == torch.float32
+        if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
+            if both_fp32 and hidden_states.device.type in FUSED_AUTOGRAD_NORM_DEVICES:
+                return F.rms_norm(hidden_states, shape, self.weight, eps=self.eps)
+            return RMSNormFunction.apply(hidden_states, self.weight, self.eps)
+        if both_fp32:
             # fp32 (and autocast's fp32 residual stream): the scale inside the fused kernel, one pass less
             return F.rms_norm(hidden_states, shape, self.weight, eps=self.eps)
         normed = F.rms_norm(hidden_states.float(), shape, eps=self.eps)
