@@ -118,6 +118,33 @@ def test_train_step_variants_tiny(tmp_path):
         bench.parse_args(["--chunks", "0"])
 
 
+def test_decode_step_overhead_tiny(tmp_path, capsys):
+    """Per-token generate and bare-step costs of ours, ours with the packing flipped (the CPU does not pack) and
+    transformers', the ops each step dispatches, and SDPA alone both ways with the same values; bad flags name
+    themselves."""
+    bench = _load_script("decode_step_overhead")
+    out = tmp_path / "decode.json"
+    results = bench.main(["--tiny", "--batches", "1,2", "--repeats", "1", "--new-tokens", "8", "--sdpa-calls", "2",
+                          "--threads", "1", "--json", str(out)])  # fmt: skip
+    assert results["packed_by_default"] is False
+    assert set(json.loads(out.read_text())["batches"]) == {"1", "2"}
+    for row in results["batches"].values():
+        for name in ("ours", "ours_packed", "theirs"):
+            assert row[name]["model"] > 0 and row[name]["compute_ops"] > 0 and row[name]["kernels"] is None
+        assert row["ours"]["compute_ops"] < row["theirs"]["compute_ops"]  # the fused projections
+        assert "ncalls" in row["ours_python"]
+    assert set(results["sdpa"]) == {"float32_b1", "float32_b2", "bfloat16_b1", "bfloat16_b2"}
+    for entry in results["sdpa"].values():
+        assert entry["enable_gqa"]["us_per_call"] > 0 and entry["packed"]["us_per_call"] > 0
+        assert entry["max_abs_diff"] < 1e-2
+    for bad, flag in ((["--batches", "1,x"], "--batches"), (["--new-tokens", "2"], "--new-tokens"),
+                      (["--sdpa-calls", "0"], "--sdpa-calls")):  # fmt: skip
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+        assert flag in capsys.readouterr().err
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the

@@ -212,7 +212,7 @@ def profile_tables(variants: dict[str, Variant], args, vocab: int) -> dict:
             machine_limits.synchronize(args.device)
         events = prof.key_averages()
         sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-        tables[name] = events.table(sort_by=sort, row_limit=15, max_name_column_width=55)
+        tables[name] = events.table(sort_by=sort, row_limit=25, max_name_column_width=55)
     return tables
 
 
