@@ -119,9 +119,9 @@ def test_train_step_variants_tiny(tmp_path):
 
 
 def test_decode_step_overhead_tiny(tmp_path, capsys):
-    """Per-token generate and bare-step costs of ours, ours with the packing flipped (the CPU does not pack) and
-    transformers', the ops each step dispatches, and SDPA alone both ways with the same values; bad flags name
-    themselves."""
+    """Per-token generate and bare-step costs of ours, ours with ``SDPA_WITHOUT_GROUPED_HEADS`` flipped (the CPU
+    passes enable_gqa) and transformers', the ops each step dispatches, and SDPA alone both ways (decode and
+    prefill) with the same values; bad flags name themselves."""
     bench = _load_script("decode_step_overhead")
     out = tmp_path / "decode.json"
     results = bench.main(["--tiny", "--batches", "1,2", "--repeats", "1", "--new-tokens", "8", "--sdpa-calls", "2",
@@ -136,7 +136,8 @@ def test_decode_step_overhead_tiny(tmp_path, capsys):
     assert set(results["sdpa"]) == {"float32_b1", "float32_b2", "bfloat16_b1", "bfloat16_b2"}
     for entry in results["sdpa"].values():
         assert entry["enable_gqa"]["us_per_call"] > 0 and entry["packed"]["us_per_call"] > 0
-        assert entry["max_abs_diff"] < 1e-2
+        assert entry["max_abs_diff"] < 1e-2 and entry["prefill_max_abs_diff"] < 1e-2
+        assert entry["prefill_enable_gqa"]["us_per_call"] > 0 and entry["prefill_repeated"]["us_per_call"] > 0
     for bad, flag in ((["--batches", "1,x"], "--batches"), (["--new-tokens", "2"], "--new-tokens"),
                       (["--sdpa-calls", "0"], "--sdpa-calls")):  # fmt: skip
         capsys.readouterr()

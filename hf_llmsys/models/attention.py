@@ -76,23 +76,24 @@ def own_storage_if_saved(value: torch.Tensor, qkv: torch.Tensor, qk: torch.Tenso
     return value.clone(memory_format=torch.contiguous_format)
 
 
-# Device type -> dtypes for which a one-token step of grouped-query attention under "sdpa" runs on the key/value
-# heads, each group's query heads packed as that head's rows (transformers' ``pack_gqa``), instead of SDPA's
-# ``enable_gqa``. On CUDA (torch 2.11, H200) fp32 SDPA with ``enable_gqa`` falls back to the math kernel: 11 kernels
-# and 244 us a call, copying every cached key and value H/G times per token; packed, it is memory-efficient
-# attention, 2 kernels and 70 us. bf16 takes ``enable_gqa`` in cuDNN's kernel (1 kernel, 49 us; packed 64-71 us),
-# and the CPU's SDPA kernel takes grouped heads too (``scripts/bench/decode_step_overhead.py``). Read per call.
-PACKED_DECODE_DTYPES: dict[str, set[torch.dtype]] = {"cuda": {torch.float32}}
+# Device type -> dtypes whose fused SDPA kernels take no grouped heads: there, grouped-query attention under "sdpa"
+# does not pass ``enable_gqa`` (``sdpa_without_grouped_heads``). On CUDA (torch 2.11, H200) fp32 SDPA with
+# ``enable_gqa`` falls back to the math kernel (flash and cuDNN take no fp32, memory-efficient attention no grouped
+# heads): for one decoding token 11 kernels and 244 us a call, copying every cached key and value H/G times; packed
+# onto the key/value heads, memory-efficient attention: 2 kernels, 70 us. For longer queries the math kernel also
+# builds and, in training, keeps the (B, H, S, K) scores. bf16 takes ``enable_gqa`` in cuDNN's kernel (1 kernel,
+# 49 us; packed 64-71 us), and the CPU's SDPA kernel takes grouped heads too (``scripts/bench/
+# decode_step_overhead.py``). Read per call.
+SDPA_WITHOUT_GROUPED_HEADS: dict[str, set[torch.dtype]] = {"cuda": {torch.float32}}
 
 
-def packs_decode_queries(query: torch.Tensor, key: torch.Tensor, implementation: str | None) -> bool:
-    """Whether ``packed_decode_attention`` computes this call: "sdpa", one query token, H > G heads, and a device
-    and dtype listed in ``PACKED_DECODE_DTYPES``. query (B, H, 1, D), key (B, G, K, D)."""
+def sdpa_lacks_grouped_heads(query: torch.Tensor, key: torch.Tensor, implementation: str | None) -> bool:
+    """Whether ``sdpa_without_grouped_heads`` computes this call: "sdpa", H > G heads, and a device and dtype listed
+    in ``SDPA_WITHOUT_GROUPED_HEADS``. query (B, H, S, D), key (B, G, K, D)."""
     return (
         implementation == "sdpa"
-        and query.shape[2] == 1
         and query.shape[1] != key.shape[1]
-        and query.dtype in PACKED_DECODE_DTYPES.get(query.device.type, ())
+        and query.dtype in SDPA_WITHOUT_GROUPED_HEADS.get(query.device.type, ())
     )
 
 
@@ -112,6 +113,33 @@ def packed_decode_attention(
         pack_gqa(query, groups), key, value, attn_mask=pack_gqa(attention_mask, groups), scale=scaling
     )  # (B, G, H/G, D)
     return output.reshape(batch, heads, 1, dim).transpose(1, 2)
+
+
+def sdpa_without_grouped_heads(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """Grouped-query SDPA without ``enable_gqa``: transformers' ``sdpa_attention_forward`` for a kernel that takes
+    no grouped heads. One query token: ``packed_decode_attention``. Longer: key and value repeated to the H query
+    heads (``repeat_kv``; a (B, H, K, D) copy each, against the (B, H, S, K) scores of the math kernel), causal when
+    there is no mask and the module is causal (keys past the queries' length dropped then, as transformers does for a
+    pre-allocated cache's prefill). query (B, H, S, D), key/value (B, G, K, D), attention_mask (B, 1 or H, S, K) or
+    None -> (B, S, H, D)."""
+    if query.shape[2] == 1:
+        return packed_decode_attention(query, key, value, attention_mask, module.scaling)
+    is_causal = attention_mask is None and module.is_causal
+    if is_causal and key.shape[2] > query.shape[2]:
+        key, value = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]
+    groups = query.shape[1] // key.shape[1]
+    output = nn.functional.scaled_dot_product_attention(
+        query, repeat_kv(key, groups), repeat_kv(value, groups), attn_mask=attention_mask, dropout_p=dropout,
+        is_causal=is_causal, scale=module.scaling,
+    )  # fmt: skip
+    return output.transpose(1, 2)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -206,15 +234,16 @@ class GroupedQueryAttention(nn.Module):
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
         value_term = positions.value_term(self.layer_idx)
         window = self.sliding_window()
+        dropout = self.attention_dropout if self.training else 0.0
         if (
             kernel is None
             and bias is None
             and value_term is None
             and window is None
-            and not (self.training and self.attention_dropout > 0)
-            and packs_decode_queries(query, key, self.config._attn_implementation)
+            and not (dropout > 0 and seq_len == 1)  # one token packs without dropout: none in decoding
+            and sdpa_lacks_grouped_heads(query, key, self.config._attn_implementation)
         ):
-            output = packed_decode_attention(query, key, value, attention_mask, self.scaling)  # (B, 1, H, D)
+            output = sdpa_without_grouped_heads(self, query, key, value, attention_mask, dropout)  # (B, S, H, D)
             return self.o_proj(output.reshape(batch, seq_len, -1)), None
         if bias is not None:  # full size: flex_attention indexes it by batch
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)
@@ -228,7 +257,7 @@ class GroupedQueryAttention(nn.Module):
             key,
             value,
             attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
+            dropout=dropout,
             scaling=self.scaling,
             **kwargs,
         )

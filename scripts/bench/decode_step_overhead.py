@@ -15,6 +15,11 @@ same random weights (ours loaded from transformers' save), interleaved, the medi
   (each one a launch the host pays for);
 - ``python``: cProfile of the bare steps of ours, the frames with the most own time (``--top``).
 
+Ours runs as the device makes it (``attention.SDPA_WITHOUT_GROUPED_HEADS``: on CUDA in fp32, grouped-query attention
+without ``enable_gqa``) and the other way (``ours_unpacked`` / ``ours_packed``). Then SDPA alone at the shape's
+heads, fp32 and bf16: one decoding token with ``enable_gqa`` against packed queries, and a causal prefill as long
+as the keys with ``enable_gqa`` against repeated keys; per call, the kernels launched and the backend op taken.
+
     python scripts/bench/decode_step_overhead.py --device cuda
     python scripts/bench/decode_step_overhead.py --tiny          # seconds on the CPU
 """
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import DynamicCache
 
 from hf_llmsys.models import attention
@@ -180,18 +186,19 @@ def python_profile(name: str, model, prompt: torch.Tensor, steps: int, top: int)
 
 @contextlib.contextmanager
 def packing(device: torch.device, on: bool | None):
-    """Our one-token grouped-query attention packed on this device (every float dtype: ``attention.
-    PACKED_DECODE_DTYPES``) or not, for the duration; None: as it is."""
-    saved = dict(attention.PACKED_DECODE_DTYPES)
+    """Our grouped-query attention without ``enable_gqa`` on this device (one token packed, prefill with repeated
+    keys; every float dtype: ``attention.SDPA_WITHOUT_GROUPED_HEADS``) or with it, for the duration; None: as it
+    is."""
+    saved = dict(attention.SDPA_WITHOUT_GROUPED_HEADS)
     if on is True:
-        attention.PACKED_DECODE_DTYPES[device.type] = {torch.float32, torch.bfloat16, torch.float16}
+        attention.SDPA_WITHOUT_GROUPED_HEADS[device.type] = {torch.float32, torch.bfloat16, torch.float16}
     elif on is False:
-        attention.PACKED_DECODE_DTYPES.pop(device.type, None)
+        attention.SDPA_WITHOUT_GROUPED_HEADS.pop(device.type, None)
     try:
         yield
     finally:
-        attention.PACKED_DECODE_DTYPES.clear()
-        attention.PACKED_DECODE_DTYPES.update(saved)
+        attention.SDPA_WITHOUT_GROUPED_HEADS.clear()
+        attention.SDPA_WITHOUT_GROUPED_HEADS.update(saved)
 
 
 def sdpa_alone(shape: dict, batch: int, keys: int, device: torch.device, dtype: torch.dtype, calls: int) -> dict:
@@ -205,12 +212,23 @@ def sdpa_alone(shape: dict, batch: int, keys: int, device: torch.device, dtype: 
     cache = torch.randn(2, batch, groups, keys + 64, dim, generator=gen).to(device, dtype)  # a cache with room
     key, value = cache[0, :, :, :keys], cache[1, :, :, :keys]
     scaling = dim**-0.5
+    prompt = fused.new_empty(batch, heads, keys, dim).normal_()  # a prefill's queries, causal over the keys
+    module = nn.Module()
+    module.is_causal, module.scaling = True, scaling
     calls_by_name = {
         "enable_gqa": lambda: F.scaled_dot_product_attention(query, key, value, scale=scaling, enable_gqa=True),
         "packed": lambda: attention.packed_decode_attention(query, key, value, None, scaling),
+        "prefill_enable_gqa": lambda: F.scaled_dot_product_attention(
+            prompt, key, value, scale=scaling, is_causal=True, enable_gqa=True
+        ),
+        "prefill_repeated": lambda: attention.sdpa_without_grouped_heads(module, prompt, key, value, None),
     }
     expected = calls_by_name["enable_gqa"]().transpose(1, 2)
-    result = {"max_abs_diff": (calls_by_name["packed"]() - expected).abs().max().item()}
+    expected_prefill = calls_by_name["prefill_enable_gqa"]().transpose(1, 2)
+    result = {
+        "max_abs_diff": (calls_by_name["packed"]() - expected).abs().max().item(),
+        "prefill_max_abs_diff": (calls_by_name["prefill_repeated"]() - expected_prefill).abs().max().item(),
+    }
     for name, call in calls_by_name.items():
         for _ in range(10):
             call()
@@ -242,7 +260,7 @@ def main(argv=None) -> dict:
         f"{machine_limits.fmt_load(machine_limits.load())}; shape {shape}")  # fmt: skip
     with tempfile.TemporaryDirectory() as workdir:
         ours, theirs = build_models(shape, args.seed, Path(workdir), str(device))
-    packed_here = torch.float32 in attention.PACKED_DECODE_DTYPES.get(device.type, ())  # the models are fp32
+    packed_here = torch.float32 in attention.SDPA_WITHOUT_GROUPED_HEADS.get(device.type, ())  # the models are fp32
     flipped = "ours_unpacked" if packed_here else "ours_packed"
     # name -> (model, which cache and loop it uses, packing on / off / as it is)
     variants = {
@@ -301,7 +319,10 @@ def main(argv=None) -> dict:
                 log(f"  theirs / {name}: generate {row[f'{name}_generate_ratio']:.2f}x, model step "
                     f"{row[f'{name}_model_ratio']:.2f}x")  # fmt: skip
             log(f"  ours, Python frames by own time (32 bare steps):\n{row['ours_python']}")
-        log("\nSDPA alone, one decoding token against prompt + N keys: enable_gqa against packed queries")
+        log(
+            "\nSDPA alone, one decoding token against prompt + N keys (enable_gqa against packed queries), and a causal "
+            "prefill of as many (enable_gqa against repeated keys)"
+        )
         for dtype in (torch.float32, torch.bfloat16):
             for batch in args.batches:
                 entry = sdpa_alone(shape, batch, args.prompt + args.new_tokens, device, dtype, args.sdpa_calls)
@@ -310,6 +331,13 @@ def main(argv=None) -> dict:
                     f"{len(entry['enable_gqa']['kernels'])} kernels {entry['enable_gqa']['backend_ops']}; packed "
                     f"{entry['packed']['us_per_call']:8.1f} us {len(entry['packed']['kernels'])} kernels "
                     f"{entry['packed']['backend_ops']}; max |diff| {entry['max_abs_diff']:.1e}")  # fmt: skip
+                log(f"  {'':8s} prefill {args.prompt + args.new_tokens} tokens: enable_gqa "
+                    f"{entry['prefill_enable_gqa']['us_per_call']:8.1f} us "
+                    f"{len(entry['prefill_enable_gqa']['kernels'])} kernels "
+                    f"{entry['prefill_enable_gqa']['backend_ops']}; repeated keys "
+                    f"{entry['prefill_repeated']['us_per_call']:8.1f} us {len(entry['prefill_repeated']['kernels'])} "
+                    f"kernels {entry['prefill_repeated']['backend_ops']}; max |diff| "
+                    f"{entry['prefill_max_abs_diff']:.1e}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     return results

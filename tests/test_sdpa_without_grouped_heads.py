@@ -1,6 +1,8 @@
-"""One-token grouped-query attention packed onto the key/value heads (``attention.packed_decode_attention``), taken
-under "sdpa" for the devices and dtypes of ``attention.PACKED_DECODE_DTYPES``: the same tokens and logits as SDPA's
-``enable_gqa`` (the CPU stands in for CUDA), and only where it is exact and pays."""
+"""Grouped-query attention under "sdpa" without ``enable_gqa`` (``attention.sdpa_without_grouped_heads``), taken for
+the devices and dtypes of ``attention.SDPA_WITHOUT_GROUPED_HEADS`` (CUDA fp32, where SDPA's fused kernels take no
+grouped heads): one decoding token packed onto the key/value heads (``packed_decode_attention``), longer queries with
+key and value repeated. The same tokens, logits, losses and gradients as SDPA's ``enable_gqa`` (the CPU stands in
+for CUDA), and only where it applies."""
 
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ def counting_packed_calls(monkeypatch) -> list:
     return calls
 
 
-def test_cuda_packs_fp32_only_and_the_cpu_nothing_by_default():
-    assert attention.PACKED_DECODE_DTYPES == {"cuda": {torch.float32}}
+def test_cuda_fp32_only_by_default():
+    assert attention.SDPA_WITHOUT_GROUPED_HEADS == {"cuda": {torch.float32}}
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -54,7 +56,7 @@ def test_packed_decoding_gives_the_tokens_and_logits_of_enable_gqa(monkeypatch, 
         mask[1, :1] = 0
     reference_tokens, reference_logits = greedy(model, ids, mask)
     calls = counting_packed_calls(monkeypatch)
-    monkeypatch.setattr(attention, "PACKED_DECODE_DTYPES", {"cpu": {torch.float32}})
+    monkeypatch.setattr(attention, "SDPA_WITHOUT_GROUPED_HEADS", {"cpu": {torch.float32}})
     tokens, logits = greedy(model, ids, mask)
     assert len(calls) == 2 * 9  # two layers, nine one-token steps after the prefill
     assert all(calls) != padded  # padding: the (B, 1, 1, K) mask is packed along; else no mask at all
@@ -70,7 +72,7 @@ def test_not_packed_without_grouped_heads_outside_sdpa_or_for_other_dtypes(monke
                                                                           implementation, dtypes):  # fmt: skip
     model = tiny_llama(heads, kv_heads, implementation)
     calls = counting_packed_calls(monkeypatch)
-    monkeypatch.setattr(attention, "PACKED_DECODE_DTYPES", {"cpu": dtypes})
+    monkeypatch.setattr(attention, "SDPA_WITHOUT_GROUPED_HEADS", {"cpu": dtypes})
     ids = torch.randint(0, 128, (2, 5))
     greedy(model, ids, torch.ones_like(ids))
     assert calls == []
@@ -87,3 +89,49 @@ def test_packed_attention_is_enable_gqa_head_for_head():
     packed = attention.packed_decode_attention(query, key, value, mask, 0.25)
     assert packed.shape == (2, 1, 6, 16)
     torch.testing.assert_close(packed, expected.transpose(1, 2), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_training_step_without_grouped_heads_gives_the_loss_and_gradients_of_enable_gqa(monkeypatch, padded):
+    model = tiny_llama().train()
+    ids = torch.randint(0, 128, (3, 12), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :4] = 0
+
+    def loss_and_grads():
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    reference_loss, reference_grads = loss_and_grads()
+    calls = []
+    original = attention.sdpa_without_grouped_heads
+
+    def counted(module, query, *args, **kwargs):
+        calls.append(query.shape[2])
+        return original(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "sdpa_without_grouped_heads", counted)
+    monkeypatch.setattr(attention, "SDPA_WITHOUT_GROUPED_HEADS", {"cpu": {torch.float32}})
+    loss, grads = loss_and_grads()
+    assert calls == [12, 12]  # both layers, the whole sequence
+    torch.testing.assert_close(loss, reference_loss, atol=1e-6, rtol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_longer_keys_without_a_mask_are_cut_to_the_queries_as_transformers_does():
+    """A pre-allocated cache's prefill: K > S keys, no mask, a causal module: the keys past S are empty slots."""
+    gen = torch.Generator().manual_seed(4)
+    query = torch.randn(2, 6, 5, 16, generator=gen)
+    key, value = torch.randn(2, 2, 9, 16, generator=gen), torch.randn(2, 2, 9, 16, generator=gen)
+    module = torch.nn.Module()
+    module.is_causal, module.scaling = True, 0.25
+    expected = F.scaled_dot_product_attention(
+        query, key[:, :, :5], value[:, :, :5], is_causal=True, scale=0.25, enable_gqa=True
+    )
+    output = attention.sdpa_without_grouped_heads(module, query, key, value, None)
+    assert output.shape == (2, 5, 6, 16)
+    torch.testing.assert_close(output, expected.transpose(1, 2), atol=1e-6, rtol=1e-6)
