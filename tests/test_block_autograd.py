@@ -276,5 +276,6 @@ def test_rmsnorm_takes_torchs_fused_autograd_on_the_devices_listed(monkeypatch):
     fused_out, fused_grads = grads(lambda a, w: torch.func.functional_call(norm, {"weight": w}, (a,)), x,
                                    norm.weight)  # fmt: skip
     torch.testing.assert_close(fused_out, function_out, atol=1e-6, rtol=1e-6)
+    assert torch.equal(norm.recompute(x), fused_out)  # the recompute hooks rebuild the forward's output bitwise
     for fused, function in zip(fused_grads, function_grads, strict=True):
         torch.testing.assert_close(fused, function, atol=1e-5, rtol=1e-5)

@@ -6,7 +6,8 @@ Shapes: input and output (..., hidden_size); the statistic is taken over the las
   and cast back before the scale (transformers' ``LlamaRMSNorm`` convention, so bf16 results match it).
 - ``layernorm``: Ba et al. 2016 with a learnable scale and an optional bias (GPT-2/GPT-3 use the bias).
 
-When a gradient is needed the RMSNorm runs as ``RMSNormFunction``: autograd's decomposition of ``F.rms_norm``
+When a gradient is needed the RMSNorm runs as ``RMSNormFunction`` (except fp32 on the devices of
+``FUSED_AUTOGRAD_NORM_DEVICES``, CUDA, where torch's fused kernels do the same in one pass each way): autograd's decomposition of ``F.rms_norm``
 saves its input and x * rstd (the following projection saves the scaled output), the function saves the input
 and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass): one hidden-sized
 tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training output again, so a block
@@ -74,21 +75,30 @@ class RMSNorm(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
         shape = (hidden_states.shape[-1],)
-        both_fp32 = input_dtype == torch.float32 and self.weight.dtype == torch.float32
         if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
-            if both_fp32 and hidden_states.device.type in FUSED_AUTOGRAD_NORM_DEVICES:
+            if self.takes_fused_autograd(hidden_states):
                 return F.rms_norm(hidden_states, shape, self.weight, eps=self.eps)
             return RMSNormFunction.apply(hidden_states, self.weight, self.eps)
-        if both_fp32:
+        if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
             # fp32 (and autocast's fp32 residual stream): the scale inside the fused kernel, one pass less
             return F.rms_norm(hidden_states, shape, self.weight, eps=self.eps)
         normed = F.rms_norm(hidden_states.float(), shape, eps=self.eps)
         return self.weight * normed.to(input_dtype)
 
     def recompute(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The training forward's output again, without a graph (``recompute.recomputed_when_saved``)."""
+        """The training forward's output again, bitwise, without a graph (``recompute.recomputed_when_saved``)."""
         with torch.no_grad():
+            if self.takes_fused_autograd(hidden_states):
+                return F.rms_norm(hidden_states, (hidden_states.shape[-1],), self.weight, eps=self.eps)
             return rms_norm_with_rstd(hidden_states, self.weight, self.eps)[0]
+
+    def takes_fused_autograd(self, hidden_states: torch.Tensor) -> bool:
+        """fp32 input and weight on a device of ``FUSED_AUTOGRAD_NORM_DEVICES``: the training forward is F.rms_norm."""
+        return (
+            hidden_states.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and hidden_states.device.type in FUSED_AUTOGRAD_NORM_DEVICES
+        )
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
