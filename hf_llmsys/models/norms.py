@@ -7,10 +7,10 @@ Shapes: input and output (..., hidden_size); the statistic is taken over the las
 - ``layernorm``: Ba et al. 2016 with a learnable scale and an optional bias (GPT-2/GPT-3 use the bias).
 
 When a gradient is needed the RMSNorm runs as ``RMSNormFunction`` (except fp32 on the devices of
-``FUSED_AUTOGRAD_NORM_DEVICES``, CUDA, where torch's fused kernels do the same in one pass each way): autograd's decomposition of ``F.rms_norm``
-saves its input and x * rstd (the following projection saves the scaled output), the function saves the input
-and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise pass): one hidden-sized
-tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training output again, so a block
+``FUSED_AUTOGRAD_NORM_DEVICES``, CUDA, where torch's fused kernels do the same in one pass each way): autograd's
+decomposition of ``F.rms_norm`` saves its input and x * rstd (the following projection saves the scaled output),
+the function saves the input and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise
+pass): one hidden-sized tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training output again, so a block
 can have the projection after it save nothing of that output either (``recompute.recomputed_when_saved``).
 """
 
