@@ -227,10 +227,11 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
+        implementation = self.config._attn_implementation
         if kernel is not None:  # a sparse layout computed without any mask (sparse_layouts.py)
             attention = kernel
         else:
-            attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
         value_term = positions.value_term(self.layer_idx)
         window = self.sliding_window()
@@ -241,7 +242,7 @@ class GroupedQueryAttention(nn.Module):
             and value_term is None
             and window is None
             and not (dropout > 0 and seq_len == 1)  # one token packs without dropout: none in decoding
-            and sdpa_lacks_grouped_heads(query, key, self.config._attn_implementation)
+            and sdpa_lacks_grouped_heads(query, key, implementation)
         ):
             output = sdpa_without_grouped_heads(self, query, key, value, attention_mask, dropout)  # (B, S, H, D)
             return self.o_proj(output.reshape(batch, seq_len, -1)), None
