@@ -18,6 +18,16 @@
 # > 50 s (the wheel install about 15 s, a fresh machine's start about 30 s more).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ALL_PARTS="llama_eager t5_fp32 t5_bf16 llama_compiled train_step_variants decode_overhead sparse_parity"
+for name in ${PARTS:-}; do  # checked before anything is installed or run
+    case " $ALL_PARTS " in
+    *" $name "*) ;;
+    *)
+        echo "PARTS: unknown part '$name'; the parts: $ALL_PARTS" >&2
+        exit 2
+        ;;
+    esac
+done
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 OUT=${OUT:-/tmp/gpu_bench}
@@ -72,14 +82,9 @@ run_part() {  # run_part NAME: the part of that name, with its limit and argumen
     decode_overhead) part decode_overhead 90 scripts/bench/decode_step_overhead.py --device "$DEVICE" "${DECODE[@]}" \
         --json "$OUT/decode_overhead.json" ;;
     sparse_parity) part sparse_parity 40 scripts/gpu_check.py "${SPARSE[@]}" ;;
-    *)
-        echo "unknown part $1; the parts: $ALL_PARTS"
-        return 2
-        ;;
     esac
 }
 
-ALL_PARTS="llama_eager t5_fp32 t5_bf16 llama_compiled train_step_variants decode_overhead sparse_parity"
 for name in ${PARTS:-$ALL_PARTS}; do
     run_part "$name"
 done
