@@ -294,3 +294,16 @@ def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
         and "rss_flat" in saved["growth"]["train-stream"]["goals_met"]
     )
     assert results["throughput"] and not list(tmp_path.glob("llmsys-scaling-*/corpus-*"))  # corpora removed
+
+
+def test_gpu_bench_refuses_an_unknown_part_before_running_anything():
+    """``PARTS`` names the parts of ``scripts/gpu_bench.sh`` to run; a typo stops it at once (no install, no part)."""
+    import os
+    import subprocess
+
+    script = BENCH_DIR.parent / "gpu_bench.sh"
+    env = {**os.environ, "PARTS": "train_step_variants decode_overhed", "OUT": "/nonexistent/never-written"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "decode_overhed" in done.stderr and "decode_overhead" in done.stderr  # names the typo and the parts
+    assert "===" not in done.stdout
