@@ -10,8 +10,9 @@ When a gradient is needed the RMSNorm runs as ``RMSNormFunction`` (except fp32 o
 ``FUSED_AUTOGRAD_NORM_DEVICES``, CUDA, where torch's fused kernels do the same in one pass each way): autograd's
 decomposition of ``F.rms_norm`` saves its input and x * rstd (the following projection saves the scaled output),
 the function saves the input and the (..., 1) rstd only and recomputes x * rstd in the backward (one elementwise
-pass): one hidden-sized tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training output again, so a block
-can have the projection after it save nothing of that output either (``recompute.recomputed_when_saved``).
+pass): one hidden-sized tensor fewer per norm, two per LLaMA layer. Each norm's ``recompute(x)`` gives its training
+output again, so a block can have the projection after it save nothing of that output either
+(``recompute.recomputed_when_saved``).
 """
 
 from __future__ import annotations
