@@ -320,8 +320,8 @@ def main(argv=None) -> dict:
                     f"{row[f'{name}_model_ratio']:.2f}x")  # fmt: skip
             log(f"  ours, Python frames by own time (32 bare steps):\n{row['ours_python']}")
         log(
-            "\nSDPA alone, one decoding token against prompt + N keys (enable_gqa against packed queries), and a causal "
-            "prefill of as many (enable_gqa against repeated keys)"
+            "\nSDPA alone, one decoding token against prompt + N keys (enable_gqa against packed queries), "
+            "and a causal prefill of as many (enable_gqa against repeated keys)"
         )
         for dtype in (torch.float32, torch.bfloat16):
             for batch in args.batches:
