@@ -9,8 +9,8 @@ same random weights (ours loaded from transformers' save), interleaved, the medi
 - ``generate_ms``: per-token cost of ``generate`` (the time of N new tokens minus that of N/2, over N/2: the
   prefill and generate's setup cancel out);
 - ``model_ms``: per-token cost of the bare model loop (one-token forwards on the model's own cache, argmax), the
-  same way; the difference to ``generate_ms`` is generate's own bookkeeping (logits processors, stopping criteria,
-  input preparation);
+  same way; the difference to ``generate_ms`` ("gen-only") is generate's own bookkeeping (logits processors,
+  stopping criteria, input preparation), a difference of two medians: on a short run noise can make it negative;
 - ``ops`` / ``kernels``: torch.profiler counts per bare step: top-level aten ops and, on a GPU, device kernels
   (each one a launch the host pays for);
 - ``python``: cProfile of the bare steps of ours, the frames with the most own time (``--top``).
