@@ -17,6 +17,7 @@ from hf_llmsys import (
     LlmsysT5Config,
     LlmsysT5ForConditionalGeneration,
 )
+from hf_llmsys.models import chunked_cross_entropy
 from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels, softmax_in_place
 
 V, H = 97, 24
@@ -95,6 +96,39 @@ def test_bf16_accumulates_in_fp32():
     torch.testing.assert_close(chunked[0], plain[0], atol=1e-5, rtol=1e-5)  # same bf16 logits, fp32 softmax
     for expected, got in zip(plain[1:], chunked[1:], strict=True):
         torch.testing.assert_close(got.float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_bf16_weight_gradient_in_blocks_equals_the_whole_product_and_makes_no_second_weight_sized_tensor(
+    monkeypatch,
+):
+    """On the CPU each chunk's bf16 weight-gradient product joins the fp32 sum a block of vocabulary rows at a time:
+    the same bits as the whole product, and the accumulator is the forward's only (V, H) tensor (the whole product
+    and its fp32 copy were two more, every chunk)."""
+    hidden = torch.randn(64, H, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(V, H, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, V, (64,))
+
+    def weight_grad(block_elements):
+        monkeypatch.setattr(chunked_cross_entropy, "WEIGHT_GRAD_BLOCK_ELEMENTS", block_elements)
+        with PeakLiveBytes() as made:
+            loss = chunked_linear_cross_entropy(hidden, weight, targets, chunk_size=8)
+        (grad,) = torch.autograd.grad(loss, weight)
+        return grad, made.made.count((V, H))
+
+    whole, _ = weight_grad({})
+    blocked, weight_sized = weight_grad({"cpu": 10 * H})  # 10 rows a block, the last one 7
+    assert torch.equal(blocked, whole)
+    assert weight_sized == 1
+
+
+@pytest.mark.parametrize("dtype, buffers", [(torch.float32, 1), (torch.bfloat16, 2)], ids=["fp32", "bf16"])
+def test_every_chunk_reuses_the_same_logits_buffers(dtype, buffers):
+    """One (C, V) fp32 buffer (and a bf16 one for bf16 matmuls) for all chunks, not fresh logits every chunk."""
+    hidden = torch.randn(64, H, dtype=dtype, requires_grad=True)
+    weight = torch.randn(V, H, dtype=dtype, requires_grad=True)
+    with PeakLiveBytes() as made:
+        chunked_linear_cross_entropy(hidden, weight, torch.randint(0, V, (64,)), chunk_size=8)
+    assert made.made.count((8, V)) == buffers
 
 
 def test_no_target_gives_zero_not_nan():

@@ -7,7 +7,7 @@ softmax and keeps logits, their fp32 copy and the softmax alive for the backward
 4,096 tokens that is several GB, more than the weights. Here (as torchtune's ``CEWithChunkedOutputLoss`` chunks
 before the output projection, and Liger's fused linear cross-entropy computes the gradients in the forward)
 `ChunkedLinearCrossEntropy` walks the N hidden states C at a time: one chunk's logits (C, V) are computed, soft-maxed
-in fp32, turned into that chunk's gradients, and freed before the next. Gradients:
+in fp32 and turned into that chunk's gradients, in buffers the next chunk overwrites. Gradients:
 
     p = softmax(logits) ;  d logits = p * (1 + 2 z lse) - onehot(target)      (z: PaLM's z-loss coefficient)
     d hidden[c] = d logits @ W (C, H) ;  d W += d logits.T @ hidden[c] (V, H, accumulated in fp32)
@@ -16,8 +16,10 @@ so the backward only scales the saved (N, H) and (V, H) gradients by the incomin
 is not kept for another backward): no recomputation, peak memory O(C * V + N * H + V * H). The weight gradient is
 accumulated in place (``addmm_``) and the softmax written over the chunk's logits (``softmax_in_place``), so the
 vocabulary-sized tensors alive at once are one chunk's logits and the (V, H) accumulator: at the end of a training
-forward, where every layer's activations are alive too, this is the step's peak. In bf16 the matmuls run in bf16 and the softmax, the loss and the weight-gradient
-sum in fp32, as the plain path's fp32 loss over bf16 logits does. Loss and gradients equal the plain path's
+forward, where every layer's activations are alive too, this is the step's peak. In bf16 the matmuls run in bf16
+and the softmax, the loss and the weight-gradient sum in fp32, as the plain path's fp32 loss over bf16 logits does;
+each chunk's bf16 weight-gradient product joins the sum in blocks of vocabulary rows on the CPU, so no second (V, H)
+tensor is made there either (`WEIGHT_GRAD_BLOCK_ELEMENTS`). Loss and gradients equal the plain path's
 (tests/test_chunked_cross_entropy.py: <= 1e-5 in fp32).
 
 `chunked_linear_cross_entropy` is the loss of transformers' ``ForCausalLMLoss``: targets already aligned with the
@@ -52,6 +54,11 @@ ACCELERATOR_CHUNK_SIZE = 2048
 # Device types where a model traced by torch.compile keeps the chunked loss; elsewhere it takes the plain one
 # (module docstring: inductor's CUDA code of this function was wrong).
 COMPILED_CHUNKED_LOSS_DEVICES = {"cpu"}
+# bf16 weight-gradient blocks (`accumulate_weight_grad`), elements per block by device type. On the CPU a (V, H)
+# temporary is fresh memory from the OS every time (glibc maps allocations this large and unmaps them on free), and
+# its first touch page-faults: the whole bf16 product and its fp32 copy, per chunk, took longer than the product's
+# matmul. Blocks of 2M elements (8 MiB in fp32) reuse the allocator's memory. Elsewhere the whole product at once.
+WEIGHT_GRAD_BLOCK_ELEMENTS = {"cpu": 1 << 21}
 
 
 def default_chunk_size(device: torch.device | str) -> int:
@@ -84,11 +91,35 @@ def accumulate_weight_grad(
     """grad_weight (V, H) fp32 + grad_logits.T (V, C) @ h (C, H), returned. The first chunk's product is the start
     (`grad_weight` None), not a zero-filled (V, H) tensor: at t5-small's shape that fill of fresh memory took as
     long as the product. Later chunks add in place (``addmm_``) when the matmul is fp32, so no second (V, H) tensor
-    exists; in bf16 the product is rounded to bf16 first, as the plain path's is."""
+    exists. In bf16 each product is rounded to bf16 first, as the plain path's is, and goes into the fp32 sum
+    `weight_grad_block_rows` vocabulary rows at a time (`bf16_weight_grad_blocks`)."""
     if grad_logits.dtype == torch.float32:
         return grad_logits.T @ h if grad_weight is None else grad_weight.addmm_(grad_logits.T, h)
-    product = (grad_logits.T @ h).float()
-    return product if grad_weight is None else grad_weight.add_(product)
+    vocab, hidden = grad_logits.shape[1], h.shape[1]
+    if grad_weight is None:
+        grad_weight = torch.empty((vocab, hidden), dtype=torch.float32, device=h.device)
+        for rows in bf16_weight_grad_blocks(vocab, hidden, h.device):
+            grad_weight[rows].copy_(grad_logits[:, rows].T @ h)
+        return grad_weight
+    for rows in bf16_weight_grad_blocks(vocab, hidden, h.device):
+        grad_weight[rows].add_((grad_logits[:, rows].T @ h).float())
+    return grad_weight
+
+
+def chunk_logits(h: torch.Tensor, w: torch.Tensor, out: torch.Tensor, low_out: torch.Tensor | None) -> torch.Tensor:
+    """h (C, H) @ w.T (H, V) into `out` (C, V) fp32, returned: written there by the matmul itself, or (`low_out`
+    given, for a bf16 matmul) into `low_out` (C, V) and copied up, the plain path's bf16 logits upcast."""
+    if low_out is None:
+        return torch.mm(h, w.T, out=out)
+    return out.copy_(torch.mm(h, w.T, out=low_out))
+
+
+def bf16_weight_grad_blocks(vocab: int, hidden: int, device: torch.device) -> list[slice]:
+    """The vocabulary rows of one block of a bf16 chunk's weight gradient (`accumulate_weight_grad`): on the CPU
+    blocks of ``WEIGHT_GRAD_BLOCK_ELEMENTS[device]`` elements, elsewhere the whole (V, H) product at once."""
+    elements = WEIGHT_GRAD_BLOCK_ELEMENTS.get(device.type)
+    step = vocab if elements is None else max(1, elements // hidden)
+    return [slice(start, start + step) for start in range(0, vocab, step)]
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -104,11 +135,17 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_weight = None  # the first chunk's product starts it (accumulate_weight_grad)
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(compute_dtype)  # (V, H); no copy when the dtypes agree
+            # One chunk's logits in fp32 and, for a bf16 matmul, in bf16: every chunk reuses the same two (C, V)
+            # buffers (on the CPU fresh memory page-faults on first touch, `WEIGHT_GRAD_BLOCK_ELEMENTS`).
+            shape = (min(chunk_size, hidden.shape[0]), weight.shape[0])
+            logits_buffer = hidden.new_empty(shape, dtype=torch.float32)
+            low_buffer = None if compute_dtype == torch.float32 else hidden.new_empty(shape, dtype=compute_dtype)
             for start in range(0, hidden.shape[0], chunk_size):
                 h = hidden[start : start + chunk_size].to(compute_dtype)  # (C, H)
                 t = targets[start : start + chunk_size]
                 keep = None if valid is None else valid[start : start + chunk_size].to(torch.float32)  # (C,)
-                logits = (h @ w.T).float()  # (C, V), the only vocabulary-sized tensor live: this chunk's
+                n = h.shape[0]
+                logits = chunk_logits(h, w, logits_buffer[:n], None if low_buffer is None else low_buffer[:n])
                 target_logits = logits.gather(1, t[:, None]).squeeze(1)  # (C,)
                 lse = softmax_in_place(logits)  # (C,); logits now hold the softmax
                 row_loss = lse - target_logits
@@ -123,12 +160,14 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 grad_logits[torch.arange(t.shape[0], device=t.device), t] -= 1
                 if keep is not None:
                     grad_logits.mul_(keep[:, None])  # ignored rows: no gradient
-                grad_logits = grad_logits.to(compute_dtype)
+                if low_buffer is not None:
+                    grad_logits = low_buffer[:n].copy_(grad_logits)  # rounded to the matmuls' dtype
                 if need_hidden:
                     grad_hidden[start : start + chunk_size] = grad_logits @ w
                 if need_weight:
                     grad_weight = accumulate_weight_grad(grad_weight, grad_logits, h)
                 del logits, grad_logits
+            del logits_buffer, low_buffer
         if need_weight and grad_weight is None:  # no rows at all
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         ctx.save_for_backward(grad_hidden, grad_weight)
