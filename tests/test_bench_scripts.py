@@ -84,6 +84,25 @@ def test_llama_vs_hf_refuses_a_negative_train_chunk(capsys):
 
 
 @pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
+def test_training_benches_step_the_trainers_default_optimizer(script):
+    """Both sides step the optimizer our jobs get from the Trainer (its default ``optim``), built as the Trainer
+    builds it; ``--optimizer adamw_torch`` gives torch's default AdamW."""
+    from transformers import Trainer, TrainingArguments
+
+    bench = _load_script(script)
+    trainer_default = TrainingArguments(output_dir="unused", report_to=[])
+    args = bench.parse_args([])
+    assert args.optimizer == trainer_default.optim.value
+    model = torch.nn.Linear(4, 4)
+    optimizer_class, trainer_kwargs = Trainer.get_optimizer_cls_and_kwargs(trainer_default, model)
+    optimizer = bench.make_optimizer(model.parameters(), args.optimizer)
+    assert type(optimizer) is optimizer_class
+    assert all(optimizer.defaults[key] == value for key, value in trainer_kwargs.items() if key != "lr")
+    plain = bench.make_optimizer(model.parameters(), bench.parse_args(["--optimizer", "adamw_torch"]).optimizer)
+    assert not plain.defaults["fused"]
+
+
+@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
 def test_bench_device_flag(script, capsys):
     """--device: cpu by default, the training jobs' chunk size of that device; an unknown device, or CUDA where
     torch sees none, is refused naming the flag."""

@@ -6,7 +6,8 @@ Not a test: it measures, prints a table and (optionally) writes JSON. Both model
 and gate/up fused on load), so the two hold identical weights; the logits are checked to agree (<= 1e-4) before
 anything is timed, and the run aborts otherwise.
 
-1. Training throughput: tokens/s of forward + backward + AdamW step (labels = input_ids, random tokens), in fp32
+1. Training throughput: tokens/s of forward + backward + AdamW step (labels = input_ids, random tokens; the
+   Trainer's default fused AdamW on both sides, ``--optimizer``: ``loss_variants.py``), in fp32
    and in bf16 autocast. Each model trains its own copy. Ours trains as ``llmsys train`` / ``sft`` train it, with
    the chunked loss (``--train-loss-chunk-size``, default the jobs' on the device: 256 tokens a chunk on the CPU), and also with the plain loss
    (``ours_plain_loss``): same loss and gradients, one without the full logits. Steps are interleaved (A B B A A
@@ -79,7 +80,13 @@ from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
+    PLAIN_LOSS_SUFFIX,
+    add_optimizer_argument,
+    chunk_size_arg,
+    make_optimizer,
+    training_variants,
+)
 from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 TRAIN_GOAL = 1.05  # ours / transformers tokens/s (fp32, eager)
@@ -178,6 +185,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-child", choices=["ours", "theirs"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and decode")
+    add_optimizer_argument(parser)
     parser.add_argument(
         "--decode-static", action="store_true",
         help='also decode with cache_implementation="static" (compiled by generate on a GPU), both sides',
@@ -274,10 +282,10 @@ def bench_training(models: dict, precision: str, args, vocab_size: int, flops_pe
     trainees, optimizers = {}, {}
     for name, model in training_variants(models, args.train_loss_chunk_size).items():
         trainees[name] = model
-        optimizers[name] = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizers[name] = make_optimizer(model.parameters(), args.optimizer)
         if args.compile and not name.endswith(PLAIN_LOSS_SUFFIX):
             clone = copy.deepcopy(model)
-            optimizers[f"{name}_compiled"] = torch.optim.AdamW(clone.parameters(), lr=1e-4)
+            optimizers[f"{name}_compiled"] = make_optimizer(clone.parameters(), args.optimizer)
             trainees[f"{name}_compiled"] = compiled(clone, args.compile_backend)
     gen = torch.Generator().manual_seed(args.seed + 2)
     times = {name: [] for name in trainees}
@@ -572,7 +580,7 @@ def memory_child(args) -> None:
     else:
         model = LlamaForCausalLM(LlamaConfig(**theirs_kw, attn_implementation="sdpa"))
     model.to(args.device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = make_optimizer(model.parameters(), args.optimizer)
     built_rss = peak()
     gen = torch.Generator().manual_seed(args.seed + 5)
     tokens = args.memory_batch * args.memory_seq
@@ -647,7 +655,7 @@ def profile_training_step(model, args, vocab_size: int, precision: str = "bf16",
     from torch.profiler import ProfilerActivity, profile
 
     trainee = training_variants({"ours": model}, args.train_loss_chunk_size)["ours"]
-    optimizer = torch.optim.AdamW(trainee.parameters(), lr=1e-4)
+    optimizer = make_optimizer(trainee.parameters(), args.optimizer)
     ids = torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
 
     def step():
@@ -700,7 +708,7 @@ def print_report(results: dict) -> None:
     if results.get("training"):
         w = results["workload"]
         log(
-            f"Training (forward + backward + AdamW), batch {w['batch']} x seq {w['seq']}, "
+            f"Training (forward + backward + {w.get('optimizer', 'AdamW')}), batch {w['batch']} x seq {w['seq']}, "
             f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak"
         )
         for r in results["training"]:
@@ -828,7 +836,8 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
         "transformers": __import__("transformers").__version__,
         "python": platform.python_version(),
         "workload": {
-            k: getattr(args, k) for k in ("batch", "seq", "steps", "warmup", "prompt", "new_tokens", "repeats")
+            k: getattr(args, k)
+            for k in ("batch", "seq", "steps", "warmup", "prompt", "new_tokens", "repeats", "optimizer")
         },
         "memory_workload": {"shape": args.memory_shape, "batch": args.memory_batch, "seq": args.memory_seq},
         "compile_backend": args.compile_backend if args.compile else None,

@@ -1,10 +1,16 @@
-"""The models a training benchmark times: ours as our training jobs train it, ours with the plain loss, the peer.
+"""The models a training benchmark times: ours as our training jobs train it, ours with the plain loss, the peer;
+and the optimizer every one of them steps, the jobs' own.
 
 ``llmsys train`` and ``llmsys sft`` train hf-llmsys models with the chunked linear cross-entropy
 (``--loss_chunk_size``, default ``default_chunk_size(device)`` tokens a chunk: ``models/chunked_cross_entropy.py``); outside
 those jobs a model's own default is the plain loss (``config.loss_chunk_size = 0``). The two give the same loss and
 gradients, one without the full (tokens x vocab) logits, so a benchmark times ours the way the jobs train it and
 shows the plain loss beside it.
+
+The jobs step the Trainer's default optimizer (``TrainingArguments.optim``: ``adamw_torch_fused`` in transformers
+5, torch's AdamW with ``fused=True``), so the benchmarks give it to every side (``--optimizer``, `make_optimizer`);
+``adamw_torch`` is torch's AdamW as constructed by default (one loop over the parameters on the CPU), what the
+benchmarks stepped before 2026-12-04. The same optimizer on both sides: its time counts in both steps alike.
 """
 
 from __future__ import annotations
@@ -12,7 +18,24 @@ from __future__ import annotations
 import argparse
 import copy
 
+import torch
+
 PLAIN_LOSS_SUFFIX = "_plain_loss"
+# ``TrainingArguments.optim`` names -> torch.optim.AdamW keyword arguments (as the Trainer builds them).
+OPTIMIZERS = {"adamw_torch_fused": {"fused": True}, "adamw_torch": {}}
+JOBS_OPTIMIZER = "adamw_torch_fused"  # the Trainer's default, which llmsys train / sft keep
+
+
+def add_optimizer_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--optimizer", choices=sorted(OPTIMIZERS), default=JOBS_OPTIMIZER,
+        help=f"the AdamW every model steps (default {JOBS_OPTIMIZER}, the Trainer's and so our jobs' default)",
+    )  # fmt: skip
+
+
+def make_optimizer(parameters, name: str, lr: float = 1e-4) -> torch.optim.AdamW:
+    """torch's AdamW as the Trainer builds it for ``optim=name`` (`OPTIMIZERS`)."""
+    return torch.optim.AdamW(parameters, lr=lr, **OPTIMIZERS[name])
 
 
 def chunk_size_arg(text: str) -> int:

@@ -6,7 +6,8 @@ Not a test: it measures, prints a table and (optionally) writes JSON. Both model
 on load) and use ``attn_implementation="sdpa"``; logits are checked to agree (<= 1e-4) before anything is timed.
 Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on they would not do the same work).
 
-1. Training throughput: tokens/s (encoder + decoder tokens) of forward + backward + AdamW step on random
+1. Training throughput: tokens/s (encoder + decoder tokens) of forward + backward + AdamW step (the Trainer's
+   default fused AdamW on both sides, ``--optimizer``: ``loss_variants.py``) on random
    span-corruption-shaped batches (input_length encoder tokens, target_length labels), steps interleaved
    (A B, B A, ...), warm-up discarded, median step time. Ours trains as ``llmsys train --model_type llmsys_t5``
    trains it, with the chunked loss (``--train-loss-chunk-size``, default the jobs' on the device: 256 on the CPU), and also with the plain loss
@@ -59,7 +60,13 @@ from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-from loss_variants import PLAIN_LOSS_SUFFIX, chunk_size_arg, training_variants  # noqa: E402  (scripts/bench/loss_variants.py)
+from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
+    PLAIN_LOSS_SUFFIX,
+    add_optimizer_argument,
+    chunk_size_arg,
+    make_optimizer,
+    training_variants,
+)
 from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 GOAL = 1.1
@@ -93,6 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and search")
+    add_optimizer_argument(parser)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training: fp32 or bf16 autocast")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
@@ -183,7 +191,7 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
     if args.compile:
         for name in models:
             trainees[f"{name}_compiled"] = torch.compile(copy.deepcopy(trainees[name]), backend=args.compile_backend)
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in trainees.items()}
+    optimizers = {name: make_optimizer(model.parameters(), args.optimizer) for name, model in trainees.items()}
     gen = torch.Generator().manual_seed(args.seed + 2)
     tokens = args.batch * (args.input_length + args.target_length)
     times, losses = {name: [] for name in trainees}, {name: [] for name in trainees}
@@ -219,6 +227,7 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
     result["ratio"] = result["ours"]["tokens_per_s"] / result["theirs"]["tokens_per_s"]
     result["cpu_ratio"] = result["ours"]["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
     result["loss_chunk_size"] = args.train_loss_chunk_size
+    result["optimizer"] = args.optimizer
     result["per_round"] = per_round_ratios(times)
     if "ours" + PLAIN_LOSS_SUFFIX in result:
         plain = result["ours" + PLAIN_LOSS_SUFFIX]
@@ -317,7 +326,7 @@ def main(argv=None) -> dict:
     loss = f"chunked loss, {chunk} tokens a chunk" if chunk else "plain loss"
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
         f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
-        f"{loss}{fmt_round(training, 'ours/theirs')}; "
+        f"{loss}{fmt_round(training, 'ours/theirs')}; optimizer {training.get('optimizer', 'adamw_torch')}; "
         f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
     if "plain_loss_ratio" in training:
         log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "
