@@ -24,10 +24,15 @@ is fixed, not timed at run time: a choice timed per call would make the same inp
 from one call (or process) to the next. Results differ from ``F.linear`` by float rounding only (another summation
 order), and are the same for the same rows, weight and input every time.
 
+Traced by ``torch.compile`` the rule is the same and the product stays this BLAS call (inductor leaves matrix
+products to the BLAS on the CPU), so a compiled forward gives the eager bits. A static-cache greedy decode compiled
+on the CPU (default bench shape, batch 1, fp32, 2 threads) took 17.6 ms a token while compiled forwards fell back to
+``F.linear``, whose matrix-vector product MKL runs on one thread; 8.2 ms with this call, against 9.7 ms eager.
+
 Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
-and dtypes than CPU float32 with MKL (only measured there), tensor subclasses, ``torch.compile`` (inductor picks its
-own kernels). ``Projection.weight_major_inference = False`` turns it off. ``plain_linear`` checks (fused training
-functions, the chunked loss) treat a ``Projection`` as the plain ``nn.Linear`` it computes.
+and dtypes than CPU float32 with MKL (only measured there), tensor subclasses. ``Projection.weight_major_inference
+= False`` turns it off. ``plain_linear`` checks (fused training functions, the chunked loss) treat a ``Projection``
+as the plain ``nn.Linear`` it computes.
 """
 
 from __future__ import annotations
@@ -69,7 +74,6 @@ class Projection(nn.Linear):
             and x.device.type == "cpu"
             and type(x) is torch.Tensor
             and type(weight) is nn.Parameter
-            and not torch.compiler.is_compiling()
         )
 
     def linear(self, x: torch.Tensor) -> torch.Tensor:
