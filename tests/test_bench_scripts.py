@@ -165,6 +165,28 @@ def test_decode_step_overhead_tiny(tmp_path, capsys):
         assert flag in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_llama_vs_hf_static_cache_decode_is_compiled_by_generate_on_the_cpu(tmp_path, monkeypatch):
+    """--decode-static on the CPU: generate compiles both sides' decoding step (as it does on a GPU) and the
+    tokens agree (our projections' weight-major call included: the tiny model's weights take it too)."""
+    from hf_llmsys.models import projection
+
+    monkeypatch.setattr(projection, "MIN_WEIGHT_ELEMENTS", 0)
+    compiled = []
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(a[0]) or real_compile(*a, **k))
+    bench = _load_script("llama_vs_hf")
+    out = tmp_path / "results.json"
+    bench.main(["--quick", "--tiny", "--skip-train", "--skip-memory", "--skip-load", "--skip-limits",
+                "--decode-static", "--decode-batches", "1", "--json", str(out)])  # fmt: skip
+    results = json.loads(out.read_text())
+    static = [row for row in results["decode"] if row["cache"] == "static"]
+    assert len(static) == 1 and static[0]["tokens_identical"]
+    owners = {type(getattr(function, "__self__", None)).__name__ for function in compiled}
+    assert owners >= {"LlmsysLlamaForCausalLM", "LlamaForCausalLM"}
+
+
 @pytest.mark.timeout(600)
 def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     """The compiled columns (aot_eager here: the same torch.compile path without C++ code generation), the

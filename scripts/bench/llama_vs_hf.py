@@ -35,7 +35,8 @@ anything is timed, and the run aborts otherwise.
 9. ``--device cuda``: training, decode and peak memory on the GPU (timed regions synchronised; the limits measured
    there; peak memory is ``torch.cuda.max_memory_allocated`` of each fresh process instead of its RSS).
    ``--decode-static`` adds greedy decode with ``cache_implementation="static"`` for both sides, which transformers'
-   ``generate`` compiles on a GPU (its default ``compile_config``), which removes most of Python's per-token overhead
+   ``generate`` compiles (its default ``compile_config``; on the CPU too, as transformers' tests switch it on), which
+   removes most of Python's per-token overhead
    (H200, default shape, batch 1: 1.5-1.9 ms a token against 7.6 ms eager; the floor is 0.04 ms).
 
 Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
@@ -70,7 +71,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
@@ -353,17 +354,28 @@ def greedy(model, prompt: torch.Tensor, new_tokens: int, **generate_kwargs) -> t
     )
 
 
+def cpu_compiling_config() -> CompileConfig:
+    """``generate``'s default compile of the decoding step, also on the CPU: the switch transformers' own tests use
+    (``_compile_all_devices``; on its own ``generate`` compiles on accelerators only)."""
+    config = CompileConfig()
+    config._compile_all_devices = True
+    return config
+
+
 def bench_decode(
     models: dict, args, vocab_size: int, batch: int = 1, weight_bytes: int = 0, bandwidth: float = 0,
     cache_implementation: str | None = None,
 ):  # fmt: skip
     """Median new-tokens/s of greedy generate for each model, runs interleaved; checks identical token ids. The
     weight-read floor: every step reads all weights once, ``weight_bytes / bandwidth`` seconds per token.
-    ``cache_implementation="static"``: both decode with transformers' pre-allocated cache (on a GPU ``generate``
-    then compiles the decoding step; the warm-up runs include that compile)."""
+    ``cache_implementation="static"``: both decode with transformers' pre-allocated cache, and ``generate``
+    compiles the decoding step (its default ``compile_config``; on the CPU switched on by `cpu_compiling_config`);
+    the warm-up runs include that compile."""
     gen = torch.Generator().manual_seed(args.seed + 3)
     prompt = torch.randint(0, vocab_size, (batch, args.prompt), generator=gen).to(args.device)
     extra = {"cache_implementation": cache_implementation} if cache_implementation else {}
+    if cache_implementation == "static" and torch.device(args.device).type == "cpu":
+        extra["compile_config"] = cpu_compiling_config()
     cache_name = cache_implementation or "default"
     times = {name: [] for name in models}
     outputs = {name: [] for name in models}
