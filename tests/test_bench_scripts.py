@@ -83,7 +83,7 @@ def test_llama_vs_hf_refuses_a_negative_train_chunk(capsys):
         assert "--train-loss-chunk-size" in err and why in err
 
 
-@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
+@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf", "train_step_variants"])
 def test_training_benches_step_the_trainers_default_optimizer(script):
     """Both sides step the optimizer our jobs get from the Trainer (its default ``optim``), built as the Trainer
     builds it; ``--optimizer adamw_torch`` gives torch's default AdamW."""

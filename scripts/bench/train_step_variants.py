@@ -5,7 +5,8 @@ hooks).
 
 Not a test: it measures and prints a table (and optionally JSON). Both models hold the same random weights (ours is
 loaded from transformers' save). The variants, steps interleaved round by round (the order rotates), warm-up
-discarded, median step time (forward + backward + AdamW, the device synchronised) and peak memory (on a GPU:
+discarded, median step time (forward + backward + AdamW: the jobs' fused one, ``--optimizer``; the device
+synchronised) and peak memory (on a GPU:
 ``torch.cuda.max_memory_allocated`` of each variant's steps; on the CPU one process shares one heap: n/a):
 
 - ``theirs``: transformers' ``LlamaForCausalLM``;
@@ -46,6 +47,7 @@ from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+from loss_variants import add_optimizer_argument, make_optimizer  # noqa: E402  (scripts/bench/loss_variants.py)
 
 SHAPES = {
     "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -58,6 +60,7 @@ SHAPES = {
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    add_optimizer_argument(parser)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
     parser.add_argument("--batch", type=int, help="rows per step (default 8 for smollm2, 2 for tiny)")
     parser.add_argument("--seq", type=int, help="tokens per row (default 2048 for smollm2, 64 for tiny)")
@@ -99,11 +102,11 @@ def hooks_on(device: torch.device) -> bool:
 class Variant:
     """One trainee: its model and optimizer, its chunk size (None: not ours) and whether our hooks run."""
 
-    def __init__(self, model, chunk: int | None, hooks: bool):
+    def __init__(self, model, chunk: int | None, hooks: bool, optimizer: str):
         self.model, self.chunk, self.hooks = model, chunk, hooks
         if chunk is not None:
             model.config.loss_chunk_size = chunk
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.optimizer = make_optimizer(model.parameters(), optimizer)
 
     def step(self, ids: torch.Tensor, args) -> float:
         device = torch.device(args.device)
@@ -133,11 +136,11 @@ def build_variants(args, workdir: Path) -> dict[str, Variant]:
     default = default_chunk_size(device)
     hooks = hooks_on(device)
     flip = "-hooks" if hooks else "+hooks"
-    variants = {"theirs": Variant(theirs, None, False)}
+    variants = {"theirs": Variant(theirs, None, False, args.optimizer)}
     chunks = {"ours": default, "ours_plain": 0, **{f"ours_chunk{c}": c for c in args.chunks if c != default}}
     for name, chunk in chunks.items():
-        variants[name] = Variant(copy.deepcopy(ours), chunk, hooks)
-        variants[name + flip] = Variant(copy.deepcopy(ours), chunk, not hooks)
+        variants[name] = Variant(copy.deepcopy(ours), chunk, hooks, args.optimizer)
+        variants[name + flip] = Variant(copy.deepcopy(ours), chunk, not hooks, args.optimizer)
     return variants
 
 
