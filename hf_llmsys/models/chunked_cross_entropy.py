@@ -91,8 +91,8 @@ def accumulate_weight_grad(
     """grad_weight (V, H) fp32 + grad_logits.T (V, C) @ h (C, H), returned. The first chunk's product is the start
     (`grad_weight` None), not a zero-filled (V, H) tensor: at t5-small's shape that fill of fresh memory took as
     long as the product. Later chunks add in place (``addmm_``) when the matmul is fp32, so no second (V, H) tensor
-    exists. In bf16 each product is rounded to bf16 first, as the plain path's is, and goes into the fp32 sum
-    `weight_grad_block_rows` vocabulary rows at a time (`bf16_weight_grad_blocks`)."""
+    exists. In bf16 each product is rounded to bf16 first, as the plain path's is, and goes into the fp32 sum one
+    block of vocabulary rows at a time (`bf16_weight_grad_blocks`)."""
     if grad_logits.dtype == torch.float32:
         return grad_logits.T @ h if grad_weight is None else grad_weight.addmm_(grad_logits.T, h)
     vocab, hidden = grad_logits.shape[1], h.shape[1]
