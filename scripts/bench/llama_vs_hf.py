@@ -189,7 +189,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_optimizer_argument(parser)
     parser.add_argument(
         "--decode-static", action="store_true",
-        help='also decode with cache_implementation="static" (compiled by generate on a GPU), both sides',
+        help='also decode with cache_implementation="static" (the step compiled by generate, on the CPU too), both sides',
     )  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
