@@ -42,6 +42,13 @@ def counting_packed_calls(monkeypatch) -> list:
     return calls
 
 
+@pytest.fixture(autouse=True)
+def no_masked_decoding_packing(monkeypatch):
+    """These tests are about ``SDPA_WITHOUT_GROUPED_HEADS``: the CPU's own packing of masked one-token calls
+    (``PACKED_MASKED_DECODING``, ``test_packed_masked_decoding.py``) is off, so references run transformers' call."""
+    monkeypatch.setattr(attention, "PACKED_MASKED_DECODING", {})
+
+
 def test_cuda_fp32_only_by_default():
     assert attention.SDPA_WITHOUT_GROUPED_HEADS == {"cuda": {torch.float32}}
 

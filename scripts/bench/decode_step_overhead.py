@@ -187,18 +187,21 @@ def python_profile(name: str, model, prompt: torch.Tensor, steps: int, top: int)
 @contextlib.contextmanager
 def packing(device: torch.device, on: bool | None):
     """Our grouped-query attention without ``enable_gqa`` on this device (one token packed, prefill with repeated
-    keys; every float dtype: ``attention.SDPA_WITHOUT_GROUPED_HEADS``) or with it, for the duration; None: as it
-    is."""
-    saved = dict(attention.SDPA_WITHOUT_GROUPED_HEADS)
-    if on is True:
-        attention.SDPA_WITHOUT_GROUPED_HEADS[device.type] = {torch.float32, torch.bfloat16, torch.float16}
-    elif on is False:
-        attention.SDPA_WITHOUT_GROUPED_HEADS.pop(device.type, None)
+    keys; every float dtype: ``attention.SDPA_WITHOUT_GROUPED_HEADS``) or with it (and one masked token not packed
+    either: ``attention.PACKED_MASKED_DECODING``), for the duration; None: as it is."""
+    registries = (attention.SDPA_WITHOUT_GROUPED_HEADS, attention.PACKED_MASKED_DECODING)
+    saved = [dict(registry) for registry in registries]
+    for registry in registries:
+        if on is True:
+            registry[device.type] = {torch.float32, torch.bfloat16, torch.float16}
+        elif on is False:
+            registry.pop(device.type, None)
     try:
         yield
     finally:
-        attention.SDPA_WITHOUT_GROUPED_HEADS.clear()
-        attention.SDPA_WITHOUT_GROUPED_HEADS.update(saved)
+        for registry, before in zip(registries, saved, strict=True):
+            registry.clear()
+            registry.update(before)
 
 
 def sdpa_alone(shape: dict, batch: int, keys: int, device: torch.device, dtype: torch.dtype, calls: int) -> dict:
