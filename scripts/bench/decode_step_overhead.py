@@ -48,7 +48,7 @@ from hf_llmsys.models import attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-from llama_vs_hf import MODEL_SHAPES, build_models, generate_cache  # noqa: E402
+from llama_vs_hf import MODEL_SHAPES, NO_EOS, build_models, generate_cache  # noqa: E402
 
 VIEW_OPS = {
     "aten::reshape",
@@ -126,8 +126,10 @@ def bare_steps(name: str, model, prompt: torch.Tensor, steps: int) -> None:
 
 
 def greedy(model, prompt: torch.Tensor, new: int) -> None:
+    """Exactly ``new`` tokens: no end-of-sequence id (``llama_vs_hf.NO_EOS``: not ``min_new_tokens``, whose
+    processor would add its own per-token cost to generate's)."""
     mask = torch.ones_like(prompt)
-    model.generate(prompt, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    model.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False, **NO_EOS)
 
 
 def per_token_ms(fn, device, new: int) -> float:
