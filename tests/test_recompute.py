@@ -99,6 +99,55 @@ def test_gradients_equal_the_plain_graph(build, autocast):
         assert torch.equal(grads_a[name], grad), name
 
 
+def recording_casts(monkeypatch, cast) -> list:
+    """Weak references to the storage of each tensor ``cast`` (standing in for ``decoder_layer.autocast_input``)
+    returns as a copy in the next forwards."""
+    refs = []
+
+    def recorded(tensor, consumer):
+        out = cast(tensor, consumer)
+        if out is not tensor:
+            refs.append(out.untyped_storage()._weak_ref())
+        return out
+
+    monkeypatch.setattr(decoder_layer, "autocast_input", recorded)
+    return refs
+
+
+@pytest.mark.parametrize("build", [llama, gpt3])
+def test_autocast_casts_of_norm_outputs_are_not_kept_for_the_backward(build, monkeypatch):
+    """Under bf16 autocast the projections save the bf16 cast of each norm output, not the output: the cast is made
+    and registered by ``autocast_input``, so it is rebuilt too (the gradients: ``test_gradients_equal_...``)."""
+    model = build().train()
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(3))
+    casts = recording_casts(monkeypatch, decoder_layer.autocast_input)
+    loss = model(input_ids=ids, labels=ids).loss
+    assert casts == []  # no autocast: nothing to cast
+    loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    assert len(casts) == 4 and not any(kept(casts))
+    loss.backward()
+    casts = recording_casts(monkeypatch, lambda tensor, consumer: tensor.to(torch.bfloat16))  # not registered
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    assert len(casts) == 4 and all(kept(casts))  # what the projections save: the check above can fail
+    loss.backward()
+
+
+def test_no_cast_for_an_adapted_projection(monkeypatch):
+    """LoRA on q/k/v: its dropout reads the projection's input, which stays the fp32 norm output; the MLP's plain
+    projection still gets the registered cast."""
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(llama().train(), peft.LoraConfig(r=4, target_modules=["qkv_proj"], lora_dropout=0.1))
+    ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(3))
+    casts = recording_casts(monkeypatch, decoder_layer.autocast_input)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    assert len(casts) == 2  # one MLP per layer
+    loss.backward()
+
+
 def projection_storages(model, monkeypatch) -> tuple[list, list]:
     """Weak references to the storages of every layer's q/k/v projection output and rotated q/k heads in the next
     forward (no hook on the projection itself: it would make the projection not plain, and so not recomputed)."""

@@ -3,7 +3,7 @@
 The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
 GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out. In training the
 projections after each norm do not keep the norm's output for their backward: it is recomputed from the norm's input
-(``recompute.recomputed_when_saved``, ``norm.recompute``).
+(``recompute.recomputed_when_saved``, ``norm.recompute``), and under autocast its cast too (``autocast_input``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .attention import GroupedQueryAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
 from .positions import PositionState
-from .recompute import recomputed_when_saved
+from .recompute import autocast_input, recomputed_when_saved
 from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
 
 
@@ -52,8 +52,9 @@ class DecoderLayer(GradientCheckpointingLayer):
         positions = positions.with_attention_bias(position_bias)
         normed = self.input_layernorm(hidden_states)
         with recomputed_when_saved(normed, partial(self.input_layernorm.recompute, hidden_states)):
+            normed = autocast_input(normed, self.self_attn.qkv_proj)
             attn_out, _ = self.self_attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         with recomputed_when_saved(normed, partial(self.post_attention_layernorm.recompute, hidden_states)):
-            return hidden_states + self.mlp(normed)
+            return hidden_states + self.mlp(autocast_input(normed, self.mlp.input_projection))

@@ -180,6 +180,11 @@ class MLP(nn.Module):
         self.down_proj = Projection(intermediate_size, hidden_size, bias=bias)
         self.act_fn = activation(hidden_act)
 
+    @property
+    def input_projection(self) -> nn.Module:
+        """The projection that reads the block's input (B, S, hidden)."""
+        return self.up_proj
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.up_proj(x)))
 
@@ -195,6 +200,11 @@ class GatedMLP(nn.Module):
         self.act_fn = activation(hidden_act)
         self.fused_product = FUSED_GATED_PRODUCTS.get(hidden_act)  # None: autograd's ops
         self.fused_down = FUSED_GATED_DOWN.get(hidden_act)  # None: down_proj(gated_product)
+
+    @property
+    def input_projection(self) -> nn.Module:
+        """The projection that reads the block's input (B, S, hidden)."""
+        return self.gate_up_proj
 
     def gated_product(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(B, S, 2I) -> act(gate) * up (B, S, I): the fused function when a gradient is needed and there is one."""
