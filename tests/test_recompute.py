@@ -99,18 +99,24 @@ def test_gradients_equal_the_plain_graph(build, autocast):
         assert torch.equal(grads_a[name], grad), name
 
 
+def recording(fn, refs: list, source: int):
+    """``fn``, appending to ``refs`` a weak reference to the storage of each output that is not its argument
+    ``source`` returned as it is."""
+
+    def recorded(*args):
+        out = fn(*args)
+        if out is not args[source]:
+            refs.append(out.untyped_storage()._weak_ref())
+        return out
+
+    return recorded
+
+
 def recording_casts(monkeypatch, cast) -> list:
     """Weak references to the storage of each tensor ``cast`` (standing in for ``decoder_layer.autocast_input``)
     returns as a copy in the next forwards."""
     refs = []
-
-    def recorded(tensor, consumer):
-        out = cast(tensor, consumer)
-        if out is not tensor:
-            refs.append(out.untyped_storage()._weak_ref())
-        return out
-
-    monkeypatch.setattr(decoder_layer, "autocast_input", recorded)
+    monkeypatch.setattr(decoder_layer, "autocast_input", recording(cast, refs, source=0))
     return refs
 
 
@@ -161,15 +167,7 @@ def projection_storages(model, monkeypatch) -> tuple[list, list]:
             return out
 
         qkv_proj.linear = linear  # what its training forward and the backward's rebuild call
-    rotate = PositionState.rotate
-
-    def recording_rotate(self, heads):
-        out = rotate(self, heads)
-        if out is not heads:
-            rotated.append(out.untyped_storage()._weak_ref())
-        return out
-
-    monkeypatch.setattr(PositionState, "rotate", recording_rotate)
+    monkeypatch.setattr(PositionState, "rotate", recording(PositionState.rotate, rotated, source=1))  # (self, heads)
     return projections, rotated
 
 
