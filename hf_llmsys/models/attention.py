@@ -101,11 +101,12 @@ def sdpa_lacks_grouped_heads(query: torch.Tensor, key: torch.Tensor, implementat
 # padding) is packed onto the key/value heads (``packed_decode_attention``) here, compiled or not. transformers'
 # ``sdpa_attention_forward`` packs it only in eager; traced by torch.compile it repeats every cached key and value to
 # the H query heads (``repeat_kv``), which inductor on the CPU runs as a (B, H, K, D) copy per layer and token. SDPA
-# alone on the CPU (torch 2.13, 2 threads, fp32, a boolean (B, 1, 1, K) mask), compiled, repeated against packed:
+# alone on the CPU (torch 2.13, 2 threads, a boolean (B, 1, 1, K) mask), compiled, repeated against packed, fp32:
 # H 8, G 4, K 383: 99 against 84 us a call at batch 1, 903 against 276 us at batch 8; H 9, G 3, K 2048 (SmolLM2):
-# 444 against 231 us; in bf16 280 against 82, 1733 against 310 and 1350 against 252 us. A static-cache greedy decode compiled by ``generate`` (``llama_vs_hf.py``'s default shape,
-# batch 1): 9.14 against 8.40 ms a token, the same tokens. Without a mask transformers passes ``enable_gqa``, which
-# the CPU kernel takes itself, at least as fast as packing (K 2048: 155 against 185 us eager): left to it.
+# 444 against 231 us; bf16: 280 against 82, 1733 against 310 and 1350 against 252 us. A static-cache greedy decode
+# compiled by ``generate`` (``llama_vs_hf.py``'s default shape, batch 1): 9.14 against 8.40 ms a token, the same
+# tokens. Without a mask transformers passes ``enable_gqa``, which the CPU kernel takes itself, at least as fast as
+# packing (K 2048: 155 against 185 us eager): left to it.
 PACKED_MASKED_DECODING: dict[str, set[torch.dtype]] = {"cpu": {torch.float32, torch.bfloat16}}
 
 
