@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -227,6 +229,70 @@ def test_llama_vs_hf_compiled_load_and_memory_columns(tmp_path):
     assert memory["runs"]["ours"][0]["loss_chunk_size"] == bench.default_chunk_size("cpu")
     assert memory["runs"]["ours"][0]["loss"] == pytest.approx(memory["runs"]["theirs"][0]["loss"], rel=1e-3)
     assert memory["ratio"] > 0 and memory["speed_ratio"] > 0
+
+
+def test_malloc_choice_reads_the_mapped_allocator_and_refuses_what_it_cannot_preload(tmp_path, monkeypatch, capsys):
+    """--malloc: the allocator is read from the process's mapped files; a choice that needs a preload is refused
+    in-process (a test's main()) and, when the library is missing, with the package that provides it."""
+    import argparse
+
+    malloc_choice = _load_script("malloc_choice")
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert malloc_choice.active(maps) == "glibc"
+    maps.write_text(maps.read_text() + "7f02-7f03 r-xp 0 08:01 2 /usr/lib/libtcmalloc_minimal.so.4.5.10\n")
+    assert malloc_choice.active(maps) == "tcmalloc"
+    assert malloc_choice.active(tmp_path / "absent") == "glibc"
+    parser = argparse.ArgumentParser(prog="bench")
+    malloc_choice.add_malloc_argument(parser)
+    now = malloc_choice.active()
+    assert malloc_choice.use(parser.parse_args([]).malloc, parser, reexec=False) == now  # default: keep it
+    if now != "glibc":
+        pytest.skip(f"this test process runs {now}")
+    with pytest.raises(SystemExit):
+        malloc_choice.use("tcmalloc", parser, reexec=False)
+    err = capsys.readouterr().err
+    assert "--malloc tcmalloc" in err and ("fresh process" in err or "apt-get install" in err)
+    monkeypatch.setattr(malloc_choice, "library", lambda name: None)
+    with pytest.raises(SystemExit):
+        malloc_choice.use("tcmalloc", parser, reexec=True)  # never re-executes when there is nothing to preload
+    err = capsys.readouterr().err
+    assert "--malloc tcmalloc: no libtcmalloc_minimal or libtcmalloc library" in err and "apt-get install" in err
+
+
+@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
+def test_training_benches_record_the_allocator_they_run(script, capsys):
+    """Both training benches take --malloc: by default they record the allocator the process runs."""
+    bench = _load_script(script)
+    assert bench.parse_args([]).malloc == bench.malloc_choice.active()
+    if bench.malloc_choice.active() == "glibc":
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--malloc", "tcmalloc"])  # in-process: it cannot preload
+        assert "--malloc tcmalloc" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_llama_vs_hf_malloc_tcmalloc_times_under_it_and_measures_memory_without_it(tmp_path):
+    """Run as a script, --malloc tcmalloc re-executes it with tcmalloc preloaded: the timed runs record it, and
+    the peak-memory children run on the allocator the script was started with (glibc)."""
+    malloc_choice = _load_script("malloc_choice")
+    if malloc_choice.library("tcmalloc") is None:
+        pytest.skip("tcmalloc is not installed (apt-get install libtcmalloc-minimal4)")
+    if malloc_choice.active() != "glibc":
+        pytest.skip(f"this test process runs {malloc_choice.active()}")
+    out = tmp_path / "results.json"
+    argv = ["--quick", "--tiny", "--skip-decode", "--skip-load", "--skip-limits", "--precisions", "fp32",
+            "--memory-shape", "tiny", "--memory-steps", "1", "--malloc", "tcmalloc", "--json", str(out)]  # fmt: skip
+    done = subprocess.run([sys.executable, str(BENCH_DIR / "llama_vs_hf.py"), *argv], capture_output=True, text=True,
+                          timeout=280)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "malloc tcmalloc" in done.stdout
+    results = json.loads(out.read_text())
+    assert results["malloc"] == "tcmalloc" and results["training"][0]["ours"]["tokens_per_s"] > 0
+    assert [child["malloc"] for side in ("ours", "theirs") for child in results["memory"]["runs"][side]] == [
+        "glibc",
+        "glibc",
+    ]
 
 
 @pytest.mark.timeout(300)

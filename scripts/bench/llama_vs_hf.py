@@ -39,6 +39,10 @@ anything is timed, and the run aborts otherwise.
    ``generate`` compiles (its default ``compile_config``; on the CPU too, as transformers' tests switch it on), which
    removes most of Python's per-token overhead
    (H200, default shape, batch 1: 1.5-1.9 ms a token against 7.6 ms eager; the floor is 0.04 ms).
+10. ``--malloc tcmalloc``: the timed runs on tcmalloc instead of glibc's malloc (``malloc_choice.py``: the script
+   re-executes itself with it preloaded; the memory children keep the allocator the script was started with).
+   glibc serves every large tensor with fresh pages, so a step that builds the full (B*S, V) logits page-faults on
+   them every step; tcmalloc reuses freed memory. The ratios under both show how much of a CPU ratio that is.
 
 Goals printed with the results (issue 21): training fp32 >= 1.05x eager and >= 1.0x compiled transformers, bf16
 >= 1.3x and >= 70% of the bf16 peak; decode batch 1 >= 90% of the floor (and >= 2x transformers), batch 8 >= 1.3x;
@@ -49,6 +53,7 @@ peak training memory <= 0.5x; load <= 1.1x. The machine load (os.getloadavg) is 
     python scripts/bench/llama_vs_hf.py --quick --tiny       # seconds: drastically smaller model
     python scripts/bench/llama_vs_hf.py --profile-decode     # add a profile of OUR per-token decode step
     python scripts/bench/llama_vs_hf.py --json results.json --threads 2
+    python scripts/bench/llama_vs_hf.py --skip-decode --skip-memory --skip-load --malloc tcmalloc   # no page faults
     python scripts/bench/llama_vs_hf.py --device cuda --compile --decode-static --skip-load   # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
@@ -82,6 +87,7 @@ from hf_llmsys.models.kv_cache import GrowingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
 from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
@@ -188,12 +194,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and decode")
     add_optimizer_argument(parser)
+    malloc_choice.add_malloc_argument(parser)
     parser.add_argument(
         "--decode-static", action="store_true",
         help='also decode with cache_implementation="static" (the step compiled by generate, on the CPU too), both sides',
     )  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
+    args.malloc = malloc_choice.use(args.malloc, parser, reexec=argv is None)
     device = machine_limits.checked_device(parser, args.device)
     if device.type == "cuda" and (args.profile_train or args.profile_decode):
         parser.error("--profile-train / --profile-decode profile CPU time; run them with --device cpu")
@@ -623,6 +631,7 @@ def memory_child(args) -> None:
         "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
         "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+        "malloc": malloc_choice.active(),
     }))  # fmt: skip
 
 
@@ -636,10 +645,10 @@ def bench_memory(args) -> dict:
     if args.threads:
         argv += ["--threads", str(args.threads)]
     runs = {"ours": [], "theirs": []}
+    env = {**malloc_choice.child_environment(), **MEMORY_ALLOCATORS[args.memory_allocator]}  # not --malloc's preload
     for round_index in range(args.memory_rounds):
         for side in interleaved_order(round_index):
-            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side],
-                                                  env=MEMORY_ALLOCATORS[args.memory_allocator])  # fmt: skip
+            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side], env=env)
             log(f"  memory {side:6s} peak {memory_measure_name(child)} {child['peak_rss'] / 2**30:6.2f} GiB (after build "
                 f"{child['built_rss'] / 2**30:5.2f} GiB), last step {child['step_s'][-1]:6.2f} s, "
                 f"{child['tokens_per_s']:8.1f} tok/s, load {machine_limits.fmt_load(child['load'])}")  # fmt: skip
@@ -824,7 +833,10 @@ def main(argv=None) -> dict:
         return memory_child(args)
     wall_start = time.perf_counter()
     shape_name, shape = model_shape(args)
-    log(f"building models ({shape_name}: {shape}) ... load {machine_limits.fmt_load(machine_limits.load())}")
+    log(
+        f"building models ({shape_name}: {shape}) ... load {machine_limits.fmt_load(machine_limits.load())}, "
+        f"malloc {args.malloc}"
+    )
     workdir = tempfile.TemporaryDirectory(prefix="llama_vs_hf-")  # kept until the end: weights may be mmapped
     try:
         return _run(args, shape_name, shape, Path(workdir.name), wall_start)
@@ -848,6 +860,7 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
         "matmul_params": matmul_params,
         "logits_max_abs_diff": diff,
         "threads": torch.get_num_threads(),
+        "malloc": args.malloc,
         "device": machine_limits.describe_device(args.device),
         "limits": limits,
         "load_start": machine_limits.load(),
@@ -925,4 +938,4 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

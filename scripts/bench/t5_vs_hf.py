@@ -30,6 +30,7 @@ other jobs, wall times swing with the load while CPU-time ratios stay comparable
     python scripts/bench/t5_vs_hf.py                       # t5-small shapes (60M), ~ minutes on 2 cores
     python scripts/bench/t5_vs_hf.py --tiny --steps 2 --repeats 1 --new-tokens 4     # seconds (smoke test)
     python scripts/bench/t5_vs_hf.py --json results.json --threads 2
+    python scripts/bench/t5_vs_hf.py --malloc tcmalloc --load-repeats 0     # tcmalloc preloaded (malloc_choice.py)
     python scripts/bench/t5_vs_hf.py --device cuda --precision bf16 --load-repeats 0      # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
@@ -60,6 +61,7 @@ from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
 from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
@@ -101,9 +103,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and search")
     add_optimizer_argument(parser)
+    malloc_choice.add_malloc_argument(parser)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training: fp32 or bf16 autocast")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
+    args.malloc = malloc_choice.use(args.malloc, parser, reexec=argv is None)
     device = machine_limits.checked_device(parser, args.device)
     if args.train_loss_chunk_size is None:  # the training jobs' default on this device
         args.train_loss_chunk_size = default_chunk_size(device)
@@ -300,9 +304,10 @@ def main(argv=None) -> dict:
     results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(args.device), "limits": limits,
                "parameters": sum(p.numel() for p in ours.parameters()),
                "logits_max_abs_diff": check_logits(ours, theirs, vocab_size, args.seed),
-               "load_time": load_time}  # fmt: skip
+               "load_time": load_time, "malloc": args.malloc}  # fmt: skip
     log(f"{results['model_shape']}: {results['parameters']:,} parameters; logits max |diff| "
-        f"{results['logits_max_abs_diff']:.2e}; load average {results['machine_before']['load_average']}")  # fmt: skip
+        f"{results['logits_max_abs_diff']:.2e}; load average {results['machine_before']['load_average']}; "
+        f"malloc {args.malloc}")  # fmt: skip
     if limits:
         log(machine_limits.describe(limits))
     results["training"] = bench_training(models, args, vocab_size)
