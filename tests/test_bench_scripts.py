@@ -260,9 +260,9 @@ def test_malloc_choice_reads_the_mapped_allocator_and_refuses_what_it_cannot_pre
     assert "--malloc tcmalloc: no libtcmalloc_minimal or libtcmalloc library" in err and "apt-get install" in err
 
 
-@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf"])
+@pytest.mark.parametrize("script", ["llama_vs_hf", "t5_vs_hf", "train_step_variants"])
 def test_training_benches_record_the_allocator_they_run(script, capsys):
-    """Both training benches take --malloc: by default they record the allocator the process runs."""
+    """The training benches take --malloc: by default they record the allocator the process runs."""
     bench = _load_script(script)
     assert bench.parse_args([]).malloc == bench.malloc_choice.active()
     if bench.malloc_choice.active() == "glibc":

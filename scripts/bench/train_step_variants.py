@@ -23,6 +23,7 @@ theirs and ours (by device time on a GPU).
 
     python scripts/bench/train_step_variants.py --device cuda                       # SmolLM2 shape, 8 x 2048, bf16
     python scripts/bench/train_step_variants.py --shape tiny --steps 2 --warmup 1   # seconds on the CPU
+    python scripts/bench/train_step_variants.py --batch 2 --precision fp32 --malloc tcmalloc   # CPU, no page faults
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy,
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
 from loss_variants import add_optimizer_argument, make_optimizer  # noqa: E402  (scripts/bench/loss_variants.py)
 
 SHAPES = {
@@ -72,7 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="profiler tables of one step of theirs and ours")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--json", metavar="OUT", help="write the results to this JSON file")
+    malloc_choice.add_malloc_argument(parser)
     args = parser.parse_args(argv)
+    args.malloc = malloc_choice.use(args.malloc, parser, reexec=argv is None)
     machine_limits.checked_device(parser, args.device)
     try:
         args.chunks = [int(c) for c in args.chunks.split(",") if c.strip()]
@@ -230,10 +234,12 @@ def main(argv=None) -> dict:
     device = torch.device(args.device)
     log(f"{args.shape} shape, {args.batch} x {args.seq} tokens, {args.precision}, on "
         f"{machine_limits.describe_device(args.device)}; jobs' default here: {default_chunk_size(device)}-token "
-        f"chunks, hooks {'on' if hooks_on(device) else 'off'}; load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
+        f"chunks, hooks {'on' if hooks_on(device) else 'off'}; malloc {args.malloc}; "
+        f"load {machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
     results = {"shape": args.shape, "batch": args.batch, "seq": args.seq, "precision": args.precision,
                "device": machine_limits.describe_device(args.device), "torch": torch.__version__,
-               "default_chunk": default_chunk_size(device), "hooks_by_default": hooks_on(device)}  # fmt: skip
+               "default_chunk": default_chunk_size(device), "hooks_by_default": hooks_on(device),
+               "malloc": args.malloc}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="train_step_variants-") as workdir:
         variants = build_variants(args, Path(workdir))
         results["variants"] = bench_steps(variants, args, shape["vocab_size"])
