@@ -243,6 +243,9 @@ def test_malloc_choice_reads_the_mapped_allocator_and_refuses_what_it_cannot_pre
     maps.write_text(maps.read_text() + "7f02-7f03 r-xp 0 08:01 2 /usr/lib/libtcmalloc_minimal.so.4.5.10\n")
     assert malloc_choice.active(maps) == "tcmalloc"
     assert malloc_choice.active(tmp_path / "absent") == "glibc"
+    # the reminder printed beside the training ratios: only for CPU runs on glibc
+    assert "--malloc tcmalloc" in malloc_choice.caveat("glibc", "cpu")
+    assert malloc_choice.caveat("glibc", "cuda") == malloc_choice.caveat("tcmalloc", "cpu") == ""
     parser = argparse.ArgumentParser(prog="bench")
     malloc_choice.add_malloc_argument(parser)
     now = malloc_choice.active()

@@ -737,7 +737,8 @@ def print_report(results: dict) -> None:
         w = results["workload"]
         log(
             f"Training (forward + backward + {w.get('optimizer', 'AdamW')}), batch {w['batch']} x seq {w['seq']}, "
-            f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak"
+            f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak; "
+            f"malloc {results['malloc']}{malloc_choice.caveat(results['malloc'], results['device_type'])}"
         )
         for r in results["training"]:
             columns = [
@@ -861,6 +862,7 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
         "logits_max_abs_diff": diff,
         "threads": torch.get_num_threads(),
         "malloc": args.malloc,
+        "device_type": torch.device(args.device).type,
         "device": machine_limits.describe_device(args.device),
         "limits": limits,
         "load_start": machine_limits.load(),

@@ -92,6 +92,14 @@ def use(name: str | None, parser, reexec: bool) -> str:
     raise AssertionError("unreachable: execve returned")
 
 
+def caveat(name: str, device_type: str) -> str:
+    """A reminder printed beside training ratios measured on the CPU with glibc: its page faults land on the side
+    that allocates the largest tensors (the one that builds the full logits), by an amount that varies."""
+    if name != "glibc" or device_type != "cpu":
+        return ""
+    return " (its page faults on large tensors vary from run to run; --malloc tcmalloc avoids them)"
+
+
 def child_environment() -> dict[str, str]:
     """Environment additions for a child process that must run on the allocator the script was started with."""
     if ORIGINAL_PRELOAD not in os.environ:

@@ -332,6 +332,7 @@ def main(argv=None) -> dict:
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
         f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
         f"{loss}{fmt_round(training, 'ours/theirs')}; optimizer {training.get('optimizer', 'adamw_torch')}; "
+        f"malloc {args.malloc}{malloc_choice.caveat(args.malloc, torch.device(args.device).type)}; "
         f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
     if "plain_loss_ratio" in training:
         log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "
