@@ -406,6 +406,48 @@ def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
     assert results["throughput"] and not list(tmp_path.glob("llmsys-scaling-*/corpus-*"))  # corpora removed
 
 
+def test_kernel_limits_tiny(tmp_path, capsys, monkeypatch):
+    """Every section runs at the tiny shape and writes its figures: each product in both operand orders (their
+    results compared inside), the LM head by chunk (a chunk above the rows is the whole batch once), attention in
+    fp32 and bf16 with the exact blocked form equal to SDPA, and every decode call; bad flags name themselves."""
+    bench = _load_script("kernel_limits")
+    out = tmp_path / "limits.json"
+    results = bench.main(["--tiny", "--threads", "1", "--repeats", "1", "--cycle-mb", "1", "--chunks", "16,1000",
+                          "--json", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["shape"] == "tiny" and results["batch"] * results["seq"] == 128
+    assert set(results["products"]) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    for row in results["products"].values():
+        for product in ("forward", "input_grad", "weight_grad"):
+            assert row[product]["gflops"] > 0 and row[product]["other_order_gflops"] > 0
+            assert row[product]["max_rel_diff"] < 1e-3
+    assert sorted(results["head_chunks"], key=int) == ["16", "128"]
+    for row in results["head_chunks"].values():
+        assert min(row[k] for k in ("forward", "input_grad", "weight_grad", "forward_vocab_major")) > 0
+        assert row["row_max_ms"] > 0 and row["row_max_vocab_major_ms"] > 0
+    assert results["attention"]["float32"]["blocked_max_abs_diff"] < 1e-5
+    assert results["attention"]["bfloat16"]["blocked_max_abs_diff"] < 3e-2
+    reads = results["decode_reads"]
+    assert reads["sum_gbps"] > 0 and set(reads["weights"]) == set(results["products"])
+    assert all(row["f_linear"] > 0 and row["weight_major"] > 0 for row in reads["weights"].values())
+
+    # a block that does not divide the sequence, and a query row whose keys all come before it
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(bench.blocked_attention(q, k, v, 16), expected, rtol=1e-5, atol=1e-6)
+
+    monkeypatch.setitem(bench.PRODUCT_TOL, torch.float32, -1.0)  # any difference at all now counts as a mismatch
+    x, weight, grad = torch.randn(4, 8), torch.randn(6, 8), torch.randn(4, 6)
+    with pytest.raises(RuntimeError, match="forward: the two operand orders differ"):
+        bench.product_pair_speeds(x, weight, grad, repeats=1)
+
+    for bad, flag in ((["--sections", "products,decode"], "--sections"), (["--chunks", "256,x"], "--chunks"),
+                      (["--chunks", "0"], "--chunks"), (["--cycle-mb", "-1"], "--cycle-mb")):  # fmt: skip
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+        assert flag in capsys.readouterr().err
+
+
 def test_gpu_bench_refuses_an_unknown_part_before_running_anything():
     """``PARTS`` names the parts of ``scripts/gpu_bench.sh`` to run; a typo stops it at once (no install, no part)."""
     import os
