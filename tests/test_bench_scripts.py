@@ -441,7 +441,8 @@ def test_kernel_limits_tiny(tmp_path, capsys, monkeypatch):
         bench.product_pair_speeds(x, weight, grad, repeats=1)
 
     for bad, flag in ((["--sections", "products,decode"], "--sections"), (["--chunks", "256,x"], "--chunks"),
-                      (["--chunks", "0"], "--chunks"), (["--cycle-mb", "-1"], "--cycle-mb")):  # fmt: skip
+                      (["--chunks", "0"], "--chunks"), (["--cycle-mb", "-1"], "--cycle-mb"),
+                      (["--tiny", "--shape", "smollm2"], "--tiny")):  # fmt: skip
         capsys.readouterr()
         with pytest.raises(SystemExit):
             bench.parse_args(bad)

@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          ("--cycle-mb", [args.cycle_mb]), ("--repeats", [args.repeats])):  # fmt: skip
         if min(values) <= 0:
             parser.error(f"{flag} must be positive, got {values}")
+    if args.tiny and args.shape != "default":
+        parser.error(f"--tiny is a shape of its own: give it or --shape {args.shape}, not both")
     if args.tiny:
         args.shape = "tiny"
     return args
