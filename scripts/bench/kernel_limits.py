@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.models.projection import _weight_major
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,16 +100,14 @@ def timed(fn, repeats: int) -> float:
 
 
 def projections(shape: dict) -> dict[str, tuple[int, int]]:
-    """name -> (out_features, in_features) of our Llama's projections (fused q/k/v and gate/up) and its LM head."""
-    hidden, heads, groups = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
-    head_dim, inner = hidden // heads, shape["intermediate_size"]
-    return {
-        "qkv": ((heads + 2 * groups) * head_dim, hidden),
-        "o": (hidden, heads * head_dim),
-        "gate_up": (2 * inner, hidden),
-        "down": (hidden, inner),
-        "lm_head": (shape["vocab_size"], hidden),
-    }
+    """name -> (out_features, in_features) of our Llama's projections (fused q/k/v and gate/up, one layer's) and
+    its LM head, read from the model itself built on the meta device (no memory, no weights)."""
+    with torch.device("meta"):
+        model = LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**shape))
+    layer = model.model.layers[0]
+    modules = {"qkv": layer.self_attn.qkv_proj, "o": layer.self_attn.o_proj, "gate_up": layer.mlp.gate_up_proj,
+               "down": layer.mlp.down_proj, "lm_head": model.lm_head}  # fmt: skip
+    return {name: tuple(module.weight.shape) for name, module in modules.items()}
 
 
 def product_pair_speeds(x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor, repeats: int) -> dict:
