@@ -7,6 +7,7 @@ config.json and a bare vocab.json + merges.txt tokenizer folder clearly (`hf_llm
 """
 
 from .auto_loading import install as _install_local_source_checks
+from .checkpoints.weight_integrity import install as _install_weight_checks
 from .models import (
     LlmsysGPT3Config,
     LlmsysGPT3ForCausalLM,
@@ -24,6 +25,7 @@ from .registration import register_all
 
 register_all()
 _install_local_source_checks()  # clear errors for missing / incomplete local folders (hf_llmsys/auto_loading.py)
+_install_weight_checks()  # checksum manifests written on save, checked on load (hf_llmsys/checkpoints/weight_integrity.py)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+from transformers import AutoConfig
 
-from .models import (
-    LlmsysGPT3Config,
-    LlmsysGPT3ForCausalLM,
-    LlmsysGPT3Model,
-    LlmsysLlamaConfig,
-    LlmsysLlamaForCausalLM,
-    LlmsysLlamaModel,
-    LlmsysT5Config,
-    LlmsysT5ForConditionalGeneration,
-    LlmsysT5Model,
-)
+from . import architectures
 
-# (config class, {auto class: model class}) per architecture.
-ARCHITECTURES = [
-    (LlmsysLlamaConfig, {AutoModel: LlmsysLlamaModel, AutoModelForCausalLM: LlmsysLlamaForCausalLM}),
-    (LlmsysGPT3Config, {AutoModel: LlmsysGPT3Model, AutoModelForCausalLM: LlmsysGPT3ForCausalLM}),
-    (LlmsysT5Config, {AutoModel: LlmsysT5Model, AutoModelForSeq2SeqLM: LlmsysT5ForConditionalGeneration}),
-]
+
+def architecture_base_class(model_class: type, config_class: type) -> type:
+    """The architecture's own ``PreTrainedModel`` base of `model_class`: the last class of its MRO that declares
+    `config_class` (e.g. LlmsysLlamaPreTrainedModel), shared by all of the architecture's model classes."""
+    return [cls for cls in model_class.__mro__ if getattr(cls, "config_class", None) is config_class][-1]
 
 
 def register_all() -> None:
-    """Register every architecture; idempotent. Also marks classes so save_pretrained ships their code."""
-    for config_class, models in ARCHITECTURES:
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        config_class.register_for_auto_class()
-        for auto_class, model_class in models.items():
-            auto_class.register(config_class, model_class, exist_ok=True)
+    """Register every architecture of the registry; idempotent. Also marks the classes so save_pretrained ships
+    their code, and gives the architecture's model classes its Auto class names (``auto_class_map``: every Auto
+    class is written into a saved config's ``auto_map``, not only the saved class's)."""
+    for row in architectures.ARCHITECTURES.values():
+        AutoConfig.register(row.model_type, row.config_class, exist_ok=True)
+        row.config_class.register_for_auto_class()
+        for auto_class, model_class in row.auto_classes.items():
+            auto_class.register(row.config_class, model_class, exist_ok=True)
             model_class.register_for_auto_class(auto_class.__name__)
+        names = {auto_class.__name__: model_class for auto_class, model_class in row.auto_classes.items()}
+        for model_class in row.auto_classes.values():
+            architecture_base_class(model_class, row.config_class).auto_class_map = names

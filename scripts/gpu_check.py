@@ -27,11 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM  # noqa: E402
-from hf_llmsys.models.sparse_layouts import (  # noqa: E402
-    flex_layout_attention,
-    masked_dense_reference,
-    sparse_attention,
-)
+from hf_llmsys.kernels import sparse_attention  # noqa: E402
+from hf_llmsys.layout_views import flex_layout_attention, masked_dense_reference  # noqa: E402
 
 PARAMS = {"sliding_window": 128, "sparse_stride": 32, "sparse_summary": 4}
 KINDS = ("dense", "local", "strided", "fixed")

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+import hf_llmsys.kernels
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.demo import sparse_tab
 from hf_llmsys.hub.architecture import describe
@@ -53,7 +54,8 @@ def gpt3(config_class=LlmsysGPT3Config, **overrides):
 
 
 def kernels(model, seq_len=16) -> list[bool]:
-    """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask)."""
+    """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask), with the speed layer on."""
+    hf_llmsys.kernels.apply(model)
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
     return [layer.layout.attention(model.config, inputs).kernel is not None for layer in model.model.layers]
 

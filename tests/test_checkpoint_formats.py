@@ -198,17 +198,20 @@ def test_gpt3_models_of_both_formats_interleaved_keep_their_own(tmp_path):
 
 
 def test_only_converters_that_match_are_listed():
-    """A bias-free LLaMA lists no bias converter; a biased one does; the T5 encoder no decoder rule."""
-    from hf_llmsys import LlmsysLlamaConfig, LlmsysT5Config, LlmsysT5EncoderModel
+    """LLaMA needs no conversion (transformers' Llama names); a GPT-2 model without biases lists no c_attn bias
+    converter, a biased one does; the T5 encoder no decoder rule."""
+    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysT5Config, LlmsysT5EncoderModel
 
     def targets(model):
         return {pattern for transform in model.checkpoint_conversions() for pattern in transform.target_patterns}
 
     small = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4)
-    plain = targets(LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**small)))
-    assert plain == {"self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"}
-    biased = targets(LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**small, attention_bias=True, mlp_bias=True)))
-    assert biased == plain | {"self_attn.qkv_proj.bias", "mlp.gate_up_proj.bias"}
+    assert targets(LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**small))) == set()
+    qkv = {f"self_attn.{name}_proj.{kind}" for name in "qkv" for kind in ("weight", "bias")}
+    gpt3 = dict(small, attention_layout=["dense"])
+    plain = targets(LlmsysGPT3ForCausalLM(LlmsysGPT3Config(**gpt3, attention_bias=False)))
+    assert plain & qkv == {f"self_attn.{name}_proj.weight" for name in "qkv"}
+    assert targets(LlmsysGPT3ForCausalLM(LlmsysGPT3Config(**gpt3))) & qkv == qkv
     encoder = LlmsysT5EncoderModel(LlmsysT5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=1))
     sources = [pattern for transform in encoder.checkpoint_conversions() for pattern in transform.source_patterns]
     assert sources and not any(p.startswith("^decoder") or "EncDecAttention" in p for p in sources), sources

@@ -23,6 +23,7 @@ import torch
 from transformers import CompileConfig, StaticCache
 from transformers.cache_utils import EncoderDecoderCache
 
+import hf_llmsys.kernels
 from hf_llmsys import (
     LlmsysGPT3Config,
     LlmsysGPT3ForCausalLM,
@@ -64,16 +65,19 @@ def assert_one_graph(explanation) -> None:
     assert explanation.graph_count == 1
 
 
+@pytest.mark.parametrize("kernels", [False, True], ids=["plain", "kernels"])
 @pytest.mark.parametrize("name", MODELS)
-def test_training_forward_has_no_graph_break(name):
+def test_training_forward_has_no_graph_break(name, kernels):
     model = build(name).train()
+    if kernels:
+        hf_llmsys.kernels.apply(model)
     ids = token_ids(2, SEQ)
     if name == "t5":
         explanation = explain(model, input_ids=ids, labels=ids[:, :9])
     else:
         explanation = explain(model, input_ids=ids, labels=ids)
     assert_one_graph(explanation)
-    if name != "t5":  # the layouts ran as kernels (or sdpa's is_causal): nothing of S x S was built
+    if kernels and name != "t5":  # the layouts ran as block kernels (or sdpa's is_causal): nothing of S x S built
         shapes = [
             tuple(node.meta["example_value"].shape)
             for graph in explanation.graphs

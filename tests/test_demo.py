@@ -180,7 +180,7 @@ def test_rope_scaling_past_the_training_context(served):
 
 
 def test_sparse_layouts_keys_and_memory(served):
-    from hf_llmsys.models.sparse_layouts import attended_counts
+    from hf_llmsys.layout_views import attended_counts
 
     figure, keys, memory, bench = served[0].predict(64, 8, 16, 2, 4, 16, api_name="/sparse")
     assert_plot(figure)
@@ -220,34 +220,46 @@ def test_generation_greedy_equals_generate_and_models_side_by_side(served):
 
 
 def test_gnmt_beam_search_on_t5_and_causal_llmsys_models(served):
+    from hf_llmsys.generation import generate_gnmt
+
     client, ctx = served
     t5 = ctx.seq2seq[0]
     df = frame(generate(client, names=[t5.name], strategy="beam search", beams=3, penalty_type="gnmt"))
     ids = t5.tokenizer("A hacker is", return_tensors="pt")["input_ids"]
-    out = t5.model.generate(ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, length_penalty_type="gnmt",
-                            early_stopping=True, pad_token_id=t5.tokenizer.pad_token_id)  # fmt: skip
+    out = generate_gnmt(t5.model, ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, early_stopping=True,
+                        pad_token_id=t5.tokenizer.pad_token_id)  # fmt: skip
     assert df["output"][0] == t5.tokenizer.decode(out[0], skip_special_tokens=True)
-    # decoder-only llmsys models take it too: the page's beam equals the model's own GNMT generate
+    # decoder-only llmsys models take it too: the page's beam equals the plugin's GNMT generate
     zoo = ctx.zoo.zoo
     df = frame(generate(client, names=["rope"], strategy="beam search", beams=3, penalty_type="gnmt"))
     ids = zoo.tokenizer("A hacker is", return_tensors="pt", add_special_tokens=False)["input_ids"]
-    out = zoo.models["rope"].generate(ids, max_new_tokens=8, num_beams=3, length_penalty=0.6, early_stopping=True,
-                                      length_penalty_type="gnmt", pad_token_id=zoo.tokenizer.pad_token_id)  # fmt: skip
+    out = generate_gnmt(zoo.models["rope"], ids, max_new_tokens=8, num_beams=3, length_penalty=0.6,
+                        early_stopping=True, pad_token_id=zoo.tokenizer.pad_token_id)  # fmt: skip
     assert df["output"][0] == zoo.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-def test_gnmt_refused_for_a_model_without_it():
-    """A plain transformers model has no ``length_penalty_type``: the tab says so instead of ignoring the option."""
+def test_gnmt_generate_kwargs_for_any_transformers_model():
+    """GNMT is hf-llmsys' beam search passed as custom_generate, so a plain transformers model gets it too; other
+    strategies and the transformers penalty leave generate as it is."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from hf_llmsys.demo.generation_tab import DecodingOptions, GenerationModel, generate_kwargs
-    from hf_llmsys.demo.limits import LimitError
+    from hf_llmsys.generation import beam_search, generate_gnmt
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, bos_token_id=0,
+                                       eos_token_id=1)).eval()  # fmt: skip
     entry = GenerationModel(name="gpt2", model=model, tokenizer=None)
-    options = DecodingOptions(strategy="beam search", length_penalty_type="gnmt")
-    with pytest.raises(LimitError, match="GNMT length penalty is implemented by hf-llmsys models only"):
-        generate_kwargs(entry, options)
+    options = DecodingOptions(strategy="beam search", length_penalty_type="gnmt", max_new_tokens=5, num_beams=3,
+                              length_penalty=0.6)  # fmt: skip
+    kwargs = generate_kwargs(entry, options)
+    assert kwargs["custom_generate"] is beam_search and kwargs["length_penalty_type"] == "gnmt"
+    ids = torch.randint(2, 32, (1, 6), generator=torch.Generator().manual_seed(1))
+    expected = generate_gnmt(model, ids, num_beams=3, length_penalty=0.6, early_stopping=True, max_new_tokens=5)
+    assert torch.equal(model.generate(ids, **kwargs), expected)
+    plain_beam, gnmt_greedy = DecodingOptions(strategy="beam search"), DecodingOptions(length_penalty_type="gnmt")
+    for other in (plain_beam, gnmt_greedy):
+        assert not {"custom_generate", "length_penalty_type"} & set(generate_kwargs(entry, other))
 
 
 def test_cleaning_verdict_and_text_equal_the_pipeline(served):

@@ -20,7 +20,7 @@ from transformers import (
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysGPT3Model, training_flops
 from hf_llmsys.models import GPT3_PRESETS
-from hf_llmsys.models.sparse_layouts import dense_layout_mask
+from hf_llmsys.layout_views import dense_layout_mask
 
 
 def tiny_config(**overrides) -> LlmsysGPT3Config:
@@ -114,8 +114,10 @@ def _manual_forward(model, ids, layouts, window):
     hidden = inner.embed_tokens(ids) + inner.positions.embed_positions(torch.arange(seq_len))[None]
     for layer, kind in zip(inner.layers, layouts, strict=True):
         keep = dense_layout_mask(kind, seq_len, sliding_window=window)[0]  # (S, S)
-        qkv = layer.self_attn.qkv_proj(layer.input_layernorm(hidden)).view(1, seq_len, 3, heads, head_dim)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, S, D)
+        normed = layer.input_layernorm(hidden)
+        attention = layer.self_attn
+        q, k, v = (proj(normed).view(1, seq_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+                   for proj in (attention.q_proj, attention.k_proj, attention.v_proj))  # fmt: skip
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)
         probs = scores.masked_fill(~keep, float("-inf")).softmax(-1)
         hidden = hidden + layer.self_attn.o_proj((probs @ v).transpose(1, 2).reshape(1, seq_len, -1))
@@ -189,7 +191,7 @@ def test_residual_projections_use_gpt2_scaled_init():
     layer = model.model.layers[0]
     assert abs(layer.self_attn.o_proj.weight.std().item() - expected) < 0.15 * expected
     assert abs(layer.mlp.down_proj.weight.std().item() - expected) < 0.15 * expected
-    assert abs(layer.self_attn.qkv_proj.weight.std().item() - 0.02) < 0.1 * 0.02
+    assert abs(layer.self_attn.q_proj.weight.std().item() - 0.02) < 0.1 * 0.02
 
 
 def test_auto_classes_resolve_to_ours(tmp_path):

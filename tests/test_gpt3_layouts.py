@@ -1,7 +1,7 @@
 """GPT-3-style model: layout kernels (training / prefill path) against the masked path, in the whole model.
 
-The masked path (``sparse_kernels=False``: transformers' mask builders AND the layout predicate) is the
-reference; ``tests/test_gpt3.py`` ties it to a hand-written masked forward and to transformers' GPT-2.
+The plain model's masked path (transformers' mask builders AND the layout predicate) is the reference for the
+speed layer's block kernels (``hf_llmsys.kernels.apply``); ``tests/test_gpt3.py`` ties it to a hand-written masked forward and to transformers' GPT-2.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from decoding import stepwise_logits
 from tensor_tracking import LargestTensor
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+from hf_llmsys import kernels as speed_layer
 from hf_llmsys.models.mask_inputs import MaskInputs
 
 LAYOUTS = {
@@ -34,13 +35,10 @@ def layout_config(layout, **overrides) -> LlmsysGPT3Config:
 
 
 def pair(layout, **overrides):
-    """The same weights twice: layout kernels on, and masks only."""
+    """The same weights twice: the speed layer's layout kernels on, and the plain model (masks only)."""
     torch.manual_seed(0)
-    kernels = LlmsysGPT3ForCausalLM(layout_config(layout, **overrides))
-    masked = LlmsysGPT3ForCausalLM(copy.deepcopy(kernels.config))
-    masked.config.sparse_kernels = False
-    masked.load_state_dict(kernels.state_dict())
-    return kernels, masked
+    masked = LlmsysGPT3ForCausalLM(layout_config(layout, **overrides))
+    return speed_layer.apply(copy.deepcopy(masked), loss_chunk_size=0), masked
 
 
 def loss_and_grads(model, ids):
@@ -68,6 +66,8 @@ def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
     model = LlmsysGPT3ForCausalLM(
         layout_config(["local", "strided"], local_window=16, sparse_stride=16, max_position_embeddings=seq_len)
     )
+    masked = copy.deepcopy(model)
+    speed_layer.apply(model)
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 64), None, None, torch.arange(seq_len)[None], 0)
     answers = [layer.layout.attention(model.config, inputs) for layer in model.model.layers]
     assert all(callable(answer.kernel) and answer.mask is None for answer in answers)
@@ -75,8 +75,6 @@ def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
     with LargestTensor() as tracker:
         model(ids, labels=ids).loss.backward()
     assert tracker.largest < seq_len * seq_len, tracker.largest  # logits are S x V = 51,200; S^2 = 262,144
-    masked = copy.deepcopy(model)
-    masked.config.sparse_kernels = False
     with LargestTensor() as tracker:  # the tracker does see the masked path's S x S mask
         masked(ids).logits.sum()
     assert tracker.largest >= seq_len * seq_len
@@ -84,12 +82,11 @@ def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
 
 @pytest.mark.parametrize("layout", ["gpt3", "strided", "fixed"])
 def test_recomputation_and_activation_checkpointing_keep_the_gradients(layout):
-    kernels, _ = pair(LAYOUTS[layout])
+    fast, plain = pair(LAYOUTS[layout])
     ids = torch.randint(0, 100, (2, 33))
-    loss, grads = loss_and_grads(kernels, ids)
-    recomputing = copy.deepcopy(kernels)
-    recomputing.config.attention_recompute = True
-    checkpointed = copy.deepcopy(kernels)
+    loss, grads = loss_and_grads(fast, ids)
+    recomputing = speed_layer.apply(copy.deepcopy(plain), loss_chunk_size=0, attention_recompute=True)
+    checkpointed = copy.deepcopy(fast)
     checkpointed.gradient_checkpointing_enable()
     checkpointed.train()
     for model in (recomputing, checkpointed):
@@ -188,7 +185,9 @@ def test_eager_per_head_masks_equal_the_kernels_and_return_probabilities():
 
 
 def test_bias_encodings_fall_back_to_masks():
-    kernels, masked = pair(["dense", "local"], position_embedding_type="alibi")
+    _, masked = pair(["dense", "local"], position_embedding_type="alibi")
+    only_layouts = dict(loss_chunk_size=0, norms=False, swiglu=False, recompute=False, decode=False)
+    kernels = speed_layer.apply(copy.deepcopy(masked), **only_layouts)
     ids = torch.randint(0, 100, (1, 20))
     with torch.no_grad():
         torch.testing.assert_close(kernels(ids).logits, masked(ids).logits, atol=0, rtol=0)
@@ -209,7 +208,7 @@ def test_flex_kernel_equals_sdpa_where_torch_compiled_cpu_flex_is_unreliable(seq
     below ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` the kernel runs torch's uncompiled flex; from it on, the compiled one."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from hf_llmsys.models.sparse_attention import flex_attention
+    from hf_llmsys.models.sparse_layouts import flex_attention
 
     block_mask = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, seq_len, seq_len, device="cpu")
     generator = torch.Generator().manual_seed(seq_len * head_dim)
@@ -263,8 +262,7 @@ def test_trainer_learns_with_every_sparse_kind_recomputation_and_checkpointing(t
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     torch.manual_seed(0)
-    config = layout_config(LAYOUTS["all"], attention_recompute=True)
-    model = LlmsysGPT3ForCausalLM(config)
+    model = speed_layer.apply(LlmsysGPT3ForCausalLM(layout_config(LAYOUTS["all"])), attention_recompute=True)
     period = torch.arange(7) * 13 % 100
     rows = [torch.roll(period.repeat(10), shift)[:64] for shift in range(7)]
     data = Dataset.from_dict(

@@ -2,8 +2,8 @@
 
 The layer behaviour is checked three ways: against a masked-dense reference computed block by block in plain ops
 (each layer masked with ``dense_layout_mask`` of its kind), against llmsys_gpt3 given LLaMA's blocks and the same
-weights, and through one training step whose gradients on the kernel path (sdpa: the local band as a sub-quadratic
-kernel) equal those on the mask path (eager attention).
+weights, and through one training step whose gradients on the speed layer's kernel path (sdpa: the local band as a
+sub-quadratic kernel, ``hf_llmsys.kernels.apply``) equal those on the plain model's mask path.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from decoding import stepwise_logits
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.sparse_layouts import dense_layout_mask
+from hf_llmsys import kernels as speed_layer
+from hf_llmsys.layout_views import dense_layout_mask
 
 LAYOUT, WINDOW = ["dense", "local"], 5
 FIELDS = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -42,11 +43,11 @@ def masked_reference(model, ids: torch.Tensor) -> torch.Tensor:
     rotate = inner.positions.prepare(hidden, positions).rotate
     for layer, kind in zip(inner.layers, config.layer_layouts(), strict=True):
         keep = dense_layout_mask(kind, seq_len, sliding_window=WINDOW)[0]  # (S, S)
-        qkv = layer.self_attn.qkv_proj(layer.input_layernorm(hidden)).view(*ids.shape, -1, head_dim)
-        qk = rotate(qkv[:, :, : heads + kv_heads])
-        q = qk[:, :, :heads].transpose(1, 2)  # (B, H, S, D)
-        k, v = (x.transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1)
-                for x in (qk[:, :, heads:], qkv[:, :, heads + kv_heads :]))  # fmt: skip
+        normed, attention = layer.input_layernorm(hidden), layer.self_attn
+        q = rotate(attention.q_proj(normed).view(*ids.shape, heads, head_dim)).transpose(1, 2)  # (B, H, S, D)
+        k = rotate(attention.k_proj(normed).view(*ids.shape, kv_heads, head_dim))
+        v = attention.v_proj(normed).view(*ids.shape, kv_heads, head_dim)
+        k, v = (x.transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1) for x in (k, v))
         probs = (q @ k.transpose(-1, -2) * head_dim**-0.5).masked_fill(~keep, float("-inf")).softmax(-1)
         hidden = hidden + layer.self_attn.o_proj((probs @ v).transpose(1, 2).reshape(*ids.shape, -1))
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
@@ -59,7 +60,9 @@ def test_llama_local_layers_match_the_masked_reference_on_every_path():
     ids = torch.randint(0, 100, (2, 23))  # 23 > window: the local layers really cut
     with torch.no_grad():
         expected = masked_reference(model, ids)
-        torch.testing.assert_close(model(ids).logits, expected, atol=1e-5, rtol=0)  # kernels (sdpa)
+        torch.testing.assert_close(model(ids).logits, expected, atol=1e-5, rtol=0)  # masks (sdpa)
+        fast = speed_layer.apply(llama().eval())
+        torch.testing.assert_close(fast(ids).logits, expected, atol=1e-5, rtol=0)  # block kernels (sdpa)
         eager = llama("eager").eval()
         torch.testing.assert_close(eager(ids).logits, expected, atol=1e-5, rtol=0)  # masks
     torch.testing.assert_close(stepwise_logits(model, ids, 9), expected, atol=1e-5, rtol=0)  # window-sized cache
@@ -120,12 +123,13 @@ def test_llama_local_layers_train_under_bf16_autocast_as_their_masks_do():
     results = []
     for kernels in (True, False):
         model = llama().train()
-        model.config.sparse_kernels = kernels
+        if kernels:
+            speed_layer.apply(model, loss_chunk_size=0)
         ids = torch.randint(0, 100, (2, 23), generator=torch.Generator().manual_seed(3))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = model(input_ids=ids, labels=ids)
         out.loss.backward()
-        results.append((out.logits.float(), model.model.layers[1].self_attn.qkv_proj.weight.grad))
+        results.append((out.logits.float(), model.model.layers[1].self_attn.q_proj.weight.grad))
     (logits, grad), (want_logits, want_grad) = results
     torch.testing.assert_close(logits, want_logits, atol=3e-2, rtol=0)
     torch.testing.assert_close(grad, want_grad, atol=1e-2, rtol=5e-2)

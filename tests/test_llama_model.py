@@ -146,7 +146,7 @@ def test_checkpoint_with_wrong_shapes_is_rejected(tmp_path):
     config = json.loads((tmp_path / "small" / "config.json").read_text())
     config["intermediate_size"] = 2 * config["intermediate_size"]
     (tmp_path / "small" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"mlp.gate_up_proj.weight: checkpoint \(512, 32\) vs model \(1024, 32\)"):
+    with pytest.raises(ValueError, match=r"mlp.gate_proj.weight: checkpoint \(256, 32\) vs model \(512, 32\)"):
         LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "small")
 
 
@@ -159,15 +159,10 @@ def test_checkpoint_missing_keys_is_reported(tmp_path):
     weights = load_file(tmp_path / "ckpt" / "model.safetensors")
     del weights["model.layers.1.self_attn.v_proj.weight"]
     save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(Exception, match="(?i)conversion|missing") as info:
-        LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "ckpt")
-    del weights["model.layers.1.self_attn.q_proj.weight"], weights["model.layers.1.self_attn.k_proj.weight"]
-    save_file(weights, tmp_path / "ckpt" / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"model.layers.1.self_attn.qkv_proj.weight: missing from the checkpoint"):
+    with pytest.raises(ValueError, match=r"model.layers.1.self_attn.v_proj.weight: missing from the checkpoint"):
         LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "ckpt")
     lenient = LlmsysLlamaForCausalLM.from_pretrained(tmp_path / "ckpt", strict=False)
-    assert lenient.model.layers[1].self_attn.qkv_proj.weight.isfinite().all()
-    assert info.value is not None
+    assert lenient.model.layers[1].self_attn.v_proj.weight.isfinite().all()
 
 
 def test_crash_while_saving_leaves_no_loadable_half_model(tmp_path, monkeypatch):

@@ -50,11 +50,9 @@ def test_loss_and_gradients_match(tmp_path):
     loss_ref.backward()
     loss_ours.backward()
     assert abs(loss_ref.item() - loss_ours.item()) <= TOL
-    grad_ref = torch.cat(
-        [reference.model.layers[0].self_attn.q_proj.weight.grad, reference.model.layers[0].self_attn.k_proj.weight.grad,
-         reference.model.layers[0].self_attn.v_proj.weight.grad]
-    )  # fmt: skip
-    assert torch.allclose(ours.model.layers[0].self_attn.qkv_proj.weight.grad, grad_ref, atol=1e-6)
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        grad_ref = getattr(reference.model.layers[0].self_attn, name).weight.grad
+        assert torch.allclose(getattr(ours.model.layers[0].self_attn, name).weight.grad, grad_ref, atol=1e-6), name
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq
 from hf_llmsys.cli import main
 from hf_llmsys.data import SFTExampleEncoder, load_template
 from hf_llmsys.training import sft
-from hf_llmsys.training.lora import DEFAULT_LORA_TARGETS, resolve_targets
+from hf_llmsys.training.lora import FOREIGN_LORA_TARGETS, default_lora_targets, resolve_targets
 
 QUIET = {"disable_tqdm": True, "report_to": "none", "save_steps": 10_000, "logging_steps": 1, "template": "short"}
 
@@ -170,16 +170,16 @@ def test_lora_defaults_cover_every_model_type():
         auto = AutoModelForCausalLM if model_type != "llmsys_t5" else __import__("transformers").AutoModelForSeq2SeqLM
         model = auto.from_config(config)
         targets = resolve_targets(model, None)
-        assert "qkv_proj" in targets and "o_proj" in targets, model_type
-        assert ("gate_up_proj" in targets) == (model_type == "llmsys_llama"), model_type
+        assert {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"} <= set(targets), model_type
+        assert ("gate_proj" in targets) == (model_type == "llmsys_llama"), model_type  # gated MLPs only
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2))  # fmt: skip
-    assert resolve_targets(llama, None) == DEFAULT_LORA_TARGETS["llama"]
+    assert resolve_targets(llama, None) == FOREIGN_LORA_TARGETS["llama"]
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2))
-    assert resolve_targets(gpt2, None) == DEFAULT_LORA_TARGETS["gpt2"]
-    with pytest.raises(ValueError, match=r"--lora_target \['nope'\] name no module.*qkv_proj"):
+    assert resolve_targets(gpt2, None) == FOREIGN_LORA_TARGETS["gpt2"]
+    with pytest.raises(ValueError, match=r"--lora_target \['nope'\] name no module.*q_proj"):
         resolve_targets(AutoModelForCausalLM.from_config(base_model_config("llmsys_llama", tok, hidden=32)), ["nope"])
 
 
@@ -203,7 +203,7 @@ def test_lora_adapter_reloads_in_a_fresh_process_equal_to_merged(setup, tmp_path
     results = run(setup, out, lora_r=4, lora_alpha=8, learning_rate=5e-2, max_steps=4, save_merged=True,
                   num_generation_examples=0)  # fmt: skip
     assert results["lora"]["r"] == 4 and set(results["lora"]["target_modules"]) == set(
-        DEFAULT_LORA_TARGETS["llmsys_llama"]
+        default_lora_targets("llmsys_llama")
     )
     assert results["parameters"]["trainable"] < results["parameters"]["total"] / 2
     assert (out / "adapter_config.json").exists() and (out / "adapter_model.safetensors").exists()

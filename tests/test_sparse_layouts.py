@@ -9,14 +9,8 @@ import torch
 import transformers
 from transformers.masking_utils import create_causal_mask, sliding_window_causal_mask_function
 
-from hf_llmsys.models.sparse_layouts import (
-    LAYOUTS,
-    attended_counts,
-    dense_layout_mask,
-    head_group_mask_functions,
-    layout_mask_function,
-    resolve_layer_layouts,
-)
+from hf_llmsys.layout_views import attended_counts, dense_layout_mask, head_group_mask_functions, layout_mask_function
+from hf_llmsys.models.sparse_layouts import LAYOUTS, resolve_layer_layouts
 
 
 def reference_keeps(kind, h, q, kv, num_heads=1, sliding_window=None, sparse_stride=None, sparse_summary=None):

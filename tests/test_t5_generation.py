@@ -1,7 +1,9 @@
-"""llmsys_t5: beam search with a selectable length penalty (``models/beam_search.py``): with transformers' penalty it
-equals transformers' own beam search on our T5 and on transformers' T5 with copied weights; with GNMT's it finds the
-hypotheses an exhaustive enumeration ranks best; no private GenerationMixin method is overridden. Also remote code
-without the package, and the presets' sizes."""
+"""llmsys_t5: beam search with a selectable length penalty (``hf_llmsys/generation/gnmt_beam_search.py``, run as
+``generate(custom_generate=beam_search)`` or ``generate_gnmt``): with transformers' penalty it equals transformers' own
+beam search on our T5 and on transformers' T5 with copied weights; with GNMT's it finds the hypotheses an exhaustive
+enumeration ranks best; no model class overrides ``generate`` or a private GenerationMixin method, so a plain
+``generate`` is transformers' (``length_penalty_type`` alone is refused). Also remote code without the package, and
+the presets' sizes."""
 
 from __future__ import annotations
 
@@ -23,14 +25,18 @@ from hf_llmsys import (
     LlmsysT5ForConditionalGeneration,
     LlmsysT5Model,
 )
+from hf_llmsys.generation import LENGTH_PENALTIES, beam_search, generate_gnmt
 from hf_llmsys.models import T5_PRESETS
-from hf_llmsys.models.beam_search import LENGTH_PENALTIES, beam_search
 
 # The definitions, written here independently of the package: lp(|Y|) divides the summed log-probabilities.
 DEFINITIONS = {
     "transformers": lambda length, alpha: length**alpha,  # transformers' BeamSearch: len ** length_penalty
     "gnmt": lambda length, alpha: (5 + length) ** alpha / (5 + 1) ** alpha,  # Wu et al. 2016, eq. 14
 }
+
+
+# transformers 5 refuses a generate keyword that is neither a generation option nor a model input
+UNUSED_KWARG = r"model_kwargs` are not used by the model: \['length_penalty_type'\]"
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +77,8 @@ def test_beam_scores_follow_the_selected_length_penalty(model, kind):
     alpha = 0.6
     out = model.generate(
         ids, attention_mask=mask, num_beams=4, num_return_sequences=4, length_penalty=alpha, max_new_tokens=8,
-        eos_token_id=eos, length_penalty_type=kind, return_dict_in_generate=True, output_scores=True,
+        eos_token_id=eos, custom_generate=beam_search, length_penalty_type=kind, return_dict_in_generate=True,
+        output_scores=True,
     )  # fmt: skip
     lengths = set()
     for sequence, score in zip(out.sequences, out.sequences_scores, strict=True):
@@ -82,26 +89,33 @@ def test_beam_scores_follow_the_selected_length_penalty(model, kind):
 
 
 def test_gnmt_is_selectable_per_call_and_default_is_transformers(model):
+    """generate_gnmt == generate(custom_generate=beam_search, length_penalty_type="gnmt"); the loop's default penalty
+    and a plain generate are transformers'."""
     ids = torch.randint(2, 60, (1, 10), generator=torch.Generator().manual_seed(4))
     options = dict(num_beams=4, length_penalty=0.6, max_new_tokens=6, return_dict_in_generate=True, output_scores=True)
-    gnmt = model.generate(ids, length_penalty_type="gnmt", **options)
-    default = model.generate(ids, **options)  # the gnmt call above did not stick
-    named = model.generate(ids, length_penalty_type="transformers", **options)
+    gnmt = model.generate(ids, custom_generate=beam_search, length_penalty_type="gnmt", **options)
+    assert_same_outputs(generate_gnmt(model, ids, **options), gnmt)
+    default = model.generate(ids, custom_generate=beam_search, **options)  # the gnmt calls above did not stick
+    named = model.generate(ids, custom_generate=beam_search, length_penalty_type="transformers", **options)
+    plain = model.generate(ids, **options)
     assert not torch.equal(gnmt.sequences_scores, default.sequences_scores)
-    assert torch.equal(default.sequences, named.sequences)
-    assert torch.equal(default.sequences_scores, named.sequences_scores)
+    assert_same_outputs(default, plain)
+    assert_same_outputs(named, plain)
     with pytest.raises(ValueError, match="length_penalty_type='wu' is unknown"):
-        model.generate(ids, num_beams=2, max_new_tokens=2, length_penalty_type="wu")
+        model.generate(ids, num_beams=2, max_new_tokens=2, custom_generate=beam_search, length_penalty_type="wu")
+    with pytest.raises(ValueError, match="length_penalty_type='wu' is unknown"):
+        generate_gnmt(model, ids, num_beams=2, max_new_tokens=2, length_penalty_type="wu")
 
 
 def test_saved_folder_loads_with_remote_code_without_the_package(model, tmp_path):
-    """save_pretrained ships the modeling code; a clean interpreter with hf_llmsys blocked loads and matches."""
+    """save_pretrained ships the modeling code; a clean interpreter with hf_llmsys blocked loads and matches. Its beam
+    search is transformers' (lp = |Y|**alpha): GNMT needs hf_llmsys, and length_penalty_type alone is refused."""
     model.save_pretrained(tmp_path / "ckpt")
     assert saved_auto_map(tmp_path / "ckpt") == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     ids = torch.randint(2, 60, (2, 9))
     with torch.no_grad():
         logits = model(input_ids=ids, decoder_input_ids=ids[:, :5]).logits
-    beams = model.generate(ids, num_beams=4, length_penalty=0.6, max_new_tokens=6, length_penalty_type="gnmt")
+    beams = model.generate(ids, num_beams=4, length_penalty=0.6, max_new_tokens=6)
     torch.save({"ids": ids, "logits": logits, "beams": beams}, tmp_path / "expected.pt")
     run_without_the_package(
         tmp_path,
@@ -115,10 +129,13 @@ def test_saved_folder_loads_with_remote_code_without_the_package(model, tmp_path
         with torch.no_grad():
             logits = model(input_ids=saved["ids"], decoder_input_ids=saved["ids"][:, :5]).logits
         assert (logits - saved["logits"]).abs().max().item() == 0.0
-        beams = model.generate(
-            saved["ids"], num_beams=4, length_penalty=0.6, max_new_tokens=6, length_penalty_type="gnmt"
-        )
+        beams = model.generate(saved["ids"], num_beams=4, length_penalty=0.6, max_new_tokens=6)
         assert torch.equal(beams, saved["beams"])
+        try:
+            model.generate(saved["ids"], num_beams=4, max_new_tokens=6, length_penalty_type="gnmt")
+            raise AssertionError("length_penalty_type was accepted without hf_llmsys")
+        except ValueError as err:
+            assert "['length_penalty_type']" in str(err), err
         base = AutoModel.from_pretrained(path, trust_remote_code=True)
         assert type(base).__name__ == "LlmsysT5Model", type(base).__name__
         """,
@@ -147,7 +164,8 @@ def test_debug_preset_runs():
 
 
 def test_gnmt_as_the_saved_default(model, tmp_path):
-    """length_penalty_type in a saved GenerationConfig becomes the model's default; a call can still override."""
+    """length_penalty_type in a saved GenerationConfig is the loop's default (custom_generate=beam_search); a call
+    can still override it; a plain generate ignores it (transformers keeps unknown config fields, unused)."""
     from transformers import GenerationConfig
 
     model = copy.deepcopy(model)  # the fixture is shared: leave its generation config alone
@@ -159,11 +177,12 @@ def test_gnmt_as_the_saved_default(model, tmp_path):
     loaded = LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path).eval()
     ids = torch.randint(2, 60, (1, 9), generator=torch.Generator().manual_seed(5))
     options = dict(max_new_tokens=6, return_dict_in_generate=True, output_scores=True)
-    default = loaded.generate(ids, **options).sequences_scores
-    assert torch.equal(default, loaded.generate(ids, length_penalty_type="gnmt", **options).sequences_scores)
-    assert not torch.equal(
-        default, loaded.generate(ids, length_penalty_type="transformers", **options).sequences_scores
-    )
+    default = loaded.generate(ids, custom_generate=beam_search, **options).sequences_scores
+    assert torch.equal(default, generate_gnmt(loaded, ids, **options).sequences_scores)
+    theirs = loaded.generate(ids, **options).sequences_scores  # transformers' beam search: the field is ignored
+    assert not torch.equal(default, theirs)
+    overridden = loaded.generate(ids, custom_generate=beam_search, length_penalty_type="transformers", **options)
+    assert torch.equal(overridden.sequences_scores, theirs)
 
 
 # ---- the loop against transformers' beam search -----------------------------------------------------------------
@@ -318,8 +337,8 @@ def test_wide_beam_finds_the_exhaustive_best_hypotheses(tiny_model, kind, alpha)
     mask[1, 5:] = 0
     out = tiny_model.generate(
         ids, attention_mask=mask, num_beams=30, num_return_sequences=10, max_new_tokens=NEW_TOKENS,
-        eos_token_id=EOS, early_stopping="never", length_penalty=alpha, length_penalty_type=kind,
-        return_dict_in_generate=True, output_scores=True,
+        eos_token_id=EOS, early_stopping="never", length_penalty=alpha, custom_generate=beam_search,
+        length_penalty_type=kind, return_dict_in_generate=True, output_scores=True,
     )  # fmt: skip
     for row in range(2):
         reference = exhaustive_ranking(tiny_model, ids[row : row + 1], mask[row : row + 1], kind, alpha)[:10]
@@ -354,7 +373,7 @@ def test_gnmt_and_transformers_rank_the_enumeration_differently(tiny_model):
     assert gnmt != plain
 
 
-# ---- no private beam-search hooks -----------------------------------------------------------------------------
+# ---- no generate override, no private beam-search hooks ---------------------------------------------------------
 # The one private GenerationMixin method our models still override: the cache choice (GrowingCache for
 # transformers' DynamicCache), which transformers offers no public hook for; it does not touch beam search.
 CACHE_HOOK = {"_prepare_cache_for_generation"}
@@ -365,23 +384,42 @@ CACHE_HOOK = {"_prepare_cache_for_generation"}
                     LlmsysGPT3ForCausalLM], ids=lambda cls: cls.__name__,
 )  # fmt: skip
 def test_no_private_generation_method_is_overridden(model_class):
+    """Neither ``generate`` (GNMT is custom_generate, not a model option) nor a private beam-search method."""
     private = {name for name in vars(GenerationMixin) if name.startswith("_") and not name.startswith("__")}
     assert {"_beam_search", "_update_finished_beams", "_check_early_stop_heuristic"} <= private
     ours = [cls for cls in model_class.__mro__ if cls.__module__.split(".")[0] in ("hf_llmsys", "transformers_modules")]
-    overridden = {name for cls in ours for name in vars(cls) if name in private}
+    overridden = {name for cls in ours for name in vars(cls) if name in private | {"generate"}}
     assert overridden <= CACHE_HOOK, f"{model_class.__name__} overrides {sorted(overridden - CACHE_HOOK)}"
 
 
-# ---- the option's edges -------------------------------------------------------------------------------------------
-def test_gnmt_leaves_non_beam_modes_to_transformers_and_refuses_conflicts(model):
+# ---- the entry points' edges -------------------------------------------------------------------------------------
+def test_the_loop_refuses_non_beam_modes(model):
     ids = torch.randint(2, 60, (1, 8), generator=torch.Generator().manual_seed(6))
-    greedy = model.generate(ids, max_new_tokens=5, do_sample=False)
-    assert torch.equal(model.generate(ids, max_new_tokens=5, do_sample=False, length_penalty_type="gnmt"), greedy)
     with pytest.raises(ValueError, match="runs beam search only: set num_beams > 1"):
         model.generate(ids, max_new_tokens=3, custom_generate=beam_search, length_penalty_type="gnmt")
+    with pytest.raises(ValueError, match="runs beam search only: set num_beams > 1"):
+        generate_gnmt(model, ids, max_new_tokens=3)
+
+
+def test_generate_gnmt_refuses_another_custom_generate(model):
+    ids = torch.randint(2, 60, (1, 8), generator=torch.Generator().manual_seed(6))
+    called = []
     with pytest.raises(ValueError, match="cannot be combined with another custom_generate"):
-        model.generate(ids, num_beams=2, max_new_tokens=3, length_penalty_type="gnmt",
-                       custom_generate=lambda model, *args, **kwargs: None)  # fmt: skip
+        generate_gnmt(model, ids, num_beams=2, max_new_tokens=3,
+                      custom_generate=lambda model, *args, **kwargs: called.append(1))  # fmt: skip
+    assert not called
+    explicit = generate_gnmt(model, ids, num_beams=2, max_new_tokens=3, custom_generate=beam_search)  # the same loop
+    assert torch.equal(explicit, generate_gnmt(model, ids, num_beams=2, max_new_tokens=3))
+
+
+@pytest.mark.parametrize("model_name", ["llmsys_t5", "transformers' T5"])
+def test_length_penalty_type_without_custom_generate_is_not_special(t5_pair, model_name):
+    """No model class takes ``length_penalty_type``: without custom_generate, transformers 5 refuses it as an unused
+    model keyword, in beam search and greedy alike, on our T5 exactly as on transformers' own."""
+    model, (ids, mask, _) = t5_pair[model_name]
+    for options in (dict(num_beams=2, length_penalty=0.6), dict(do_sample=False)):
+        with pytest.raises(ValueError, match=UNUSED_KWARG):
+            model.generate(ids, attention_mask=mask, max_new_tokens=3, length_penalty_type="gnmt", **options)
 
 
 def test_gnmt_on_a_decoder_only_model_through_custom_generate():
@@ -398,7 +436,9 @@ def test_gnmt_on_a_decoder_only_model_through_custom_generate():
     theirs = model.generate(ids, **options)
     assert_same_outputs(model.generate(ids, custom_generate=beam_search, **options), theirs)
     gnmt = model.generate(ids, custom_generate=beam_search, length_penalty_type="gnmt", **options)
-    assert_same_outputs(model.generate(ids, length_penalty_type="gnmt", **options), gnmt)  # the generate option
+    assert_same_outputs(generate_gnmt(model, ids, **options), gnmt)  # the plugin's entry point
+    with pytest.raises(ValueError, match=UNUSED_KWARG):  # not a model option
+        model.generate(ids, length_penalty_type="gnmt", **options)
     lengths = set()
     for i, (sequence, score) in enumerate(zip(gnmt.sequences, gnmt.sequences_scores, strict=True)):
         row = i // 4

@@ -191,15 +191,17 @@ def test_fresh_model_save_load_and_init_scales(tmp_path):
     config = LlmsysT5Config.from_preset("debug", feed_forward_proj="gated-gelu", tie_word_embeddings=False)
     model = LlmsysT5ForConditionalGeneration(config).eval()
     d_model, d_kv, inner = config.d_model, config.d_kv, config.num_heads * config.d_kv
-    qkv = model.encoder.layers[0].self_attn.qkv_proj.weight
-    assert qkv[:inner].std().item() == pytest.approx((d_model * d_kv) ** -0.5, rel=0.15)
-    assert qkv[inner:].std().item() == pytest.approx(d_model**-0.5, rel=0.15)
+    attention = model.encoder.layers[0].self_attn
+    assert attention.q_proj.weight.std().item() == pytest.approx((d_model * d_kv) ** -0.5, rel=0.15)
+    for projection in (attention.k_proj, attention.v_proj):
+        assert projection.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.15)
     assert model.shared.weight.std().item() == pytest.approx(1.0, rel=0.1)
     assert model.lm_head.weight.std().item() == pytest.approx(1.0, rel=0.1)
     for stack in (model.encoder, model.decoder):  # transformers' T5 init (Mesh TensorFlow's)
         assert stack.positions.relative_attention_bias.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.3)
     mlp = model.decoder.layers[0].mlp
-    assert mlp.gate_up_proj.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.15)
+    for projection in (mlp.gate_proj, mlp.up_proj):
+        assert projection.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.15)
     assert mlp.down_proj.weight.std().item() == pytest.approx(config.d_ff**-0.5, rel=0.15)
     assert model.decoder.layers[0].cross_attn.o_proj.weight.std().item() == pytest.approx(inner**-0.5, rel=0.15)
     assert model.lm_head.weight.data_ptr() != model.shared.weight.data_ptr()
@@ -221,7 +223,7 @@ def test_head_count_mismatch_names_the_fields(pair, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"num_heads \* d_kv") as error:
         LlmsysT5ForConditionalGeneration.from_pretrained(tmp_path)
-    assert "qkv_proj.weight: checkpoint" in str(error.value)
+    assert "q_proj.weight: checkpoint" in str(error.value)
 
 
 def test_bad_config_values_raise_clear_errors():

@@ -47,17 +47,22 @@ def validation_loss_by_hand(out, text_file):
         return model(input_ids=ids, labels=ids).loss.item()
 
 
-def test_pretraining_uses_the_chunked_loss_by_default(trained):
-    """`llmsys train` trains with the chunked linear cross-entropy (the full logits never exist); saved."""
-    from hf_llmsys.models.chunked_cross_entropy import DEFAULT_CHUNK_SIZE
+def test_pretraining_speed_layer_is_never_saved(trained):
+    """`llmsys train` trains with the speed layer (``hf_llmsys.kernels.apply``: the chunked loss at 256 tokens on the
+    CPU); nothing of it reaches the saved folder: no speed field in config.json, no kernels code beside it."""
+    from hf_llmsys.kernels import DEFAULT_CHUNK_SIZE
+    from hf_llmsys.models.config_checks import SPEED_LAYER_FIELDS
 
-    assert json.loads((trained / "config.json").read_text())["loss_chunk_size"] == DEFAULT_CHUNK_SIZE == 256
+    assert DEFAULT_CHUNK_SIZE == 256
+    config = json.loads((trained / "config.json").read_text())
+    assert not set(SPEED_LAYER_FIELDS) & set(config), config
+    assert not any("kernel" in path.name for path in trained.glob("*.py"))
 
 
 def test_the_chunk_size_not_given_is_the_training_devices_default(monkeypatch):
     """No --loss_chunk_size: the default of the device the job trains on (256 tokens on the CPU, 2,048 on a GPU,
     where each chunk's kernel launches cost more than its memory saves); a given one, 0 included, stays."""
-    from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
+    from hf_llmsys.kernels import default_chunk_size
     from hf_llmsys.training import pretrain_arguments
 
     assert (default_chunk_size("cpu"), default_chunk_size("cuda"), default_chunk_size(torch.device("cuda:1"))) == (
@@ -427,15 +432,16 @@ HONOURED = {"num_key_value_heads": "1", "intermediate_size": "72", "attention_la
 
 
 def test_every_flag_is_honoured_by_each_model_type_it_applies_to():
+    from hf_llmsys.architectures import ARCHITECTURES
     from hf_llmsys.training.model_type_flags import declared_config_fields_exist
     from hf_llmsys.training.pretrain_arguments import FLAG_SCOPES
 
-    assert declared_config_fields_exist(FLAG_SCOPES, train.TRAINING_JOBS) == []
+    assert declared_config_fields_exist(FLAG_SCOPES, ARCHITECTURES) == []
     declared = {name: scope for name, scope in FLAG_SCOPES.items() if scope.config_field}
     assert set(declared) == set(HONOURED)
     for name, scope in declared.items():
         value = HONOURED[name]
-        for model_type in scope.model_types or tuple(train.TRAINING_JOBS):
+        for model_type in scope.model_types or tuple(ARCHITECTURES):
             flag = [f"--{name}", *([value] if isinstance(value, str) else value)]
             got = getattr(built_config("--model_type", model_type, *flag), scope.config_field)
             assert got == (value if isinstance(value, list) else type(got)(value)), (name, model_type, got)

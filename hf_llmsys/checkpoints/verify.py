@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..models.weight_integrity import (
+from .weight_integrity import (
     CHECKSUM_FILE,
     read_manifest,
     verify_folder,

@@ -337,7 +337,7 @@ def build_generation_tab(ctx: DemoContext) -> None:
         beams = gr.Slider(1, limits.max_beams, value=min(4, limits.max_beams), step=1, label="beams")
         length_penalty = gr.Slider(-2.0, 2.0, value=0.6, label="length penalty α")
         penalty_type = gr.Radio(list(generation_tab.LENGTH_PENALTY_TYPES), value="transformers",
-                                label="length penalty (GNMT: hf-llmsys models)")  # fmt: skip
+                                label="length penalty (GNMT: Wu et al. 2016)")  # fmt: skip
     run = gr.Button("Generate", variant="primary", elem_id="generate")
     outputs = gr.Dataframe(label="outputs side by side", wrap=True)
     inputs = [prompt, names, strategy, max_new, temperature, top_p, beams, length_penalty, penalty_type, seed]

@@ -1,6 +1,6 @@
 """Tab 4, generation: one prompt through the chosen models with greedy, sampling or beam search (transformers'
-``generate``), the length penalty of transformers or GNMT (``length_penalty_type="gnmt"``, which every hf-llmsys
-model implements: Wu et al. 2016, ``models/beam_search.py``).
+``generate``), the length penalty of transformers or GNMT (Wu et al. 2016: ``custom_generate=beam_search,
+length_penalty_type="gnmt"``, ``hf_llmsys/generation/gnmt_beam_search.py``, which runs on any transformers model).
 
 Decoding strategies are a registry ``STRATEGIES`` (name -> generate keyword arguments from ``DecodingOptions``).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..models.beam_search import LengthPenaltyTypeMixin
+from ..generation import beam_search
 from .limits import LimitError, Limits
 
 LENGTH_PENALTY_TYPES = ("transformers", "gnmt")
@@ -66,13 +66,11 @@ def check_options(options: DecodingOptions, limits: Limits) -> DecodingOptions:
 
 
 def generate_kwargs(entry: GenerationModel, options: DecodingOptions) -> dict:
-    """generate() keyword arguments for this model; GNMT is only offered where the model implements it."""
+    """generate() keyword arguments for this model; beam search with GNMT's penalty runs hf-llmsys' loop as
+    ``custom_generate`` (any transformers model)."""
     kwargs = {"max_new_tokens": int(options.max_new_tokens), **STRATEGIES[options.strategy](options)}
     if options.strategy == "beam search" and options.length_penalty_type == "gnmt":
-        if not isinstance(entry.model, LengthPenaltyTypeMixin):
-            raise LimitError(f"{entry.name}: the GNMT length penalty is implemented by hf-llmsys models only; "
-                             "pick an llmsys model or the transformers penalty.")  # fmt: skip
-        kwargs["length_penalty_type"] = "gnmt"
+        kwargs.update(custom_generate=beam_search, length_penalty_type="gnmt")
     return kwargs
 
 

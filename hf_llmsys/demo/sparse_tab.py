@@ -5,7 +5,7 @@ Memory per layer and sequence (batch 1, H heads, head dim D, float32): an eager 
 probabilities for backward: H x S x S values for a dense masked matrix, H x (kept pairs) for a kernel that only
 forms the kept blocks; with recomputation (Child et al. 2019, sec. 5.4) only q, k, v (3 x H x S x D) are kept and
 the probabilities are recomputed in backward. "measured" is the bytes autograd actually saves for backward when
-``hf_llmsys.models.sparse_layouts.sparse_attention`` runs at this length (saved-tensor hooks), with and without
+``hf_llmsys.kernels.sparse_attention`` runs at this length (saved-tensor hooks), with and without
 ``recompute``.
 """
 
@@ -17,7 +17,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..models.sparse_layouts import LAYOUTS, attended_counts, dense_layout_mask, sparse_attention
+from ..kernels import sparse_attention
+from ..kernels.layout_kernels import BLOCK_LAYOUTS
+from ..layout_views import attended_counts, dense_layout_mask
+from ..models.sparse_layouts import LAYOUTS
 from .plots import heatmaps
 
 MB = 2**20
@@ -77,7 +80,7 @@ def saved_bytes(kind: str, length: int, heads: int, head_dim: int, recompute: bo
 
 def measured(kind: str, length: int, heads: int, head_dim: int, recompute: bool, params: dict) -> float:
     """``saved_bytes`` in MB, or NaN for a layout without a block kernel (it runs as a mask)."""
-    if not LAYOUTS[kind].has_block_kernel and kind != "dense":
+    if kind not in BLOCK_LAYOUTS:
         return float("nan")
     return saved_bytes(kind, length, heads, head_dim, recompute, **params) / MB
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .architecture import ARCHITECTURES, Architecture, describe, load_config
+from .architecture import Architecture, describe, is_described, load_config
 from .folders import SavedFolder, is_hub_id
 
 # task type of adapter_config.json -> pipeline tag, and pipeline tag -> transformers Auto class
@@ -56,4 +56,4 @@ def base_architecture(base: str | None) -> Architecture | None:
         config = load_config(base)
     except (OSError, ValueError):  # offline, missing or private base: the card names it without its table
         return None
-    return describe(config) if config.model_type in ARCHITECTURES else None
+    return describe(config) if is_described(config) else None

@@ -1,21 +1,22 @@
 """What a model card says about an architecture, read from its config: table rows, tags, task, papers.
 
-One describer per model type (``ARCHITECTURES``: model_type -> function(config) -> ``Architecture``); parameters
-are counted on the model built from the config on the meta device (no memory, no weights), so the figure is the
-model's own, never a number written down. Positional encodings, feed-forward kinds and attention layouts are
+One describer per model type (``describe_llama`` ...: function(config) -> ``Architecture``), named by the type's row
+of the architecture registry (``hf_llmsys/architectures.py``, its ``describe``); parameters are counted on the model
+built from the config on the meta device (no memory, no weights), so the figure is the model's own, never a number
+written down. Positional encodings, feed-forward kinds and attention layouts are
 described by their own classes (``positions.POSITIONAL_ENCODINGS``, ``sparse_layouts.LAYOUTS``: card text, tag,
 citations), so that a new variant is one class and one registry row with no change here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
 
-from .. import registration
+from .. import architectures, registration
+from ..architectures import UnknownArchitectureError  # noqa: F401  (re-exported: cli and output_dir catch it here)
 from ..models.positions import POSITIONAL_ENCODINGS
 from ..models.sparse_layouts import AttentionLayout, DenseLayout, layouts_from_config
 
@@ -46,6 +47,7 @@ class Architecture:
     auto_class: str
     tags: list[str] = field(default_factory=list)
     citations: list[str] = field(default_factory=list)
+    decoding: str | None = None  # the paper's length penalty when it is not transformers' (``cards.DECODING_SECTIONS``)
 
 
 def load_config(path):
@@ -178,15 +180,8 @@ def describe_t5(config) -> Architecture:
     return Architecture(
         "T5-style encoder-decoder", config.model_type, parameters, rows, "text2text-generation",
         "AutoModelForSeq2SeqLM", tags, ["raffel2020t5", "zhang2019rmsnorm"],
+        decoding="gnmt",  # the T5 paper: beam search, 4 beams, GNMT's length penalty with alpha 0.6
     )  # fmt: skip
-
-
-# model_type -> describer
-ARCHITECTURES: dict[str, Callable[[PreTrainedConfig], Architecture]] = {
-    "llmsys_llama": describe_llama,
-    "llmsys_gpt3": describe_gpt3,
-    "llmsys_t5": describe_t5,
-}
 
 
 def matching_preset(config: PreTrainedConfig) -> tuple[str, dict] | None:
@@ -213,18 +208,19 @@ def preset_row(config: PreTrainedConfig, parameters: int) -> tuple[str, str] | N
     return "preset", f"`{name}`{source}"
 
 
-class UnknownArchitectureError(ValueError):
-    """A config whose model_type is not one of ours: no card can describe it."""
+def is_described(config: PreTrainedConfig) -> bool:
+    """Whether a card can describe `config`: its model type is an hf-llmsys architecture."""
+    return config.model_type in architectures.ARCHITECTURES
 
 
 def describe(config: PreTrainedConfig) -> Architecture:
     """The card facts of a config of one of our model types (UnknownArchitectureError naming the type otherwise)."""
-    if config.model_type not in ARCHITECTURES:
+    if not is_described(config):
         raise UnknownArchitectureError(
             f"model_type {config.model_type!r} is not an hf-llmsys architecture; cards are written for "
-            f"{sorted(ARCHITECTURES)}."
+            f"{sorted(architectures.ARCHITECTURES)}."
         )
-    architecture = ARCHITECTURES[config.model_type](config)
+    architecture = architectures.architecture(config.model_type).entry("describe")(config)
     row = preset_row(config, architecture.parameters)
     if row is not None:
         architecture.rows.insert(1, row)

@@ -3,7 +3,8 @@
 ``write_model_card(folder)`` reads what the folder holds and nothing else:
 - ``config.json`` -> the architecture table (parameters counted on the model built on the meta device, layers,
   width, heads / kv heads, FFN, norm, positional encoding, per-layer attention), the Hub tags and pipeline task,
-  the papers to cite (``architecture.py``, ``citations.py``);
+  the papers to cite (``architecture.py``, ``citations.py``), and a "Decoding" section where the architecture's paper
+  decodes otherwise than transformers' default (T5: GNMT's length penalty, ``hf_llmsys.generation``);
 - ``adapter_config.json`` (PEFT) -> the adapter table, ``base_model`` and the base's architecture when the base
   folder or its Hub config is at hand (``adapters.py``);
 - ``report.json`` of a `llmsys clean` folder -> a dataset card instead (``dataset_cards.py``);
@@ -61,6 +62,27 @@ EVALUATION_ROWS = {
 }
 DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model"}
 
+# Architecture.decoding -> the card's "Decoding" section: how to decode as the architecture's paper does.
+DECODING_SECTIONS = {
+    "gnmt": """The T5 paper decodes with beam search whose finished hypotheses are scored with GNMT's length penalty
+(Wu et al. 2016): sum log p(Y) / ((5 + |Y|) / 6)**alpha, 4 beams, alpha 0.6. With hf-llmsys installed,
+`hf_llmsys.generation` runs it through transformers' `generate(custom_generate=...)`:
+
+```python
+from hf_llmsys.generation import beam_search, generate_gnmt
+
+inputs = tokenizer("A sentence to continue.", return_tensors="pt")
+out = generate_gnmt(model, **inputs, num_beams=4, length_penalty=0.6, max_new_tokens=64)
+# the same call through generate:
+out = model.generate(**inputs, num_beams=4, length_penalty=0.6, max_new_tokens=64,
+                     custom_generate=beam_search, length_penalty_type="gnmt")
+```
+
+Without hf-llmsys (`trust_remote_code=True`), `model.generate(**inputs, num_beams=4, length_penalty=0.6)` is
+transformers' beam search, whose length penalty is |Y|**alpha; `length_penalty_type` is not a transformers option
+(`generate` refuses it as an unused keyword).""",
+}
+
 
 def current_hardware() -> str:
     """This machine in one line (for train_results.json's ``hardware`` when a job records where it ran)."""
@@ -92,6 +114,13 @@ def load_snippets(auto_class: str, model_id: str, adapter: bool) -> tuple[str, s
         f"model = {auto_class}.from_pretrained({model_id!r}, trust_remote_code=True)"
     )
     return with_plugin, without
+
+
+def decoding_section(architecture: Architecture | None) -> str:
+    """The card's "Decoding" section for an architecture whose paper decodes differently from transformers' default
+    (T5: GNMT's length penalty); empty otherwise."""
+    decoding = architecture.decoding if architecture else None
+    return DECODING_SECTIONS[decoding] if decoding else ""
 
 
 def result_rows(results: dict, table: dict) -> list[tuple[str, str]]:
@@ -230,6 +259,7 @@ def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, ha
         "other_rows": other_rows(run.results),
         "load_with_plugin": with_plugin,
         "load_without_plugin": without,
+        "decoding": decoding_section(architecture),
         "limitations": limitations(architecture.parameters if architecture else None, bool(run.results)),
         "citations": bibtex(citations),
     }

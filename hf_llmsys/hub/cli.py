@@ -34,7 +34,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from ..checkpoints.verify import print_verify_report, verify_checkpoint
-from ..models.weight_integrity import CHECKSUM_FILE
+from ..checkpoints.weight_integrity import CHECKSUM_FILE
 from .architecture import UnknownArchitectureError
 from .cards import write_model_card
 from .dataset_cards import write_dataset_card

@@ -13,7 +13,17 @@ def check_finite_non_negative(name: str, value, meaning: str) -> None:
         raise ValueError(f"{name} must be a finite number >= 0 ({meaning}), got {value!r}.")
 
 
-def check_loss_chunk_size(value) -> None:
-    """``loss_chunk_size``: tokens per chunk of the chunked LM loss (chunked_cross_entropy.py), 0 for the plain loss."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"loss_chunk_size must be an integer >= 0 (0: plain loss over full logits), got {value!r}.")
+# Fields that configs saved by earlier versions carry and that are now options of the speed layer
+# (``hf_llmsys.kernels.apply``): read and dropped, with an info line, so those configs still load.
+SPEED_LAYER_FIELDS = ("loss_chunk_size", "sparse_kernels", "attention_recompute")
+
+
+def drop_speed_layer_fields(kwargs: dict) -> None:
+    """Remove ``SPEED_LAYER_FIELDS`` from a config's extra keyword arguments, in place, saying so."""
+    found = [name for name in SPEED_LAYER_FIELDS if kwargs.pop(name, None) is not None]
+    if found:
+        from transformers.utils import logging
+
+        logging.get_logger(__name__).info(
+            f"config fields {found} are ignored: speed options are given to hf_llmsys.kernels.apply(model, ...)"
+        )

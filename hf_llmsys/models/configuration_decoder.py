@@ -14,15 +14,12 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
 - per-layer attention (``sparse_layouts.py``): ``attention_layout`` (a kind per layer, or a shorter pattern repeated
   over the layers; None = all "dense"), ``sliding_window`` (band of "local" layers, current token included;
   alias ``local_window``; transformers' name, read by its caches and flash attention), sparse_stride /
-  sparse_summary (l and c of "strided" / "fixed", Child et al. 2019), sparse_kernels (run layouts as sub-quadratic
-  kernels where they apply, or always as masks, the O(S^2) reference), attention_recompute (kernels recompute the
-  attention probabilities in backward);
+  sparse_summary (l and c of "strided" / "fixed", Child et al. 2019);
 - ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
   derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.cache_kind``, "local")
   is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
   built once per forward for every cached key), every other layer "full_attention". A given list must equal that.
-- training: initializer_range, z_loss_coefficient, loss_chunk_size (> 0: in training mode with labels the loss is
-  chunked linear cross-entropy over that many tokens at a time and ``logits`` is None; ``chunked_cross_entropy.py``).
+- training: initializer_range, z_loss_coefficient.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .config_checks import check_finite_non_negative, check_loss_chunk_size
+from .config_checks import check_finite_non_negative, drop_speed_layer_fields
 from .feed_forward import GATED_VARIANTS, llama_intermediate_size
 from .norms import NORM_CLASSES
 from .positions import POSITIONAL_ENCODINGS
@@ -55,6 +52,9 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
 
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = dict(DECODER_ALIASES)
+    # registered attention layouts (``sparse_layouts.LAYOUTS``) this model type does not offer: GPT-3's factorized
+    # kinds belong to llmsys_gpt3, whose code ships them (``factorized_layouts.py``)
+    excluded_layouts = ("strided", "fixed")
 
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -89,12 +89,9 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
     sliding_window: int | None = None
     sparse_stride: int | None = None
     sparse_summary: int | None = None
-    sparse_kernels: bool = True
-    attention_recompute: bool = False
     layer_types: list[str] | None = None
     initializer_range: float = 0.02
     z_loss_coefficient: float = 0.0
-    loss_chunk_size: int = 0
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = 1
@@ -103,6 +100,7 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         kwargs.pop("model_type", None)  # a source config.json names its own type ("llama", "gpt2", ...)
+        drop_speed_layer_fields(kwargs)
         for alias, field_name in type(self).attribute_map.items():
             if alias in kwargs:  # before the derived fields below, which read them
                 setattr(self, field_name, kwargs.pop(alias))
@@ -134,7 +132,8 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
     def layer_layouts(self) -> list[str]:
         """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""
         layout = ["dense"] if self.attention_layout is None else self.attention_layout
-        return resolve_layer_layouts(layout, self.num_hidden_layers)
+        known = [kind for kind in LAYOUTS if kind not in self.excluded_layouts]
+        return resolve_layer_layouts(layout, self.num_hidden_layers, known)
 
     def layout_params(self) -> dict[str, int | None]:
         """The layout parameters of this config, by the field names the layout classes read."""
@@ -223,7 +222,6 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
             raise ValueError(f"z_loss_coefficient must be >= 0 (0 disables z-loss), got {self.z_loss_coefficient}.")
         check_finite_non_negative("initializer_range", self.initializer_range,
                                   "the std of the normal weight initialisation; LLaMA and GPT-2 use 0.02")  # fmt: skip
-        check_loss_chunk_size(self.loss_chunk_size)
 
     def validate_sinusoidal_scale(self):
         """The sinusoid multiplier is positive (None: initializer_range * sqrt(2), the embeddings' scale)."""
@@ -274,8 +272,7 @@ class DecoderConfig(PresetMixin, PreTrainedConfig):
         """Switches are real booleans: the string "false" is truthy and would silently turn a switch on."""
         for name in (
             "tie_word_embeddings", "use_cache", "mlp_gated", "mlp_bias", "attention_bias", "norm_bias",
-            "rope_interleaved", "relative_attention_bidirectional", "relative_values", "sparse_kernels",
-            "attention_recompute",
+            "rope_interleaved", "relative_attention_bidirectional", "relative_values",
         ):  # fmt: skip
             value = getattr(self, name, False)
             if not isinstance(value, bool):

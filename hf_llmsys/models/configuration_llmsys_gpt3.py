@@ -16,7 +16,8 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 
 from .configuration_decoder import DecoderConfig
-from .weight_conversion import CHECKPOINT_FORMATS
+from .factorized_layouts import FixedLayout, StridedLayout  # noqa: F401  (registers the strided and fixed layouts)
+from .gpt2_checkpoint_conversion import CHECKPOINT_FORMATS
 
 # transformers' GPT2Config name -> our field name (``layer_norm_epsilon`` is a DecoderConfig alias of norm_eps).
 # ``attn_pdrop`` is read once, when a GPT-2 config.json is loaded, not kept as an alias: GPT-2 keeps it beside
@@ -80,8 +81,11 @@ class LlmsysGPT3Config(DecoderConfig):
     presets = GPT3_PRESETS
     preset_family = "GPT-3"
     attribute_map = {**DecoderConfig.attribute_map, **GPT2_ARG_NAMES}
+    excluded_layouts = ()
     base_model_tp_plan = {
-        "layers.*.self_attn.qkv_proj": "colwise",
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
         "layers.*.self_attn.o_proj": "rowwise",
         "layers.*.mlp.up_proj": "colwise",
         "layers.*.mlp.down_proj": "rowwise",

@@ -27,7 +27,7 @@ from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 
-from .config_checks import check_finite_non_negative, check_loss_chunk_size
+from .config_checks import check_finite_non_negative, drop_speed_layer_fields
 from .presets import PresetMixin
 
 # transformers' ``feed_forward_proj`` values whose activation name differs from the ACT2FN key.
@@ -104,10 +104,10 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
     decoder_start_token_id: int | None = 0
     tie_word_embeddings: bool = True
     scale_decoder_outputs: bool | None = None
-    loss_chunk_size: int = 0  # > 0: chunked linear cross-entropy in training (chunked_cross_entropy.py)
 
     def __post_init__(self, **kwargs):
         kwargs.pop("model_type", None)  # a transformers T5 config.json says "t5"; this class is llmsys_t5
+        drop_speed_layer_fields(kwargs)
         for derived in ("dense_act_fn", "is_gated_act"):  # transformers' parsed copies of feed_forward_proj
             kwargs.pop(derived, None)
         if "feed_forward_proj" in kwargs:
@@ -139,7 +139,6 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
             raise ValueError(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
         check_finite_non_negative("initializer_factor", self.initializer_factor,
                                   "it scales T5's initialisation stds; T5 uses 1.0")  # fmt: skip
-        check_loss_chunk_size(self.loss_chunk_size)
 
     def validate_activation(self):
         """The feed-forward activation is a transformers ACT2FN name."""

@@ -16,7 +16,6 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import eager_attention_forward
-from .projection import Projection
 
 
 class CrossAttention(nn.Module):
@@ -34,9 +33,10 @@ class CrossAttention(nn.Module):
         self.scaling = self.head_dim**-0.5 if scale is None else scale
         self.attention_dropout = config.attention_dropout
         inner, bias = self.num_heads * self.head_dim, config.attention_bias
-        self.q_proj = Projection(config.hidden_size, inner, bias=bias)
-        self.kv_proj = Projection(config.hidden_size, 2 * inner, bias=bias)
-        self.o_proj = Projection(inner, config.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(config.hidden_size, inner, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, inner, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, inner, bias=bias)
+        self.o_proj = nn.Linear(inner, config.hidden_size, bias=bias)
 
     def encoder_keys_values(self, encoder_hidden_states: torch.Tensor, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, T, D) of the encoder output: from the cache when already stored, else projected
@@ -45,10 +45,8 @@ class CrossAttention(nn.Module):
             layer = cache.cross_attention_cache.layers[self.layer_idx]
             return layer.keys, layer.values
         batch, length, _ = encoder_hidden_states.shape
-        kv = self.kv_proj(encoder_hidden_states).view(batch, length, 2 * self.num_heads, self.head_dim)  # (B, T, 2H, D)
-        # split, not two slices: the backward joins the two gradients in one cat instead of zero-filling a
-        # (B, T, 2H, D) tensor per slice and adding them
-        key, value = (part.transpose(1, 2) for part in kv.split(self.num_heads, dim=2))  # (B, H, T, D) each
+        key = self.k_proj(encoder_hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        value = self.v_proj(encoder_hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
         if cache is not None:
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True

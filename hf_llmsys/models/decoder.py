@@ -5,10 +5,9 @@ Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
 N ``DecoderLayer``, each holding its layout object (``sparse_layouts.py``, built once from
 ``config.attention_layout``), which answers once per forward with a mask or a kernel -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
 loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
-coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). With ``config.loss_chunk_size > 0``
-a training forward with labels computes both chunked (``chunked_cross_entropy.py``: the (B, S, V) logits never
-exist) and returns ``logits=None``; ``model.eval()``, ``loss_chunk_size=0`` or a ``logits_to_keep`` give logits.
-Architectures subclass both and only fix their config class.
+coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures subclass both and only
+fix their config class. A chunked loss that never builds the (B, S, V) logits is part of the speed layer
+(``hf_llmsys.kernels.apply``).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import inspect
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.cache_utils import DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -28,15 +28,12 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
-from .beam_search import LengthPenaltyTypeMixin
-from .chunked_cross_entropy import chunked_linear_cross_entropy, shift_labels, uses_chunked_loss
 from .decoder_layer import DecoderLayer
-from .kv_cache import GrowingCache
 from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
 from .positions import build_positional_encoding
-from .projection import Projection
+from .rotary import RotaryEmbedding
 from .sparse_layouts import layouts_from_config
 from .token_inputs import embed_token_ids
 
@@ -44,6 +41,16 @@ from .token_inputs import embed_token_ids
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):
     _no_split_modules = ["DecoderLayer"]
     _can_record_outputs = {"hidden_states": DecoderLayer, "attentions": GroupedQueryAttention}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""
+        if isinstance(module, RotaryEmbedding):
+            inv_freq, _ = module.rope_init_fn(module.config)
+            init.copy_(module.inv_freq, inv_freq)
+            init.copy_(module.original_inv_freq, inv_freq)
+            init.copy_(module.signs, module.pairing.signs(module.config.head_dim))
+            return
+        super()._init_weights(module)
 
 
 def no_cache_in_training(forward):
@@ -139,9 +146,8 @@ def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, 
     return total / count
 
 
-class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, GenerationMixin):
-    """Decoder plus LM head; logits (B, S or logits_to_keep, V). ``generate`` also takes ``length_penalty_type``
-    ("transformers" or "gnmt", ``beam_search.py``)."""
+class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
+    """Decoder plus LM head; logits (B, S or logits_to_keep, V)."""
 
     base_model_class = DecoderModel
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -150,19 +156,8 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
     def __init__(self, config):
         super().__init__(config)
         self.model = self.base_model_class(config)
-        self.lm_head = Projection(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """transformers' cache set-up, with the default ``DynamicCache`` swapped for ``GrowingCache``."""
-        user_cache = model_kwargs.get("cache")
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("cache")
-        default_cache = (
-            generation_config.cache_implementation in (None, "dynamic") and not generation_config.is_assistant
-        )
-        if cache is not user_cache and type(cache) is DynamicCache and default_cache:
-            model_kwargs["cache"] = GrowingCache(config=self.config.get_text_config(decoder=True))
 
     def create_masks_for_generate(self, attention_mask=None, cache=None, **kwargs):
         """The 2D padding mask where generate would prepare 4D masks per cache kind (static caches): each layer
@@ -199,19 +194,6 @@ class DecoderForCausalLM(DecoderPreTrainedModel, LengthPenaltyTypeMixin, Generat
             use_cache=use_cache,
             **kwargs,
         )
-        if uses_chunked_loss(self, labels, logits_to_keep):
-            targets = kwargs.get("shift_labels")
-            loss = chunked_linear_cross_entropy(
-                outputs.last_hidden_state,
-                self.lm_head.weight,
-                shift_labels(labels) if targets is None else targets,
-                num_items_in_batch=kwargs.get("num_items_in_batch"),
-                chunk_size=self.config.loss_chunk_size,
-                z_loss_coefficient=self.config.z_loss_coefficient,
-            )
-            return CausalLMOutputWithPast(
-                loss=loss, cache=outputs.cache, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-            )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
         logits = self.lm_head(hidden_states)
         loss = None

@@ -1,14 +1,10 @@
 """One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + attn(norm(x)), then x + ffn(norm(x)).
 
 The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
-GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out. In training the
-projections after each norm do not keep the norm's output for their backward: it is recomputed from the norm's input
-(``recompute.recomputed_when_saved``, ``norm.recompute``), and under autocast its cast too (``autocast_input``).
+GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -16,8 +12,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from .attention import GroupedQueryAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
-from .positions import PositionState
-from .recompute import autocast_input, recomputed_when_saved
+from .position_state import PositionState
 from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
 
 
@@ -50,11 +45,12 @@ class DecoderLayer(GradientCheckpointingLayer):
         ``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
         checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
         positions = positions.with_attention_bias(position_bias)
-        normed = self.input_layernorm(hidden_states)
-        with recomputed_when_saved(normed, partial(self.input_layernorm.recompute, hidden_states)):
-            normed = autocast_input(normed, self.self_attn.qkv_proj)
-            attn_out, _ = self.self_attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
-        hidden_states = hidden_states + attn_out
-        normed = self.post_attention_layernorm(hidden_states)
-        with recomputed_when_saved(normed, partial(self.post_attention_layernorm.recompute, hidden_states)):
-            return hidden_states + self.mlp(autocast_input(normed, self.mlp.input_projection))
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states, positions, attention.mask, cache, kernel=attention.kernel, **kwargs
+        )
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        return residual + self.mlp(hidden_states)

@@ -23,7 +23,7 @@ from .attention import GroupedQueryAttention
 from .cross_attention import CrossAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
-from .positions import PositionState
+from .position_state import PositionState
 
 
 def _norm(config) -> nn.Module:

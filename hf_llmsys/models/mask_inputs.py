@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers.masking_utils import find_packed_sequence_indices
+from transformers.utils import is_torchdynamo_compiling
 
 
 def key_positions(
@@ -83,7 +84,7 @@ class MaskInputs:
         preallocated = cache is not None and getattr(cache, "is_compileable", False)
         if not preallocated and isinstance(past_seen, int) and past_seen == 0:
             positions = position_ids.expand(batch, -1)
-            if attention_mask is None and (positions_given or not torch.compiler.is_compiling()):
+            if attention_mask is None and (positions_given or not is_torchdynamo_compiling()):
                 segments = find_packed_sequence_indices(positions)  # a tensor whenever compiling
         else:
             key_length = cache_key_length(config, cache, seq_len, past_seen)
@@ -104,7 +105,7 @@ class MaskInputs:
             return False
         if not isinstance(self.past_seen, int) or self.past_seen > 0 or self.segments is not None:
             return False
-        if torch.compiler.is_compiling():
+        if is_torchdynamo_compiling():
             return mask is None and not self.positions_given
         if mask is not None and (mask.dim() != 2 or not bool(mask.all())):  # padding or a custom 4-D mask
             return False

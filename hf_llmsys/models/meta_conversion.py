@@ -291,7 +291,7 @@ def rope_parameters(params: dict) -> dict:
 # Building the hf-llmsys model
 # --------------------------------------------------------------------------------------------------------------------
 def to_llmsys_state_dict(state: dict[str, torch.Tensor], sizes: dict, rope_layout: str) -> dict[str, torch.Tensor]:
-    """Meta key names -> LlmsysLlamaForCausalLM parameter names (fused qkv_proj and gate_up_proj)."""
+    """Meta key names -> LlmsysLlamaForCausalLM parameter names (transformers' Llama names)."""
     dim, n_heads, n_kv_heads = sizes["dim"], sizes["n_heads"], sizes["n_kv_heads"]
     q_rows, kv_rows = n_heads * sizes["head_dim"], n_kv_heads * sizes["head_dim"]
     out = {
@@ -305,11 +305,12 @@ def to_llmsys_state_dict(state: dict[str, torch.Tensor], sizes: dict, rope_layou
         if rope_layout == "half":
             wq = permute_for_rotate_half(wq, n_heads, q_rows, dim)
             wk = permute_for_rotate_half(wk, n_kv_heads, kv_rows, dim)
-        out[dst + "self_attn.qkv_proj.weight"] = torch.cat([wq, wk, state[src + "attention.wv.weight"]], dim=0)
+        out[dst + "self_attn.q_proj.weight"] = wq
+        out[dst + "self_attn.k_proj.weight"] = wk
+        out[dst + "self_attn.v_proj.weight"] = state[src + "attention.wv.weight"]
         out[dst + "self_attn.o_proj.weight"] = state[src + "attention.wo.weight"]
-        out[dst + "mlp.gate_up_proj.weight"] = torch.cat(
-            [state[src + "feed_forward.w1.weight"], state[src + "feed_forward.w3.weight"]], dim=0
-        )
+        out[dst + "mlp.gate_proj.weight"] = state[src + "feed_forward.w1.weight"]
+        out[dst + "mlp.up_proj.weight"] = state[src + "feed_forward.w3.weight"]
         out[dst + "mlp.down_proj.weight"] = state[src + "feed_forward.w2.weight"]
         out[dst + "input_layernorm.weight"] = state[src + "attention_norm.weight"]
         out[dst + "post_attention_layernorm.weight"] = state[src + "ffn_norm.weight"]

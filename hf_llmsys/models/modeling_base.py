@@ -2,10 +2,9 @@
 and the checkpoint key map of each model's format (``checkpoint_format``, see ``weight_conversion.py``), applied by
 ``from_pretrained``, ``save_pretrained`` and plain ``load_state_dict`` alike.
 
-Saving also writes ``checksums.sha256`` and ``checksums.sizes`` beside the weights; loading a local folder checks
-sizes and safetensors headers (cheap), the full sha256 only on request (``weight_integrity.py``: ``llmsys verify``,
-``verify_checksums=True``, ``LLMSYS_VERIFY_CHECKSUMS=1``). Folders without manifests (transformers' saves) load as
-before.
+Two extension points are filled by the hf_llmsys package and empty where this code runs as remote code:
+``FOLDER_CHECKS`` run on a local folder before it loads and ``SAVE_STEPS`` on a staged save before it is moved into
+place (the package's checksum manifests: ``hf_llmsys/checkpoints/weight_integrity.py``).
 """
 
 from __future__ import annotations
@@ -15,28 +14,25 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from torch import nn
-from transformers import initialization as init
 from transformers.core_model_loading import WeightTransform
 from transformers.modeling_utils import PreTrainedModel
 
-from .fused_file_views import file_views
-from .rotary import RotaryEmbedding
-from .weight_conversion import (
-    CHECKPOINT_KEY_MAPS,
-    convert_state_dict,
-    store_fused_pieces_adjacent,
-    transforms_matching,
-)
-from .weight_integrity import check_folder, file_sha256, write_manifests
+from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, transforms_matching
 
-__all__ = ["LlmsysPreTrainedModel", "check_local_folder", "file_sha256", "move_into_place"]
+__all__ = ["FOLDER_CHECKS", "SAVE_STEPS", "LlmsysPreTrainedModel", "check_local_folder", "move_into_place"]
+
+# folder, strict, full (verify every byte: None = the checker's default) -> None, raising when the folder is refused
+FOLDER_CHECKS: list[Callable[[Path, bool, bool | None], None]] = []
+# a staged save folder -> None: run after transformers wrote it, before it is moved into place
+SAVE_STEPS: list[Callable[[Path], None]] = []
 
 
 class LlmsysPreTrainedModel(PreTrainedModel):
-    """Base class: normal(0, initializer_range) weights, unit norms, recomputed RoPE tables, atomic saves."""
+    """Base class: transformers' weight initialisation, strict loading, atomic saves."""
 
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -46,7 +42,8 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True  # 0 graph breaks in training and static-cache decoding: tests/test_compile.py
     # Auto class name -> model class, written into a saved config's ``auto_map`` for remote code (transformers
-    # itself only lists the class that was saved). Filled by each architecture's modeling file.
+    # itself only lists the class that was saved). Filled by ``hf_llmsys.registration.register_all`` from the
+    # architecture registry (``hf_llmsys/architectures.py``); empty in remote code, whose config.json has the map.
     auto_class_map: dict[str, type] = {}
     # The on-disk key layout (a key of ``weight_conversion.CHECKPOINT_KEY_MAPS``); None: our own names.
     checkpoint_format: str | None = None
@@ -86,10 +83,7 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         if isinstance(model, LlmsysPreTrainedModel):
             mapping = [*(load_config.weight_mapping or []), *model.checkpoint_key_map()]
             load_config = dataclasses.replace(load_config, weight_mapping=mapping)
-        with file_views(checkpoint_files if state_dict is None else None):  # fused pieces: views of the files
-            return PreTrainedModel._load_pretrained_model(
-                model, state_dict, checkpoint_files, load_config, expected_keys
-            )
+        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
 
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
@@ -100,10 +94,9 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         refused, not silently truncated) (``strict=False`` restores transformers' lenient behaviour). A caller
         who asks for the report (``output_loading_info=True``) gets it, as from transformers, instead of an error.
 
-        A local folder's weight files are checked against the save's manifests first (``weight_integrity.py``):
-        sizes and headers always, every byte's sha256 with ``verify_checksums=True`` (default: the
-        ``LLMSYS_VERIFY_CHECKSUMS`` env var). A file changed after saving is refused by a strict load and only
-        warned about by a lenient one.
+        A local folder is checked by ``FOLDER_CHECKS`` first (with hf_llmsys installed: the weight files against the
+        save's manifests, sizes and headers always, every byte's sha256 with ``verify_checksums=True``); a file
+        changed after saving is refused by a strict load and only warned about by a lenient one.
         """
         lenient = not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info")
         source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
@@ -130,16 +123,6 @@ class LlmsysPreTrainedModel(PreTrainedModel):
             )
         return model
 
-    def _init_weights(self, module: nn.Module) -> None:
-        """transformers' default scheme, plus the RoPE buffers (their class name is not matched by default)."""
-        if isinstance(module, RotaryEmbedding):
-            inv_freq, _ = module.rope_init_fn(module.config)
-            init.copy_(module.inv_freq, inv_freq)
-            init.copy_(module.original_inv_freq, inv_freq)
-            init.copy_(module.signs, module.pairing.signs(module.config.head_dim))
-            return
-        super()._init_weights(module)
-
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """``PreTrainedModel.save_pretrained``, written to a temporary folder first and moved in file by file.
 
@@ -155,9 +138,9 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
-            store_fused_pieces_adjacent(staging, self.checkpoint_key_map())  # so that loads map the fused tensors
             self._complete_auto_map(staging / "config.json")
-            write_manifests(staging)
+            for step in SAVE_STEPS:
+                step(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -200,13 +183,14 @@ def _within_model(model: nn.Module, key: str) -> bool:
 
 
 def check_local_folder(folder: Path, needs_config: bool = True, strict: bool = True, full: bool | None = None):
-    """Refuse a folder that is not a saved model; check its weight files (``weight_integrity.check_folder``)."""
+    """Refuse a folder that is not a saved model; then run ``FOLDER_CHECKS`` on it."""
     if needs_config and not (folder / "config.json").is_file():
         raise ValueError(
             f"{folder}: no config.json, so this is not a saved model folder; point at the folder that "
             "save_pretrained wrote (it holds config.json and the weights)."
         )
-    check_folder(folder, strict=strict, full=full)
+    for check in FOLDER_CHECKS:
+        check(folder, strict, full)
 
 
 def move_into_place(staging: Path, target: Path) -> None:

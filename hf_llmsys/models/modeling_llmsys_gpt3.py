@@ -4,7 +4,7 @@ Built from the shared blocks in ``decoder.py``, which give every decoder its per
 run as kernels or masks: ``sparse_layouts.py``); GPT-3's defaults live in ``LlmsysGPT3Config``. What is GPT-3's
 own is here: init follows GPT-2 (residual output projections, o_proj and down_proj, get std
 initializer_range / sqrt(2 * layers)), and transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints
-load through the key maps in ``weight_conversion.py`` (``config.checkpoint_format`` says which layout a model reads
+load through the key maps in ``gpt2_checkpoint_conversion.py`` (``config.checkpoint_format`` says which layout a model reads
 and writes, per instance).
 """
 
@@ -60,10 +60,5 @@ class LlmsysGPT3ForCausalLM(LlmsysGPT3PreTrainedModel, DecoderForCausalLM, Gener
 
     base_model_class = LlmsysGPT3Model
 
-
-LlmsysGPT3PreTrainedModel.auto_class_map = {
-    "AutoModel": LlmsysGPT3Model,
-    "AutoModelForCausalLM": LlmsysGPT3ForCausalLM,
-}
 
 __all__ = ["LlmsysGPT3PreTrainedModel", "LlmsysGPT3Model", "LlmsysGPT3ForCausalLM"]

@@ -1,8 +1,8 @@
 """The LLaMA-style decoder (model_type ``llmsys_llama``): RMSNorm pre-norm, MHA/MQA/GQA, SwiGLU, RoPE.
 
 Built from the shared blocks in ``decoder.py`` (per-layer layouts included: ``attention_layout``, e.g. ["dense",
-"local"]); this file only binds them to ``LlmsysLlamaConfig`` and makes transformers Llama checkpoints (separate
-q/k/v and gate/up tensors) load into the fused projections.
+"local"]); this file only binds them to ``LlmsysLlamaConfig``. The parameter names are transformers' Llama names, so
+its checkpoints load as they are.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 class LlmsysLlamaPreTrainedModel(DecoderPreTrainedModel):
     config: LlmsysLlamaConfig
     config_class = LlmsysLlamaConfig
-    checkpoint_format = "llama"  # transformers' Llama key names on disk (weight_conversion.py)
 
 
 class LlmsysLlamaModel(LlmsysLlamaPreTrainedModel, DecoderModel):
@@ -28,10 +27,5 @@ class LlmsysLlamaForCausalLM(LlmsysLlamaPreTrainedModel, DecoderForCausalLM, Gen
 
     base_model_class = LlmsysLlamaModel
 
-
-LlmsysLlamaPreTrainedModel.auto_class_map = {
-    "AutoModel": LlmsysLlamaModel,
-    "AutoModelForCausalLM": LlmsysLlamaForCausalLM,
-}
 
 __all__ = ["LlmsysLlamaPreTrainedModel", "LlmsysLlamaModel", "LlmsysLlamaForCausalLM"]

@@ -13,13 +13,10 @@ Legend: B batch, T encoder tokens, S new decoder tokens, K cached + new decoder 
   ``config.scale_decoder_outputs`` (T5 v1.0 with its tied head). Loss: cross-entropy over label tokens (-100
   ignored), normalised by the Trainer's ``num_items_in_batch`` when given. Decoder inputs default to the labels
   shifted right with ``decoder_start_token_id`` (the pad id) first.
-- Generation: transformers' ``GenerationMixin`` with an ``EncoderDecoderCache`` (self-attention keys in a
-  ``GrowingCache``, cross-attention keys computed once). The generate option ``length_penalty_type`` selects how
-  beam search scores finished hypotheses (``beam_search.LENGTH_PENALTIES``): "transformers" (default, transformers'
-  own beam search, sum_logprobs / len**alpha) or "gnmt" (Wu et al. 2016, sum_logprobs / ((5 + len) / 6)**alpha, the
-  T5 paper's choice with alpha 0.6), which runs ``beam_search.beam_search`` through ``generate(custom_generate=)``.
-- Checkpoints: transformers' T5 key names on disk (``t5_checkpoint_conversion.py``), q/k/v, cross k/v and
-  gate/up fused in memory.
+- Generation: transformers' ``GenerationMixin`` with an ``EncoderDecoderCache`` (cross-attention keys computed
+  once). Beam search with the T5 paper's GNMT length penalty (Wu et al. 2016) is a ``custom_generate`` loop of the
+  hf_llmsys package (``hf_llmsys.generation``); this code runs transformers' own beam search.
+- Checkpoints: transformers' T5 key names on disk (``t5_checkpoint_conversion.py``).
 """
 
 from __future__ import annotations
@@ -39,17 +36,13 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import GroupedQueryAttention
-from .beam_search import LENGTH_PENALTIES, LengthPenaltyTypeMixin
-from .chunked_cross_entropy import chunked_linear_cross_entropy, uses_chunked_loss
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
 from .feed_forward import MLP, GatedMLP
-from .kv_cache import GrowingCache
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
-from .positions import T5RelativePositionalEncoding
-from .projection import Projection
-from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS
+from .position_state import T5RelativePositionalEncoding
+from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS, t5_conversions
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 
 
@@ -104,6 +97,10 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
 
     checkpoint_format = T5_FORMAT  # transformers' T5 key names on disk (t5_checkpoint_conversion.py)
 
+    def checkpoint_key_map(self) -> list:
+        """T5's key map for this model's feed-forward variant (``t5_conversions``)."""
+        return t5_conversions(gated=self.config.mlp_gated)
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """``LlmsysPreTrainedModel.from_pretrained``, with the usual cause of a q/k/v shape mismatch spelled out."""
@@ -138,12 +135,9 @@ class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
         q_std, kv_std, o_std = factor * (d_model * config.d_kv) ** -0.5, factor * d_model**-0.5, factor * inner**-0.5
         plan: dict[nn.Module, list] = {}
         for module in self.modules():
-            if isinstance(module, GroupedQueryAttention):
-                plan[module.qkv_proj] = [(slice(0, inner), q_std), (slice(inner, None), kv_std)]
-                plan[module.o_proj] = [(None, o_std)]
-            elif isinstance(module, CrossAttention):
-                plan[module.q_proj], plan[module.kv_proj] = [(None, q_std)], [(None, kv_std)]
-                plan[module.o_proj] = [(None, o_std)]
+            if isinstance(module, (GroupedQueryAttention, CrossAttention)):
+                plan[module.q_proj], plan[module.o_proj] = [(None, q_std)], [(None, o_std)]
+                plan[module.k_proj], plan[module.v_proj] = [(None, kv_std)], [(None, kv_std)]
             elif isinstance(module, (MLP, GatedMLP)):
                 plan[module.down_proj] = [(None, factor * config.d_ff**-0.5)]
             elif isinstance(module, T5RelativePositionalEncoding):
@@ -262,7 +256,7 @@ class LlmsysT5Model(LlmsysT5EncoderModel):
         )
 
 
-class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, GenerationMixin):
+class LlmsysT5ForConditionalGeneration(LlmsysT5Model, GenerationMixin):
     """T5 with its LM head: logits (B, S, V); ``generate`` does greedy, sampling and beam search with a cache."""
 
     _keys_to_ignore_on_load_unexpected = LlmsysT5PreTrainedModel._keys_to_ignore_on_load_unexpected
@@ -270,7 +264,7 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, Ge
 
     def build_modules(self, config: LlmsysT5Config) -> None:
         super().build_modules(config)
-        self.lm_head = Projection(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Labels shifted right with the decoder start (pad) token first (used by data collators)."""
@@ -300,38 +294,22 @@ class LlmsysT5ForConditionalGeneration(LlmsysT5Model, LengthPenaltyTypeMixin, Ge
         hidden_states = decoded.last_hidden_state
         if self.config.scale_decoder_outputs:  # v1.0: the tied head reads the output at the embedding's scale
             hidden_states = hidden_states * self.config.d_model**-0.5
-        if uses_chunked_loss(self, labels):  # the labels align with the decoder's positions: no shift
-            loss = chunked_linear_cross_entropy(
-                hidden_states,
-                self.lm_head.weight,
-                labels,
-                num_items_in_batch=kwargs.get("num_items_in_batch"),
-                chunk_size=self.config.loss_chunk_size,
-            )
-            return Seq2SeqLMOutput(loss=loss, logits=None, **stack_outputs(encoder_outputs, decoded))
         logits = self.lm_head(hidden_states)
         loss = None if labels is None else seq2seq_loss(logits, labels, kwargs.get("num_items_in_batch"))
         return Seq2SeqLMOutput(loss=loss, logits=logits, **stack_outputs(encoder_outputs, decoded))
 
-    # ---- generation ----------------------------------------------------------------------------------------
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """transformers' cache set-up; its default dynamic cache becomes self-attention ``GrowingCache`` +
-        cross-attention ``DynamicCache``, both sized lazily (the decoder may have more layers than the encoder)."""
+        """transformers' cache set-up, with its default dynamic cache built lazily per stack: transformers sizes
+        both halves from one layer count, and the decoder may have more layers than the encoder."""
         user_cache = model_kwargs.get("cache")
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         cache = model_kwargs.get("cache")
         default = generation_config.cache_implementation in (None, "dynamic") and not generation_config.is_assistant
         if cache is not user_cache and isinstance(cache, EncoderDecoderCache) and default:
-            model_kwargs["cache"] = EncoderDecoderCache(GrowingCache(), DynamicCache())
+            model_kwargs["cache"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
 
-
-LlmsysT5PreTrainedModel.auto_class_map = {
-    "AutoModel": LlmsysT5Model,
-    "AutoModelForSeq2SeqLM": LlmsysT5ForConditionalGeneration,
-}
 
 __all__ = [
-    "LENGTH_PENALTIES",
     "LlmsysT5EncoderModel",
     "LlmsysT5ForConditionalGeneration",
     "LlmsysT5Model",

@@ -28,15 +28,14 @@ return masks of shape (batch, 1, q_len, kv_len), so a head-dependent layout ("st
 
 The object (``AttentionLayout``; ``LAYOUTS``: kind -> class, as ``positions.POSITIONAL_ENCODINGS``) owns everything
 a layer needs to know about its layout: its parameters (config field names) and their validation, its predicate
-and head groups, its kernels per attention backend (``attention_backends.py``: the block kernels of
-``flash_blocks.py`` / ``sparse_attention.py`` under sdpa, FlexAttention BlockMasks, or none: a mask) and the
-backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
+and head groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
 position-anchored, and its model-card / demo text. ``DecoderModel`` builds each layer's layout once, from the
 config (``layouts_from_config``); in a forward each distinct layout answers one question,
 ``layout.attention(config, mask_inputs)``: a kernel, or a mask. A new layout is one subclass and one row.
-
-Shapes: ``dense_layout_mask`` (H, S, S) bool, [h, q, kv]; ``attended_counts`` (H, S) int64, [h, q]; kernels take
-q, k, v (B, H, S, D) and return (B, H, S, D).
+Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); hand-written sub-quadratic block
+kernels of the same predicates are part of the speed layer (``hf_llmsys.kernels.apply``), which swaps them in and
+is tested equal to the masked attention of these predicates. Kernels take q, k, v (B, H, S, D) and return
+(B, H, S, D).
 """
 
 from __future__ import annotations
@@ -45,18 +44,13 @@ import functools
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
 from .attention_backends import attention_backend
-from .flash_blocks import applies as flash_applies
-from .flash_blocks import fixed_flash, local_flash, strided_flash
 from .mask_inputs import MaskInputs, at_positions
 from .positions import encoding_class
 from .registries import registered
-from .sparse_attention import fixed_attention, flex_attention, local_attention, strided_attention
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Kernel = Callable[..., tuple[torch.Tensor, None]]
@@ -92,8 +86,6 @@ class AttentionLayout:
             cache, transformers' sliding-window mask, flash attention's own band); else "full".
         min_heads: the fewest heads the layout is defined for.
         card_text_template / group_labels / citations: the model card's and the demo's words for it.
-        has_block_kernel: ``block_kernel`` computes it without any S x S tensor (else it runs as a mask under
-            sdpa; FlexAttention needs only the predicate).
     """
 
     name: str = ""
@@ -104,7 +96,6 @@ class AttentionLayout:
     card_text_template: str = ""
     group_labels: tuple[str, ...] = ("all heads",)
     citations: tuple[str, ...] = ()
-    has_block_kernel: bool = False
 
     def __init__(self, num_heads: int = 1, **params: int | None):
         """Bind and validate the parameters (those not in ``parameters`` are ignored)."""
@@ -148,30 +139,21 @@ class AttentionLayout:
         return self.card_text_template.format(**self.params)
 
     # --- kernels -------------------------------------------------------------------------------------------------
-    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
-        """Causal self-attention of this layout on (B, H, S, D) q, k, v without an S x S tensor."""
-        raise NotImplementedError(f"layout {self.name!r} has no block kernel; it runs as a mask.")
-
     def flex_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, **_) -> torch.Tensor:
-        """The same through FlexAttention with this layout's (cached) BlockMask."""
+        """Causal self-attention of this layout through FlexAttention with its (cached) BlockMask: (B, H, S, D)."""
         return flex_attention(q, k, v, layout_block_mask(self, q.shape[2], str(q.device)), scale, dropout)
 
     def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
         """The attention function that computes this forward of the layer, or None (then ``mask`` does).
 
-        Kernels compute causal self-attention over whole unpadded sequences at positions 0 .. S-1 with an encoding
-        that adds nothing to the scores; packed rows, padding, a cached prefix or score biases take the mask path.
+        Under flex_attention a plain forward (whole unpadded sequences at positions 0 .. S-1, no cached prefix, an
+        encoding that adds nothing to the scores) runs the layout's BlockMask; everything else takes the mask path.
         """
-        if not config.sparse_kernels or encoding_class(config.position_embedding_type).adds_score_bias:
+        if encoding_class(config.position_embedding_type).adds_score_bias or not mask_inputs.is_plain:
             return None
-        family = attention_backend(config._attn_implementation).layout_kernels
-        if family == "blocks" and self.has_block_kernel:
-            run = functools.partial(self.block_kernel, recompute=config.attention_recompute)
-        elif family == "flex":
-            run = self.flex_kernel
-        else:
+        if attention_backend(config._attn_implementation).layout_kernels != "flex":
             return None
-        return functools.partial(_attention_function, run) if mask_inputs.is_plain else None
+        return functools.partial(layout_attention_function, self.flex_kernel)
 
     # --- masks ---------------------------------------------------------------------------------------------------
     def refusal(self, implementation: str) -> str | None:
@@ -234,7 +216,7 @@ class LayerAttention:
         self.mask, self.kernel = mask, kernel
 
 
-def _attention_function(run, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+def layout_attention_function(run, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
     key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
     value = repeat_kv(value, module.num_key_value_groups)
@@ -261,13 +243,6 @@ def _fix_head(mask_fn: MaskFunction, head: int) -> MaskFunction:
     return group_mask
 
 
-def _checkpointed(kernel, recompute: bool, q, k, v) -> torch.Tensor:
-    """``kernel(q, k, v)``, under ``torch.utils.checkpoint`` when recomputing (nothing but q, k, v kept)."""
-    if recompute and torch.is_grad_enabled():
-        return checkpoint(kernel, q, k, v, use_reentrant=False)
-    return kernel(q, k, v)
-
-
 @functools.lru_cache(maxsize=64)
 def layout_block_mask(layout: AttentionLayout, seq_len: int, device: str):
     """The layout's FlexAttention BlockMask for (S, S) causal self-attention; per head only if it differs per head."""
@@ -277,7 +252,45 @@ def layout_block_mask(layout: AttentionLayout, seq_len: int, device: str):
     return create_block_mask(layout.predicate(), B=None, H=heads, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
 
 
-# --- the four layouts ----------------------------------------------------------------------------------------------
+# --- FlexAttention: the layouts as BlockMasks (Dong et al. 2024, "Flex Attention") -------------------------------
+# A BlockMask lists, per (query block, key block) of 128 x 128, whether the block is empty, full or partial, so the
+# fused kernel skips empty blocks: O(S * kept keys) work without an S x S tensor. Compiled; on CPU torch 2.13 has
+# no flex backward, so this backend is for inference on CPU and for training on GPU.
+_COMPILED_FLEX = None
+# torch 2.13's compiled CPU flex kernel gives wrong outputs (off by ~2, or NaN) on some calls when head_dim < 32 and
+# the sequence is shorter than one 128-token block (measured against SDPA; NATTEN refuses compiled flex below head_dim
+# 32 for the same reason, SHI-Labs/NATTEN#239). Below it the uncompiled flex runs: right, and at such head sizes small.
+COMPILED_CPU_FLEX_MIN_HEAD_DIM = 32
+
+
+def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> torch.Tensor:
+    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask); on CPU with
+    D < ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` torch's uncompiled flex."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention as torch_flex_attention
+
+    global _COMPILED_FLEX
+    if dropout:
+        raise ValueError(
+            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
+            "model with attn_implementation='sdpa'."
+        )
+    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError(
+            "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
+            "attn_implementation='sdpa', or run flex forward only under torch.no_grad()."
+        )
+    if q.device.type == "cpu" and q.shape[-1] < COMPILED_CPU_FLEX_MIN_HEAD_DIM:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return torch_flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(torch_flex_attention, dynamic=False)
+    return _COMPILED_FLEX(q, k, v, block_mask=block_mask, scale=scale)
+
+
+# --- the layouts ----------------------------------------------------------------------------------------------
 class DenseLayout(AttentionLayout):
     """Every kv <= q: transformers' own causal mask (None under sdpa: its ``is_causal`` kernel), never a kernel."""
 
@@ -299,9 +312,6 @@ class DenseLayout(AttentionLayout):
     def mask(self, config, mask_inputs: MaskInputs):
         return create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
 
-    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
-
 
 class LocalLayout(AttentionLayout):
     """A band of ``sliding_window`` tokens including the current one (GPT-3's local layers; GPT-Neo's window)."""
@@ -310,100 +320,14 @@ class LocalLayout(AttentionLayout):
     parameters = ("sliding_window",)
     cache_kind = WINDOWED_CACHE
     card_text_template = "local band of {sliding_window}"
-    has_block_kernel = True
 
     def predicate(self) -> MaskFunction:
         return _band(self.params["sliding_window"])
 
-    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
-        window = self.params["sliding_window"]
-        if flash_applies(q, dropout):
-            return local_flash(q, k, v, window, scale)
-        kernel = functools.partial(local_attention, window=window, scale=scale, dropout=dropout)
-        return _checkpointed(kernel, recompute, q, k, v)
-
-
-class StridedLayout(AttentionLayout):
-    """Child et al.'s strided factorisation: heads h < H // 2 the previous l tokens, the others every l-th."""
-
-    name = "strided"
-    parameters = ("sparse_stride",)
-    position_anchored = True
-    min_heads = 2
-    card_text_template = "strided (stride {sparse_stride})"
-    group_labels = ("heads 0..H/2 (previous l)", "heads H/2.. (every l-th)")
-    citations = ("child2019sparse",)
-    has_block_kernel = True
-
-    def predicate(self) -> MaskFunction:
-        stride = self.params["sparse_stride"]
-        half, previous = self.num_heads // 2, _band(stride)
-
-        def strided(batch_idx, head_idx, q_idx, kv_idx):
-            every_lth = (kv_idx <= q_idx) & ((q_idx - kv_idx) % stride == 0)
-            return torch.where(head_idx < half, previous(batch_idx, head_idx, q_idx, kv_idx), every_lth)
-
-        return strided
-
-    def head_groups(self) -> list[slice]:
-        half = self.num_heads // 2  # an odd extra head joins the every-l-th group
-        return [slice(0, half), slice(half, self.num_heads)]
-
-    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
-        stride = self.params["sparse_stride"]
-        if q.shape[1] != self.num_heads:
-            raise ValueError(f"num_heads: {self.num_heads} given but q has {q.shape[1]} heads.")
-        if flash_applies(q, dropout):
-            return strided_flash(q, k, v, stride, scale, self.num_heads)
-        kernel = functools.partial(strided_attention, stride=stride, scale=scale, num_heads=self.num_heads,
-                                   dropout=dropout)  # fmt: skip
-        return _checkpointed(kernel, recompute, q, k, v)
-
-
-class FixedLayout(AttentionLayout):
-    """The current block of l tokens plus the last c positions of every earlier block (Child et al., merged heads)."""
-
-    name = "fixed"
-    parameters = ("sparse_stride", "sparse_summary")
-    position_anchored = True
-    card_text_template = "fixed (block {sparse_stride}, {sparse_summary} summary)"
-    citations = ("child2019sparse",)
-    has_block_kernel = True
-
-    def validate(self) -> None:
-        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
-        if summary > stride:
-            raise ValueError(
-                f"sparse_summary: layout 'fixed' needs 0 < sparse_summary <= sparse_stride, got "
-                f"sparse_summary={summary} with sparse_stride={stride}."
-            )
-
-    def predicate(self) -> MaskFunction:
-        block, first_summary = (
-            self.params["sparse_stride"],
-            self.params["sparse_stride"] - self.params["sparse_summary"],
-        )
-
-        def fixed(batch_idx, head_idx, q_idx, kv_idx):
-            block_start = (q_idx // block) * block
-            same_block = (kv_idx >= block_start) & (kv_idx <= q_idx)
-            summary = (kv_idx < block_start) & (kv_idx % block >= first_summary)
-            return same_block | summary
-
-        return fixed
-
-    def block_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, recompute: bool = False) -> torch.Tensor:
-        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
-        if flash_applies(q, dropout):
-            return fixed_flash(q, k, v, stride, summary, scale)
-        kernel = functools.partial(fixed_attention, stride=stride, summary=summary, scale=scale, dropout=dropout)
-        return _checkpointed(kernel, recompute, q, k, v)
-
 
 # kind -> class: the one registry of layouts (each class carries its kind as ``name``)
-LAYOUTS: dict[str, type[AttentionLayout]] = {
-    cls.name: cls for cls in (DenseLayout, LocalLayout, StridedLayout, FixedLayout)
-}
+# (``factorized_layouts.py`` adds GPT-3's strided and fixed kinds for the model types that use them)
+LAYOUTS: dict[str, type[AttentionLayout]] = {cls.name: cls for cls in (DenseLayout, LocalLayout)}
 
 
 # --- building layouts ----------------------------------------------------------------------------------------------
@@ -417,8 +341,11 @@ def layout(kind: str, num_heads: int = 1, **params: int | None) -> AttentionLayo
     return layout_class(kind)(num_heads, **params)
 
 
-def resolve_layer_layouts(attention_layout: Sequence[str], num_layers: int) -> list[str]:
-    """One layout kind per layer; a shorter list is repeated (["dense", "local"] is GPT-3's alternation)."""
+def resolve_layer_layouts(
+    attention_layout: Sequence[str], num_layers: int, known: Sequence[str] | None = None
+) -> list[str]:
+    """One layout kind per layer; a shorter list is repeated (["dense", "local"] is GPT-3's alternation).
+    ``known``: the kinds the model type offers (default: every registered one)."""
     if isinstance(attention_layout, str):
         raise ValueError(f"attention_layout: expected a list of kinds, got the string {attention_layout!r}.")
     kinds = list(attention_layout)
@@ -426,9 +353,10 @@ def resolve_layer_layouts(attention_layout: Sequence[str], num_layers: int) -> l
         raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}.")
     if not kinds:
         raise ValueError("attention_layout: empty; give one kind per layer or a pattern to repeat, e.g. ['dense'].")
-    unknown = [kind for kind in kinds if kind not in LAYOUTS]
+    known = sorted(LAYOUTS if known is None else known)
+    unknown = [kind for kind in kinds if kind not in known]
     if unknown:
-        raise ValueError(f"attention_layout: unknown kinds {unknown}; choose from {sorted(LAYOUTS)}.")
+        raise ValueError(f"attention_layout: unknown kinds {unknown}; choose from {known}.")
     if len(kinds) > num_layers:
         raise ValueError(
             f"attention_layout: {len(kinds)} entries for num_layers={num_layers}; give at most one per layer."
@@ -445,71 +373,3 @@ def layouts_from_config(config) -> list[AttentionLayout]:
     """One layout object per layer (``config.layer_layouts()``), a single object per distinct kind."""
     built = {kind: layout_class(kind).from_config(config) for kind in dict.fromkeys(config.layer_layouts())}
     return [built[kind] for kind in config.layer_layouts()]
-
-
-# --- the layouts as tensors and functions of a kind (tests, plots, benchmarks) -------------------------------------
-def sparse_attention(kind: str, q, k, v, *, scale: float, num_heads: int | None = None, recompute: bool = False,
-                     dropout: float = 0.0, **params: int | None) -> torch.Tensor:  # fmt: skip
-    """Causal self-attention of layout ``kind`` on (B, H, S, D) q, k, v through its block kernel (dense: SDPA).
-
-    ``dropout`` is attention dropout on the probabilities (SDPA's ``dropout_p``); under ``recompute`` the
-    checkpoint replays the same random state in backward.
-    """
-    return layout(kind, q.shape[1] if num_heads is None else num_heads, **params).block_kernel(
-        q, k, v, scale=scale, dropout=dropout, recompute=recompute
-    )
-
-
-def flex_layout_attention(kind: str, q, k, v, *, scale: float, dropout: float = 0.0, **params) -> torch.Tensor:
-    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
-    num_heads = params.pop("num_heads", None) or q.shape[1]
-    return layout(kind, num_heads, **params).flex_kernel(q, k, v, scale=scale, dropout=dropout)
-
-
-def layout_mask_function(kind: str, *, num_heads: int = 1, **params: int | None) -> MaskFunction:
-    """The mask predicate of ``kind`` with its parameters bound."""
-    return layout(kind, num_heads, **params).predicate()
-
-
-def head_group_mask_functions(kind: str, *, num_heads: int = 1, **params) -> list[tuple[slice, MaskFunction]]:
-    """(heads, predicate) per head group of ``kind``."""
-    return layout(kind, num_heads, **params).group_predicates()
-
-
-def _check_seq_len(seq_len: int) -> None:
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len: expected an integer >= 1, got {seq_len!r}.")
-
-
-def _head_query_mask(kind: str, seq_len: int, q_start: int, q_end: int, **params: int | None) -> torch.Tensor:
-    """Rows q_start:q_end of the (H, S, S) pattern, as (H, q_end - q_start, S) bool."""
-    num_heads = params.pop("num_heads", 1)
-    mask_fn = layout_mask_function(kind, num_heads=num_heads, **params)
-    batch = torch.zeros(1, 1, 1, 1, dtype=torch.long)
-    heads = torch.arange(num_heads)[None, :, None, None]
-    q_idx = torch.arange(q_start, q_end)[None, None, :, None]
-    kv_idx = torch.arange(seq_len)[None, None, None, :]
-    return mask_fn(batch, heads, q_idx, kv_idx).expand(1, num_heads, q_end - q_start, seq_len)[0]
-
-
-def dense_layout_mask(kind: str, seq_len: int, **params: int | None) -> torch.Tensor:
-    """The layout materialised as an (H, S, S) bool mask, [h, q, kv] (tests, plots, masked-dense reference)."""
-    _check_seq_len(seq_len)
-    return _head_query_mask(kind, seq_len, 0, seq_len, **params).clone()
-
-
-def attended_counts(kind: str, seq_len: int, *, chunk: int = 256, **params: int | None) -> torch.Tensor:
-    """Keys kept per query, (H, S) int64, built ``chunk`` query rows at a time to bound memory."""
-    _check_seq_len(seq_len)
-    rows = [
-        _head_query_mask(kind, seq_len, start, min(start + chunk, seq_len), **params).sum(-1)
-        for start in range(0, seq_len, chunk)
-    ]
-    return torch.cat(rows, dim=-1)
-
-
-def masked_dense_reference(kind: str, q, k, v, *, scale: float, **params: int | None) -> torch.Tensor:
-    """SDPA with the full (H, S, S) layout mask from ``dense_layout_mask``: the O(S^2) test reference."""
-    params.setdefault("num_heads", q.shape[1])
-    mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)

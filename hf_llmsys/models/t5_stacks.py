@@ -28,7 +28,7 @@ from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
 from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
 from .norms import build_norm
-from .positions import T5RelativePositionalEncoding
+from .position_state import T5RelativePositionalEncoding
 from .token_inputs import embed_token_ids
 
 

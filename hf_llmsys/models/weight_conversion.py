@@ -1,13 +1,15 @@
 """Checkpoint key maps: each on-disk format declared once, applied per model instance on every loading path.
 
-A format is a list of transformers ``WeightRenaming`` / ``WeightConverter`` ops (``CHECKPOINT_KEY_MAPS``, name ->
-function returning a fresh list): "llama" (transformers' Llama: separate q/k/v and gate/up), "gpt2" (GPT-2's
-Conv1D modules, fused ``c_attn``) and "gpt_neo" (GPT-Neo's Linear modules, separate q/k/v) here, "t5" in
-``t5_checkpoint_conversion.py``. Renamings run in order (each may see the result of the previous ones), then at
+Our modules carry transformers' Llama names (``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ...), so a
+Llama-layout checkpoint needs no map. A format is a list of transformers ``WeightRenaming`` / ``WeightConverter``
+ops (``CHECKPOINT_KEY_MAPS``, name -> function returning a fresh list): "gpt2" (GPT-2's Conv1D modules, fused
+``c_attn``, split into q/k/v on load and joined on save) and "gpt_neo" (GPT-Neo's Linear modules) in
+``gpt2_checkpoint_conversion.py``, "t5" in ``t5_checkpoint_conversion.py``; each model type's files import only
+its own. Renamings run in order (each may see the result of the previous ones), then at
 most one converter per key, as in transformers' loader; saving runs the reverse.
 
-Which format a model uses is chosen per instance: ``LlmsysPreTrainedModel.checkpoint_format`` (a class constant
-for llama / t5, ``config.checkpoint_format`` for GPT-3). ``checkpoint_key_map()`` is the format's whole list, used
+Which format a model uses is chosen per instance: ``LlmsysPreTrainedModel.checkpoint_format`` (None for llama, a
+class constant for t5, ``config.checkpoint_format`` for GPT-3). ``checkpoint_key_map()`` is the format's whole list, used
 when loading (a head model's checkpoint loads into the base model, so rules this model's keys do not need may
 apply); ``checkpoint_conversions()`` keeps the ops that touch this model's keys (``transforms_matching``: a
 bias-free LLaMA has no bias converters, the T5 encoder no decoder rules, a GPT-3 without learned positions no
@@ -33,12 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from copy import deepcopy
-from pathlib import Path
 
 import torch
 from transformers.core_model_loading import (
-    ConversionOps,
-    Transpose,
     WeightConverter,
     WeightRenaming,
     WeightTransform,
@@ -46,148 +45,9 @@ from transformers.core_model_loading import (
     rename_source_key,
 )
 
-from .fused_file_views import joined_as_file_view, read_header, write_in_fusion_order
-
-
-def _qkv_sizes(config) -> list[int]:
-    d = config.head_dim
-    return [config.num_attention_heads * d, config.num_key_value_heads * d, config.num_key_value_heads * d]
-
-
-def _gate_up_sizes(config) -> list[int]:
-    return [config.intermediate_size, config.intermediate_size]
-
-
-SPLIT_SIZE_RULES = {"qkv": _qkv_sizes, "gate_up": _gate_up_sizes}
-
-
-class ConcatenateRows(ConversionOps):
-    """Fuse the source tensors along dim 0 in source-pattern order; reversed by ``SplitRows``. During a
-    ``from_pretrained`` load whose file holds the pieces back to back, the result is a view of the file, not a
-    copy (``fused_file_views.py``)."""
-
-    def __init__(self, rule: str):
-        self.rule = rule
-
-    @torch.no_grad()
-    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
-        tensors = []
-        for pattern in source_patterns:
-            if pattern not in input_dict:
-                raise ValueError(
-                    f"checkpoint lacks {pattern!r} needed to build {target_patterns[0]!r}: a Llama-format "
-                    f"checkpoint must hold all of {source_patterns}."
-                )
-            value = input_dict.pop(pattern)
-            tensors.extend(value if isinstance(value, list) else [value])
-        fused = joined_as_file_view(tensors)
-        return {target_patterns[0]: torch.cat(tensors, dim=0) if fused is None else fused}
-
-    @property
-    def reverse_op(self) -> ConversionOps:
-        return SplitRows(self.rule)
-
-
-class SplitRows(ConversionOps):
-    """Split one fused tensor along dim 0 into pieces sized by ``SPLIT_SIZE_RULES[rule](config)``."""
-
-    def __init__(self, rule: str):
-        self.rule = rule
-
-    @torch.no_grad()
-    def convert(self, input_dict, source_patterns, target_patterns, config=None, **kwargs):
-        (value,) = input_dict.values()
-        tensor = value[0] if isinstance(value, list) else value
-        pieces = torch.split(tensor, SPLIT_SIZE_RULES[self.rule](config), dim=0)
-        return {target: piece.contiguous() for target, piece in zip(target_patterns, pieces, strict=True)}
-
-    @property
-    def reverse_op(self) -> ConversionOps:
-        return ConcatenateRows(self.rule)
-
-
-def llama_conversions() -> list[WeightTransform]:
-    """transformers' Llama layout: separate q/k/v and gate/up tensors (and biases, Qwen2-style) -> fused ones."""
-    converters = []
-    for suffix in ("weight", "bias"):
-        converters.append(
-            WeightConverter(
-                [f"self_attn.{name}_proj.{suffix}" for name in ("q", "k", "v")],
-                f"self_attn.qkv_proj.{suffix}",
-                operations=[ConcatenateRows("qkv")],
-            )
-        )
-        converters.append(
-            WeightConverter(
-                [f"mlp.{name}_proj.{suffix}" for name in ("gate", "up")],
-                f"mlp.gate_up_proj.{suffix}",
-                operations=[ConcatenateRows("gate_up")],
-            )
-        )
-    return converters
-
-
-# transformers GPT-2 key -> hf-llmsys key (regexes, applied in order); the inverse runs at save time. The
-# lookbehind (at the start or after a dot) also matches a bare ``GPT2Model`` checkpoint; transformers drops it
-# when reversing the mapping.
-GPT2_RENAMES = {
-    r"^transformer\.": "model.",
-    r"(?<![^.])h\.(\d+)\.": r"layers.\1.",
-    r"(?<![^.])wte\.": "embed_tokens.",
-    r"(?<![^.])wpe\.": "positions.embed_positions.",
-    r"(?<![^.])ln_f\.": "norm.",
-    r"\.ln_1\.": ".input_layernorm.",
-    r"\.ln_2\.": ".post_attention_layernorm.",
-}
-# GPT-2's Conv1D modules store weights as (in, out): renamed and transposed to nn.Linear's (out, in). c_attn's
-# output columns are [q | k | v], each H heads of D: after the transpose, exactly our qkv_proj rows.
-GPT2_CONV1D = {
-    "attn.c_attn": "self_attn.qkv_proj",
-    "attn.c_proj": "self_attn.o_proj",
-    "mlp.c_fc": "mlp.up_proj",
-    "mlp.c_proj": "mlp.down_proj",
-}
-
-
-def gpt2_conversions() -> list:
-    """Renamings and Conv1D transposes that load a transformers ``GPT2LMHeadModel`` checkpoint."""
-    transforms = [WeightRenaming(source, target) for source, target in GPT2_RENAMES.items()]
-    for source, target in GPT2_CONV1D.items():
-        transforms.append(WeightConverter(f"{source}.weight", f"{target}.weight", operations=[Transpose(0, 1)]))
-        transforms.append(WeightRenaming(rf"\.{source}\.bias", f".{target}.bias"))
-    return transforms
-
-
-# transformers GPT-Neo key -> hf-llmsys key, on top of the GPT-2 renames (same embeddings, norms and blocks).
-# GPT-Neo's modules are nn.Linear (no transpose); q/k/v are separate (no bias) and fused here into qkv_proj.
-GPT_NEO_RENAMES = {
-    r"\.attn\.attention\.out_proj\.": ".self_attn.o_proj.",
-    r"\.mlp\.c_fc\.": ".mlp.up_proj.",
-    r"\.mlp\.c_proj\.": ".mlp.down_proj.",
-}
-
-
-def gpt_neo_conversions() -> list:
-    """Renamings and the q/k/v fusion that load a transformers ``GPTNeoForCausalLM`` checkpoint."""
-    renames = {**GPT2_RENAMES, **GPT_NEO_RENAMES}
-    transforms = [WeightRenaming(source, target) for source, target in renames.items()]
-    transforms.append(
-        WeightConverter(
-            [f"attn.attention.{name}_proj.weight" for name in ("q", "k", "v")],
-            "self_attn.qkv_proj.weight",
-            operations=[ConcatenateRows("qkv")],
-        )
-    )
-    return transforms
-
-
-# Checkpoint layouts a GPT-3-style model can read and write (``LlmsysGPT3Config.checkpoint_format``).
-CHECKPOINT_FORMATS: dict[str, Callable[[], list[WeightTransform]]] = {
-    "gpt2": gpt2_conversions,
-    "gpt_neo": gpt_neo_conversions,
-}
-# Every format a model may name in ``checkpoint_format`` ("t5" is added by t5_checkpoint_conversion.py).
-CHECKPOINT_KEY_MAPS: dict[str, Callable[[], list[WeightTransform]]] = {"llama": llama_conversions, **CHECKPOINT_FORMATS}
+# Every format a model may name in ``checkpoint_format``, filled by the files that define them:
+# gpt2_checkpoint_conversion.py ("gpt2", "gpt_neo") and t5_checkpoint_conversion.py ("t5").
+CHECKPOINT_KEY_MAPS: dict[str, Callable[[], list[WeightTransform]]] = {}
 
 
 def transforms_matching(transforms: list[WeightTransform], model_keys: Iterable[str]) -> list[WeightTransform]:
@@ -224,29 +84,3 @@ def convert_state_dict(state_dict: dict, transforms: list[WeightTransform], conf
     for new_key, converter in pending.items():
         for name, value in converter.convert(new_key, config=config).items():
             state_dict[prefix + name] = value[0] if isinstance(value, list) else value
-
-
-def fusion_groups(keys: Iterable[str], transforms: list[WeightTransform]) -> list[list[str]]:
-    """The checkpoint keys that ``ConcatenateRows`` joins into one tensor, one list per fused tensor in the order
-    it joins them (e.g. a layer's ``q_proj``, ``k_proj``, ``v_proj`` weights), found as a load would: every
-    renaming, then the converter that claims the key."""
-    renamings = [transform for transform in transforms if isinstance(transform, WeightRenaming)]
-    converters = [
-        transform for transform in transforms if isinstance(transform, WeightConverter)
-        and any(isinstance(operation, ConcatenateRows) for operation in transform.operations)
-    ]  # fmt: skip
-    groups: dict[str, dict[int, str]] = {}
-    for key in keys:
-        target, pattern = rename_source_key(key, renamings, converters)
-        if pattern is not None:
-            converter = next(c for c in converters if pattern in c.source_patterns)
-            groups.setdefault(target, {})[converter.source_patterns.index(pattern)] = key
-    return [[members[index] for index in sorted(members)] for members in groups.values()]
-
-
-def store_fused_pieces_adjacent(folder: Path, transforms: list[WeightTransform]) -> None:
-    """Rewrite each safetensors file of `folder` with the pieces of every fused tensor back to back (the groups
-    `transforms` join), so that a load maps each fused tensor instead of copying it (``fused_file_views.py``)."""
-    for path in sorted(Path(folder).glob("*.safetensors")):
-        _, header = read_header(path)
-        write_in_fusion_order(path, fusion_groups(header, transforms))

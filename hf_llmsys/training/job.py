@@ -26,7 +26,8 @@ from transformers import GenerationConfig, HfArgumentParser, TrainingArguments, 
 from transformers.trainer_utils import TrainOutput
 
 from ..command_logging import follow_trainer_log_level
-from ..models.chunked_cross_entropy import COMPILED_CHUNKED_LOSS_DEVICES
+from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
+from ..kernels import applied as applied_kernels
 from .output_dir import atomic_save
 
 
@@ -133,10 +134,10 @@ def compile_report(trainer) -> dict:
 
 
 def compiled_loss(trainer) -> str:
-    """The loss a compiled model trains with: chunked (``config.loss_chunk_size``) on the CPU; on a GPU the plain
-    one, which the models take when traced for a GPU (``models/chunked_cross_entropy.py``: the compiled CUDA code
-    of the chunked loss gave wrong gradients)."""
-    chunk = getattr(getattr(trainer.model, "config", None), "loss_chunk_size", 0) or 0
+    """The loss a compiled model trains with: chunked (the speed layer's ``loss_chunk_size``) on the CPU; on a GPU the
+    plain one, which the models take when traced for a GPU (``kernels/chunked_cross_entropy.py``: the compiled CUDA
+    code of the chunked loss gave wrong gradients)."""
+    chunk = (applied_kernels(trainer.model) or {}).get("loss_chunk_size", 0) or 0
     if chunk <= 0:
         return "plain"
     if trainer.args.device.type not in COMPILED_CHUNKED_LOSS_DEVICES:
@@ -191,3 +192,11 @@ def print_compile_report(results: dict) -> None:
     report = results.get("torch_compile")
     if report and report["requested"]:
         print(describe_compile(report))
+
+
+def apply_speed_layer(model, model_args) -> None:
+    """``hf_llmsys.kernels.apply`` with the job's ``--loss_chunk_size``, unless ``--kernels false``."""
+    if model_args.kernels:
+        from .. import kernels
+
+        kernels.apply(model, loss_chunk_size=model_args.loss_chunk_size)

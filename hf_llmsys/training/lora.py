@@ -1,24 +1,33 @@
 """PEFT LoRA for the SFT job: default target modules per model type, checked targets, merge.
 
-Defaults (`DEFAULT_LORA_TARGETS`, all attention and MLP projections, not the LM head): our models use fused
-projections (``qkv_proj``, ``gate_up_proj``; T5 cross-attention ``q_proj`` + ``kv_proj``), transformers' models
-their own names. Other model types use PEFT's ``"all-linear"``. A `--lora_target` that matches no module is an error
-listing the model's linear-layer names (PEFT matches exact names or name suffixes).
+Defaults (`default_lora_targets`: all attention and MLP projections, not the LM head): our architectures' are their
+rows' ``lora_targets`` in the registry (``hf_llmsys/architectures.py``: ``q_proj`` ``k_proj`` ``v_proj`` ``o_proj``
+and the MLP's ``gate_proj`` ``up_proj`` ``down_proj``); transformers' own model types (`FOREIGN_LORA_TARGETS`)
+their module names. Names the model has no module for are dropped (an ungated MLP has no ``gate_proj``). Other model
+types use PEFT's ``"all-linear"``. A `--lora_target` that matches no module is an error listing the model's
+linear-layer names (PEFT matches exact names or name suffixes).
 """
 
 from __future__ import annotations
 
 import torch
 
-DEFAULT_LORA_TARGETS = {
-    "llmsys_llama": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
-    "llmsys_gpt3": ["qkv_proj", "o_proj", "up_proj", "down_proj"],
-    "llmsys_t5": ["qkv_proj", "q_proj", "kv_proj", "o_proj", "up_proj", "gate_up_proj", "down_proj"],
+from .. import architectures
+
+# transformers' own model types (not hf-llmsys architectures: those are in the registry) -> their projections.
+FOREIGN_LORA_TARGETS = {
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "gpt2": ["c_attn", "c_proj", "c_fc"],
     "gpt_neo": ["q_proj", "k_proj", "v_proj", "out_proj", "c_fc", "c_proj"],
     "t5": ["q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo"],
 }
+
+
+def default_lora_targets(model_type: str) -> list[str] | None:
+    """The default target modules of `model_type`: its registry row's, else transformers' type's; None: unknown."""
+    if model_type in architectures.ARCHITECTURES:
+        return list(architectures.architecture(model_type).lora_targets)
+    return FOREIGN_LORA_TARGETS.get(model_type)
 
 
 def linear_module_names(model) -> list[str]:
@@ -34,7 +43,7 @@ def resolve_targets(model, requested: list[str] | None) -> list[str] | str:
     if requested in (["all-linear"], "all-linear"):
         return "all-linear"
     available = linear_module_names(model)
-    targets = requested or DEFAULT_LORA_TARGETS.get(model.config.model_type)
+    targets = requested or default_lora_targets(model.config.model_type)
     if targets is None:
         return "all-linear"
     names = [n for n, _ in model.named_modules()]

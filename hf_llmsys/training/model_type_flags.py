@@ -1,10 +1,11 @@
 """Which `llmsys train` flags apply to which `--model_type`: a flag that does not apply is refused, never dropped.
 
 A job's flags that apply to some model types only have a row each (`FlagScope`, the table is
-`pretrain_arguments.FLAG_SCOPES`): the model types it applies to, the config attribute it sets (a field or an
-`attribute_map` alias of each of those types' config classes: `declared_config_fields_exist`, and a test that builds
-each config and reads the attribute back), and per-type defaults (``intermediate_size``: GPT-3's None = its 4d MLP,
-where the LLaMA default job uses 384).
+`pretrain_arguments.FLAG_SCOPES`): the config attribute it sets (a field or an `attribute_map` alias of each of the
+config classes of the types it applies to: `declared_config_fields_exist`, and a test that builds each config and
+reads the attribute back). Which model types take it, and a type's own default for it, are that type's row of the
+architecture registry (``hf_llmsys/architectures.py``: ``training_flags``, ``training_flag_defaults``, e.g.
+``intermediate_size``: GPT-3's None = its 4d MLP, where the LLaMA default job uses 384), read when checked.
 
 `apply_model_type_flags` runs once, before anything is read or written: a flag given on the command line (from
 Python: set to a non-default value) that does not apply to the chosen model type is a ValueError naming the flag,
@@ -17,20 +18,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from transformers import AutoConfig
+from .. import architectures
 
 _UNSET = object()
 
 
 @dataclass(frozen=True)
 class FlagScope:
-    """Where a flag applies: `model_types` (None: every type), the config field it sets, defaults per type."""
+    """A flag's row: its name, the config field it sets (None: read by the job) and whether it applies to every
+    model type (`every_type`) or only to those whose registry row lists it in ``training_flags``."""
 
-    model_types: tuple[str, ...] | None
+    flag: str
     config_field: str | None = None
-    default_for: Mapping[str, object] = field(default_factory=dict)
+    every_type: bool = False
+
+    @property
+    def model_types(self) -> tuple[str, ...] | None:
+        """The model types this flag applies to, in registry order (None: every type)."""
+        if self.every_type:
+            return None
+        rows = architectures.ARCHITECTURES.values()
+        return tuple(row.model_type for row in rows if self.flag in row.training_flags)
+
+
+def flag_scopes(*scopes: FlagScope) -> dict[str, FlagScope]:
+    """flag name -> its row."""
+    return {scope.flag: scope for scope in scopes}
 
 
 def flags_given(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
@@ -66,14 +81,13 @@ def check_flags_apply(model_type: str, given: Iterable[str], scopes: Mapping[str
             )
 
 
-def fill_model_type_defaults(
-    model_type: str, arguments: Iterable, given: Iterable[str], scopes: Mapping[str, FlagScope]
-) -> None:
-    """Set each flag that was not given to its `default_for[model_type]` value, where its scope declares one."""
+def fill_model_type_defaults(model_type: str, arguments: Iterable, given: Iterable[str]) -> None:
+    """Set each flag that was not given to the model type's own default, where its registry row declares one."""
+    defaults = architectures.architecture(model_type, "--model_type").training_flag_defaults
     for args in arguments:
         for name in {f.name for f in dataclasses.fields(args)} - set(given):
-            if name in scopes and model_type in scopes[name].default_for:
-                setattr(args, name, scopes[name].default_for[model_type])
+            if name in defaults:
+                setattr(args, name, defaults[name])
 
 
 def apply_model_type_flags(
@@ -82,19 +96,22 @@ def apply_model_type_flags(
     """Refuse flags that do not apply to `model_type`, then fill its per-type defaults (see the module docstring)."""
     given = non_default_fields(arguments) if given is None else frozenset(given)
     check_flags_apply(model_type, given, scopes)
-    fill_model_type_defaults(model_type, arguments, given, scopes)
+    fill_model_type_defaults(model_type, arguments, given)
 
 
 def config_knows(model_type: str, name: str) -> bool:
     """Whether `model_type`'s config class has the attribute `name` (a field or an `attribute_map` alias)."""
-    config_class = type(AutoConfig.for_model(model_type))
+    config_class = architectures.architecture(model_type).config_class
     fields = {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
     return name in fields or name in getattr(config_class, "attribute_map", {})
 
 
-def declared_config_fields_exist(scopes: Mapping[str, FlagScope], model_types: Iterable[str]) -> list[str]:
-    """``--flag -> type.field`` for each declared config field a config class does not know: should be none."""
-    model_types = tuple(model_types)
+def declared_config_fields_exist(
+    scopes: Mapping[str, FlagScope], model_types: Iterable[str] | None = None
+) -> list[str]:
+    """``--flag -> type.field`` for each declared config field a config class does not know: should be none
+    (`model_types`: those a flag of every type is checked on; None: every registered type)."""
+    model_types = tuple(architectures.ARCHITECTURES if model_types is None else model_types)
     return [
         f"--{name} -> {model_type}.{scope.config_field}"
         for name, scope in scopes.items()

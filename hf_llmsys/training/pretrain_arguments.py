@@ -2,17 +2,19 @@
 
 One flag set, read by both jobs: the model-shape flags name the causal-LM field (hidden_size, num_hidden_layers,
 ...) and the T5 job maps them onto T5's config. A flag that applies to some model types only has a row in
-`FLAG_SCOPES` (the types, the config field it sets, per-type defaults); given with another model type it is refused
-with a message naming it (`model_type_flags.py`), never ignored.
+`FLAG_SCOPES` (the config field it sets); the types that take it and their own defaults are their rows of the
+architecture registry (``hf_llmsys/architectures.py``: ``training_flags``, ``training_flag_defaults``). Given with
+another model type it is refused with a message naming it (`model_type_flags.py`), never ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models.chunked_cross_entropy import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE, default_chunk_size
+from ..architectures import architecture
+from ..kernels import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE, default_chunk_size
 from .job import JobTrainingArguments
-from .model_type_flags import FlagScope, apply_model_type_flags
+from .model_type_flags import FlagScope, apply_model_type_flags, flag_scopes
 
 DEFAULT_OUTPUT_DIR = "runs/llmsys-llama-tiny"
 DEFAULT_T5_OUTPUT_DIR = "runs/llmsys-t5-tiny"
@@ -63,9 +65,18 @@ class ModelArguments:
         default=None,
         metadata={
             "help": "Tokens per chunk of the training loss: the LM head and cross-entropy a chunk at a time, so the "
-            "full (tokens x vocab) logits never exist (same loss and gradients; saved in the config). 0: plain loss. "
+            "full (tokens x vocab) logits never exist (same loss and gradients; part of the speed layer, never saved). "
+            "0: plain loss. "
             f"Default: {DEFAULT_CHUNK_SIZE} on the CPU, {ACCELERATOR_CHUNK_SIZE} on a GPU (fewer kernel launches, "
             "same peak memory)."
+        },
+    )
+    kernels: bool = field(
+        default=True,
+        metadata={
+            "help": "Train with the speed layer (hf_llmsys.kernels.apply: fused norm and SwiGLU, recomputed "
+            "activations, the chunked loss, sparse block kernels; same loss and gradients, never saved). false: the "
+            "plain model."
         },
     )
     model_type: str = field(
@@ -171,25 +182,23 @@ class DataArguments:
     )
 
 
-CAUSAL_LM_TYPES = ("llmsys_llama", "llmsys_gpt3")  # the decoders (DecoderConfig): layouts, GQA
-T5_TYPES = ("llmsys_t5",)
-
-# flag -> the model types it applies to, the config field it sets, per-type defaults when not given.
-# A flag without a row applies to every model type. Checked once, in `validate_pretrain_args`.
-FLAG_SCOPES: dict[str, FlagScope] = {
-    "num_key_value_heads": FlagScope(CAUSAL_LM_TYPES, "num_key_value_heads"),
-    "intermediate_size": FlagScope(None, "intermediate_size", default_for={"llmsys_gpt3": None}),
-    "attention_layout": FlagScope(CAUSAL_LM_TYPES, "attention_layout"),
-    "sliding_window": FlagScope(CAUSAL_LM_TYPES, "sliding_window"),
-    "sparse_stride": FlagScope(CAUSAL_LM_TYPES, "sparse_stride"),
-    "sparse_summary": FlagScope(CAUSAL_LM_TYPES, "sparse_summary"),
-    "num_decoder_layers": FlagScope(T5_TYPES, "num_decoder_layers"),
-    "head_dim": FlagScope(T5_TYPES, "d_kv"),
-    "feed_forward_proj": FlagScope(T5_TYPES),  # parsed into hidden_act / mlp_gated
-    "dropout_rate": FlagScope(T5_TYPES, "dropout_rate"),
-    "noise_density": FlagScope(T5_TYPES),  # span corruption
-    "mean_noise_span_length": FlagScope(T5_TYPES),
-}
+# flag -> the config field it sets (None: read by the job). A flag with a row applies to the model types whose
+# registry row lists it in ``training_flags`` (every_type: to all; the row declares its config field). A flag without
+# a row applies to every model type. Checked once, in `validate_pretrain_args`.
+FLAG_SCOPES: dict[str, FlagScope] = flag_scopes(
+    FlagScope("num_key_value_heads", "num_key_value_heads"),
+    FlagScope("intermediate_size", "intermediate_size", every_type=True),
+    FlagScope("attention_layout", "attention_layout"),
+    FlagScope("sliding_window", "sliding_window"),
+    FlagScope("sparse_stride", "sparse_stride"),
+    FlagScope("sparse_summary", "sparse_summary"),
+    FlagScope("num_decoder_layers", "num_decoder_layers"),
+    FlagScope("head_dim", "d_kv"),
+    FlagScope("feed_forward_proj"),  # parsed into hidden_act / mlp_gated
+    FlagScope("dropout_rate", "dropout_rate"),
+    FlagScope("noise_density"),  # span corruption
+    FlagScope("mean_noise_span_length"),
+)
 
 
 @dataclass
@@ -236,15 +245,22 @@ def validate_pretrain_args(
         raise ValueError(f"--learning_rate {training_args.learning_rate}: must be >= 0")
     if model_args.sliding_window is not None and model_args.sliding_window < 1:
         raise ValueError(f"--sliding_window {model_args.sliding_window}: must be >= 1 (tokens in the local band)")
-    if (
-        model_args.model_type == "llmsys_gpt3"
-        and model_args.attention_layout is None
-        and model_args.num_hidden_layers % 2
-    ):
-        raise ValueError(
-            f"--num_hidden_layers {model_args.num_hidden_layers}: the default attention layout (GPT-3's dense / local "
-            "alternation, --attention_layout dense local) needs an even number of layers; give an even "
-            "--num_hidden_layers or an --attention_layout that tiles them (e.g. --attention_layout dense)"
-        )
+    check_default_layout_tiles(model_args)
     if model_args.tokenizer and not Path(model_args.tokenizer).is_dir():
         raise ValueError(f"--tokenizer: folder {model_args.tokenizer} not found (give a saved tokenizer folder)")
+
+
+def check_default_layout_tiles(model_args: ModelArguments) -> None:
+    """Without --attention_layout a decoder gets its config class's default layout (GPT-3: dense / local), which
+    must tile --num_hidden_layers: a ValueError naming both flags otherwise."""
+    if model_args.attention_layout is not None:
+        return
+    config_class = architecture(model_args.model_type, "--model_type").config_class
+    layout = getattr(config_class(), "attention_layout", None) or []
+    if len(layout) > 1 and model_args.num_hidden_layers % len(layout):
+        raise ValueError(
+            f"--num_hidden_layers {model_args.num_hidden_layers}: the default attention layout of "
+            f"{model_args.model_type} (--attention_layout {' '.join(layout)}) needs a multiple of {len(layout)} "
+            f"layers; give such a --num_hidden_layers or an --attention_layout that tiles them (e.g. "
+            "--attention_layout dense)"
+        )

@@ -29,7 +29,7 @@ from ..data.packing import group_texts, unigram_perplexity
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
-from .job import examples_per_step, finish_job, loss_metrics, seeded
+from .job import apply_speed_layer, examples_per_step, finish_job, loss_metrics, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
 from .pretrain_data import cache_dir, tokenizer_texts
@@ -79,7 +79,6 @@ def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
         feed_forward_proj=model_args.feed_forward_proj,
         dropout_rate=model_args.dropout_rate if dropout_rate is None else dropout_rate,
         tie_word_embeddings=model_args.tie_word_embeddings,
-        loss_chunk_size=model_args.loss_chunk_size,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,
@@ -185,6 +184,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
                                                    training_args.seed)  # fmt: skip
     val_ds = corrupted_once(val_raw, collator, training_args.seed + VALIDATION_SEED_OFFSET)
     model = seeded(training_args.seed, lambda: LlmsysT5ForConditionalGeneration(config))
+    apply_speed_layer(model, model_args)
     training_args.remove_unused_columns = False  # the collator needs example_index (it returns model inputs only)
     logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; train "

@@ -61,7 +61,8 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from ..evaluation.model_limits import config_position_limit, fit_length
-from ..models.chunked_cross_entropy import default_chunk_size
+from ..kernels import applied as applied_kernels
+from ..kernels import default_chunk_size
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .job import (
     count_parameters,
@@ -268,8 +269,8 @@ def chunked_loss(model, data_args, training_args) -> bool:
     the default of the device the job trains on."""
     if data_args.loss_chunk_size is None:
         data_args.loss_chunk_size = default_chunk_size(training_args.device)
-    on, why_not = enable_chunked_loss(model, data_args.loss_chunk_size, training_args)
-    if not on and data_args.loss_chunk_size > 0 and hasattr(model.config, "loss_chunk_size"):
+    on, why_not = enable_chunked_loss(model, data_args.loss_chunk_size, training_args, kernels=data_args.kernels)
+    if not on and data_args.loss_chunk_size > 0 and "hf-llmsys" not in why_not:
         logger.warning(f"--loss_chunk_size: plain loss ({why_not})")
     return on
 
@@ -333,7 +334,8 @@ def summarize(
         **{k: train_stats[k] for k in ("packed_rows", "packed_fill") if k in train_stats},
         "train_tokens": train_stats["tokens"],
         "logits_on_labels_only": bool(trainer.compute_loss_func),
-        "loss_chunk_size": getattr(trainer.model.config, "loss_chunk_size", 0),
+        "kernels": data_args.kernels,
+        "loss_chunk_size": (applied_kernels(trainer.model) or {}).get("loss_chunk_size", 0),
         **{k: v for k, v in counts.items() if k != "records_format"},
         "train_examples": train_stats["examples"],
         "validation_examples": eval_stats["examples"],

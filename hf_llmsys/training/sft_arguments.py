@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..data.conversation_labels import ASSISTANT_TURNS
 from ..data.sft_labels import PROMPT_TRUNCATIONS, RESPONSE_OVERFLOWS
-from ..models.chunked_cross_entropy import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE
+from ..kernels import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE
 from .job import JobTrainingArguments
 
 DEFAULT_SFT_OUTPUT_DIR = "runs/llmsys-sft"
@@ -121,9 +121,17 @@ class SFTDataArguments:
         default=None,
         metadata={
             "help": "hf-llmsys models: the loss as chunked linear cross-entropy over this many supervised tokens at "
-            "a time (the full logits never exist; same loss and gradients; saved in the config); "
+            "a time (the full logits never exist; same loss and gradients; part of the speed layer, never saved); "
             f"0: the plain loss (then --logits_on_labels_only applies). Default: {DEFAULT_CHUNK_SIZE} on the CPU, "
             f"{ACCELERATOR_CHUNK_SIZE} on a GPU (fewer kernel launches, same peak memory)."
+        },
+    )
+    kernels: bool = field(
+        default=True,
+        metadata={
+            "help": "hf-llmsys models: train with the speed layer (hf_llmsys.kernels.apply: fused norm and SwiGLU, "
+            "recomputed activations, the chunked loss, sparse block kernels; same loss and gradients, never saved). "
+            "false: the plain model."
         },
     )
     logits_on_labels_only: bool = field(

@@ -1,7 +1,7 @@
 """The LM head only at supervised positions: the causal-LM loss without the logits nobody learns from.
 
 Two ways, the first preferred. (1) Our models' chunked linear cross-entropy (`enable_chunked_loss`,
-``--loss_chunk_size``; ``models/chunked_cross_entropy.py``): the model's own loss drops the unsupervised positions
+``--loss_chunk_size``; the speed layer's ``kernels/chunked_cross_entropy.py``): the model's own loss drops the unsupervised positions
 before the LM head and projects the rest a chunk at a time, so neither the prompt's logits nor the full logits of
 the response ever exist. (2) For other causal LMs (transformers' own), the ``logits_to_keep`` mask below.
 
@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sft_labels import IGNORE_INDEX
-from ..models.projection import PLAIN_LINEAR_TYPES
+from ..kernels.weight_major import PLAIN_LINEAR_TYPES
+from ..models.modeling_base import LlmsysPreTrainedModel
 
 
 def supervised_positions(labels: torch.Tensor) -> torch.Tensor:
@@ -87,18 +88,26 @@ def supports_supervised_logits(model, training_args) -> tuple[bool, str]:
     return True, ""
 
 
-def enable_chunked_loss(model, chunk_size: int, training_args) -> tuple[bool, str]:
-    """Set ``config.loss_chunk_size`` to `chunk_size` where the model's chunked loss is exactly its training loss,
-    else to 0 (a saved config may carry one); returns (on, why not)."""
+def enable_chunked_loss(model, chunk_size: int, training_args, kernels: bool = True) -> tuple[bool, str]:
+    """Put the speed layer on an hf-llmsys `model` (``hf_llmsys.kernels.apply``; ``kernels=False``: none of it), with
+    the chunked loss over `chunk_size` tokens where it is exactly the model's training loss, else without it;
+    returns (chunked, why not)."""
+    from .. import kernels as speed_layer
+
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
-    if not hasattr(base.config, "loss_chunk_size"):
-        return False, f"{type(base).__name__} has no chunked loss (no config.loss_chunk_size)"
+    if not isinstance(base, LlmsysPreTrainedModel):
+        return False, f"{type(base).__name__} has no chunked loss (not an hf-llmsys model)"
     why_not = ""
-    if chunk_size <= 0:
+    if not kernels:
+        why_not = "--kernels false"
+    elif chunk_size <= 0:
         why_not = "--loss_chunk_size 0"
     elif getattr(training_args, "label_smoothing_factor", 0):
         why_not = "label smoothing is on (--label_smoothing_factor): the Trainer smooths full logits"
     elif type(base.get_output_embeddings()) not in PLAIN_LINEAR_TYPES:
         why_not = "its LM head is wrapped (an adapter on lm_head)"
-    base.config.loss_chunk_size = 0 if why_not else chunk_size
+    if kernels:
+        speed_layer.apply(model, loss_chunk_size=0 if why_not else chunk_size)
+    else:
+        speed_layer.restore(base)
     return not why_not, why_not

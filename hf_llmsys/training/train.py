@@ -2,8 +2,9 @@
 
 `--model_type llmsys_llama` (default) or `llmsys_gpt3`: a byte-level BPE tokenizer and a causal LM trained on
 blocks of `--block_size` tokens (this module). `--model_type llmsys_t5`: span-corruption pre-training of the T5
-encoder-decoder (`seq2seq_train.py`). Both run on the shared skeleton (`job.py`, `checkpoints.py`,
-`output_dir.py`) and read the same text (`text_data.py`); the flags are in `pretrain_arguments.py`.
+encoder-decoder (`seq2seq_train.py`). Each type's job and config builder are its row of the architecture registry
+(``hf_llmsys/architectures.py``: ``train_job``, ``train_config``). Both run on the shared skeleton (`job.py`,
+`checkpoints.py`, `output_dir.py`) and read the same text (`text_data.py`); the flags are in `pretrain_arguments.py`.
 
 Arguments are parsed the transformers-examples way (dataclasses + `HfArgumentParser`); the defaults run the
 default job (the embedded public-domain corpus, a ~1.1M-parameter model) in about five minutes on two CPU cores.
@@ -21,11 +22,12 @@ from collections.abc import Iterable
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, default_data_collator
 from transformers.utils import logging
 
+from ..architectures import architecture
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.model_limits import config_position_limit, fit_length
-from . import seq2seq_train
 from .checkpoints import clear_checkpoints, find_checkpoint, newest_complete_checkpoint, train_or_skip
 from .job import (
+    apply_speed_layer,
     examples_per_step,
     finish_job,
     generation_config,
@@ -105,7 +107,8 @@ def _default_window(args: ModelArguments) -> int:
     return max(1, (args.block_size or DEFAULT_BLOCK_SIZE) // 4)  # None: not fitted yet (fit_block_size)
 
 
-def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
+def llama_train_config(args: ModelArguments, tokenizer, context: int | None = None):
+    """llmsys_llama's config for these arguments (its registry row's ``train_config``)."""
     from ..models import LlmsysLlamaConfig
 
     return LlmsysLlamaConfig(
@@ -119,7 +122,6 @@ def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
         norm_eps=1e-5,
         **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
-        loss_chunk_size=args.loss_chunk_size,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -127,7 +129,8 @@ def _llama_config(args: ModelArguments, tokenizer, context: int | None = None):
     )
 
 
-def _gpt3_config(args: ModelArguments, tokenizer, context: int | None = None):
+def gpt3_train_config(args: ModelArguments, tokenizer, context: int | None = None):
+    """llmsys_gpt3's config for these arguments (its registry row's ``train_config``)."""
     from ..models import LlmsysGPT3Config
 
     return LlmsysGPT3Config(
@@ -140,21 +143,16 @@ def _gpt3_config(args: ModelArguments, tokenizer, context: int | None = None):
         max_position_embeddings=context or args.block_size or DEFAULT_BLOCK_SIZE,
         **_layout_fields(args, _default_window(args)),  # None layout: GPT-3's dense / local alternation
         tie_word_embeddings=args.tie_word_embeddings,
-        loss_chunk_size=args.loss_chunk_size,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
 
 
-# --model_type -> builder of the causal-LM config.
-CAUSAL_LM_CONFIGS = {"llmsys_llama": _llama_config, "llmsys_gpt3": _gpt3_config}
-
-
 def build_config(args: ModelArguments, tokenizer, context: int | None = None):
     """The causal-LM config for these arguments and this tokenizer; `context`: its max_position_embeddings
     (None: --block_size; a resumed checkpoint's own, so that its position table loads)."""
-    return CAUSAL_LM_CONFIGS[args.model_type](args, tokenizer, context)
+    return architecture(args.model_type, "--model_type").entry("train_config")(args, tokenizer, context)
 
 
 def build_model(args: ModelArguments, tokenizer, context: int | None = None):
@@ -221,6 +219,7 @@ def run_causal_lm_training(
     train_ds, val_ds, baseline_ds = causal_blocks(train_chunks, val_chunks, tokenizer, model_args, data_args,
                                                   training_args.seed)  # fmt: skip
     model = seeded(training_args.seed, lambda: build_model(model_args, tokenizer, context))
+    apply_speed_layer(model, model_args)
     size = "streamed" if data_args.streaming else len(train_ds)
     logger.info(
         f"model: {sum(p.numel() for p in model.parameters()):,} parameters; "
@@ -275,29 +274,20 @@ def summarize(eval_metrics, train_out, train_ds, val_ds, tokenizer, model_args, 
     }
 
 
-# --model_type -> the job that trains it.
-TRAINING_JOBS = {
-    "llmsys_llama": run_causal_lm_training,
-    "llmsys_gpt3": run_causal_lm_training,
-    "llmsys_t5": seq2seq_train.run_t5_training,
-}
-
-
 def run_training(
     model_args: ModelArguments,
     data_args: DataArguments,
     training_args: LlmsysTrainingArguments,
     given: frozenset[str] | None = None,
 ) -> dict:
-    """Check the flags (`given`: those set on the command line, see `validate_pretrain_args`), then dispatch on
-    --model_type."""
-    if model_args.model_type not in TRAINING_JOBS:
-        raise ValueError(f"--model_type {model_args.model_type!r} is unknown; choose one of {sorted(TRAINING_JOBS)}")
+    """Check the flags (`given`: those set on the command line, see `validate_pretrain_args`), then run the job of
+    --model_type (its registry row's ``train_job``)."""
+    job = architecture(model_args.model_type, "--model_type").entry("train_job")
     validate_pretrain_args(model_args, training_args, data_args, given)
     check_data_args(model_args, data_args, training_args, given)
     model_args.block_size_rule = fit_block_size(model_args, training_args)
     logger.info(f"block_size {model_args.block_size}: {model_args.block_size_rule}")
-    return TRAINING_JOBS[model_args.model_type](model_args, data_args, training_args)
+    return job(model_args, data_args, training_args)
 
 
 def main(argv: list[str] | None = None) -> dict:

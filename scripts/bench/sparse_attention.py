@@ -59,7 +59,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hf_llmsys.models.sparse_layouts import flex_layout_attention, sparse_attention  # noqa: E402
+from hf_llmsys.kernels import sparse_attention  # noqa: E402
+from hf_llmsys.layout_views import flex_layout_attention  # noqa: E402
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward

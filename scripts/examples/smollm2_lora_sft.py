@@ -6,8 +6,8 @@
     python scripts/examples/smollm2_lora_sft.py --records 1024 --output_dir runs/smollm2-lora-1k
 
 Steps: the converted checkpoint (`hf_llmsys.checkpoints.find_smollm2`) is re-saved once as an ``llmsys_llama``
-folder (`save_as_llmsys_llama`, beside the checkpoint), so training runs our model class with its fused
-projections; the first ``--records`` records of ``--data`` become the training file and the next
+folder (`save_as_llmsys_llama`, beside the checkpoint), so training runs our model class with the speed
+layer (``hf_llmsys.kernels``); the first ``--records`` records of ``--data`` become the training file and the next
 ``--held_out`` ones the held-out file (disjoint, file order, no shuffling); then ``hf_llmsys.training.sft(...)``
 runs `RECIPE` (the package's public API, the same job as ``llmsys sft``) and prints the held-out response
 perplexity before and after, the counts of truncated / dropped examples and one greedy answer. The adapter, the

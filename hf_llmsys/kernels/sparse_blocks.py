@@ -3,7 +3,7 @@
 Legend: B batch, H heads, S sequence length (queries == keys: training / prefill), D head_dim, b block size,
 n = ceil(S / b) blocks, l = ``sparse_stride``, c = ``sparse_summary``, m = ceil(S / l) positions per stride group.
 
-Each kernel computes exactly the layout of ``sparse_layouts.dense_layout_mask`` (Child et al. 2019, "Generating
+Each kernel computes exactly the layout of ``layout_views.dense_layout_mask`` (Child et al. 2019, "Generating
 Long Sequences with Sparse Transformers"; GPT-3's local band) with ordinary autograd, so backward is as sparse as
 forward. Costs, time and memory (times B H D):
 
@@ -15,14 +15,14 @@ forward. Costs, time and memory (times B H D):
   the earlier blocks (in a few groups of query blocks, each gathering only the summaries it can see; the rest
   masked out): O(S * (n c + l)), i.e. O(S sqrt(S)) for l ~ sqrt(S).
 
-The layout classes of ``sparse_layouts.py`` call these kernels (``AttentionLayout.block_kernel``). On CPU without
-dropout they run the same layouts through ``flash_blocks.py`` instead: calls of
-SDPA's fused flash kernel on views of q, k, v, keeping only the output and the logsumexp for backward (O(S)) and
-recomputing the block scores there, so peak memory matches the dense flash kernel's. Elsewhere,
+The speed layer's layouts (``layout_kernels.py``) call these kernels in place of the models' masks. On CPU without
+dropout they run the same layouts through ``flash_blocks.py`` instead: calls of SDPA's fused flash kernel on views
+of q, k, v, keeping only the output and the logsumexp for backward (O(S)) and recomputing the block scores there,
+so peak memory matches the dense flash kernel's. Elsewhere,
 ``recompute=True`` wraps a kernel in ``torch.utils.checkpoint`` so nothing but q, k, v is kept for backward and
 the attention probabilities are recomputed there (the Sparse Transformer's attention recomputation; the flash
 path recomputes by construction and ignores it).
-``sparse_layouts.masked_dense_reference`` is the O(S^2) masked SDPA these kernels are tested against.
+``hf_llmsys.layout_views.masked_dense_reference`` is the O(S^2) masked SDPA these kernels are tested against.
 """
 
 from __future__ import annotations
@@ -188,57 +188,3 @@ def fixed_attention(
         )
     out = torch.cat(outputs, dim=1)  # (B*H, n, b, D)
     return out.reshape(batch, heads, num_blocks * block, dim)[:, :, :seq_len]
-
-
-# --- FlexAttention: the same layouts as BlockMasks (Dong et al. 2024, "Flex Attention") ---------------------------
-# A BlockMask lists, per (query block, key block) of 128 x 128, whether the block is empty, full or partial, so the
-# fused kernel skips empty blocks: O(S * kept keys) work without an S x S tensor. Compiled; on CPU torch 2.13 has
-# no flex backward, so this backend is for inference on CPU and for training on GPU.
-_COMPILED_FLEX = None
-
-
-def _flex_attention():
-    global _COMPILED_FLEX
-    if _COMPILED_FLEX is None:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _COMPILED_FLEX = torch.compile(flex_attention, dynamic=False)
-    return _COMPILED_FLEX
-
-
-def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> torch.Tensor:
-    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask); on CPU with
-    D < ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` torch's uncompiled flex, where its compiled CPU kernel is unreliable."""
-    if dropout:
-        raise ValueError(
-            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
-            "model with attn_implementation='sdpa' (the block kernels take dropout)."
-        )
-    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise ValueError(
-            "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
-            "attn_implementation='sdpa' (the block kernels), or run flex forward only under torch.no_grad()."
-        )
-    if q.device.type == "cpu" and q.shape[-1] < COMPILED_CPU_FLEX_MIN_HEAD_DIM:
-        return _eager_flex_attention(q, k, v, block_mask, scale)
-    return _flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
-
-
-# torch 2.13's compiled CPU flex kernel gives wrong outputs (off by ~2, or NaN) on some calls when head_dim < 32 and
-# the sequence is shorter than one 128-token block: measured on plain causal attention against SDPA, 8 calls per
-# shape, wrong on 2-4 of 8 at seq 8 / 24 / 40 / 56 / 72 with head_dim 8 and 16, never at head_dim 32 or 64 (seq 8-100)
-# nor at seq 129-300; NATTEN refuses compiled flex below head_dim 32 for the same reason (SHI-Labs/NATTEN#239).
-# Below it the uncompiled flex runs: right, and it builds the (S, S) scores, which at such head sizes are small.
-COMPILED_CPU_FLEX_MIN_HEAD_DIM = 32
-
-
-def _eager_flex_attention(q, k, v, block_mask, scale: float) -> torch.Tensor:
-    """torch's uncompiled FlexAttention (its reference implementation), without its "called without torch.compile"
-    warning: here that choice is deliberate (see ``COMPILED_CPU_FLEX_MIN_HEAD_DIM``)."""
-    import warnings
-
-    from torch.nn.attention.flex_attention import flex_attention as reference_flex_attention
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return reference_flex_attention(q, k, v, block_mask=block_mask, scale=scale)

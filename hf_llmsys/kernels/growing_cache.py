@@ -5,7 +5,8 @@ key and value again (O(n) memory traffic per token, O(n^2) per sequence). ``Grow
 a buffer (B, G, capacity, D) with spare room and returns prefix views of it, so a step writes only the new
 token. It is a drop-in ``DynamicLayer``: beam reordering, cropping and batch selection keep working because
 any operation that replaces ``self.keys`` with a fresh tensor is noticed and the buffer is rebuilt from it.
-``GrowingCache`` is a ``DynamicCache`` made of such layers; hf-llmsys models use it in ``generate``.
+``GrowingCache`` is a ``DynamicCache`` made of such layers; hf-llmsys models use it in ``generate`` once
+``hf_llmsys.kernels.apply(decode=True)`` swapped their class (``model_classes.py``).
 """
 
 from __future__ import annotations

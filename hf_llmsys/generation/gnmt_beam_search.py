@@ -1,4 +1,5 @@
-"""Beam search with a selectable length penalty, run by transformers' ``generate(custom_generate=...)``.
+"""Beam search with a selectable length penalty (GNMT's among them), run by transformers'
+``generate(custom_generate=beam_search)``.
 
 Legend: B batch rows, K beams (``num_beams``), C candidates kept per step (``(1 + number of eos ids, at least 2)
 * K``), V vocabulary, L ``max_length``, P decoder prompt length (1 for T5: the start token), N = L - P.
@@ -27,10 +28,13 @@ transformers 5.24's beam search step for step (candidate selection, the early-st
 for another penalty is lp. The stopping bound stays valid for "gnmt": future tokens only lower the summed score,
 and lp grows with the length when alpha > 0, so "never" bounds a running beam by lp at ``max_length``.
 
-Use: any transformers model takes ``generate(..., num_beams=4, custom_generate=beam_search,
-length_penalty_type="gnmt")`` (transformers hands the extra keyword to the loop). Models that inherit
-``LengthPenaltyTypeMixin`` (llmsys_t5) take ``length_penalty_type`` directly, also from their
-``generation_config``; "transformers" (the default) leaves ``generate`` entirely to transformers.
+Use, with hf_llmsys installed, on any transformers model: ``model.generate(..., num_beams=4,
+custom_generate=beam_search, length_penalty_type="gnmt")`` (transformers hands the extra keyword to the loop; without
+it the loop reads ``length_penalty_type`` from the generation config, else uses "transformers"), or the same through
+``generate_gnmt(model, inputs, num_beams=4, ...)``. Without ``custom_generate``, ``length_penalty_type`` means
+nothing to transformers: ``generate`` rejects it as an unused model keyword (or, saved in a generation config,
+ignores it) and runs its own beam search. Remote-code models (``trust_remote_code=True``, hf_llmsys not installed)
+get transformers' beam search, lp = |Y|**alpha.
 Not supported by the loop: ``synced_gpus`` (transformers does not pass it to a custom loop) and models that
 reorder their cache with a legacy ``_reorder_cache`` method instead of ``Cache.reorder_cache``.
 """
@@ -272,20 +276,21 @@ def reorder_cache(model_kwargs: dict, running: Beams, length: int, settings: Sea
 
 def beam_search(model, input_ids: torch.LongTensor, logits_processor: LogitsProcessorList,
                 stopping_criteria: StoppingCriteriaList, generation_config: GenerationConfig,
-                length_penalty_type: str = "transformers", **model_kwargs):  # fmt: skip
+                length_penalty_type: str | None = None, **model_kwargs):  # fmt: skip
     """Beam search (or beam sampling) over ``input_ids`` (B * K, P) as prepared by ``generate``, finished
-    hypotheses scored with ``LENGTH_PENALTIES[length_penalty_type]``. Other generation modes run transformers' own.
+    hypotheses scored with ``LENGTH_PENALTIES[length_penalty_type]`` (None: the generation config's
+    ``length_penalty_type``, else "transformers"). Other generation modes are refused (call ``generate`` without
+    ``custom_generate`` for them).
     Returns what transformers' beam search returns: sequences (B * R, <= L), R = num_return_sequences, or a
     ``GenerateBeam*Output`` (sequences_scores, scores, logits, beam_indices, attentions, cache) when
     ``return_dict_in_generate``."""
     if generation_config.get_generation_mode() not in BEAM_MODES:
         raise ValueError(
-            "custom_generate=beam_search runs beam search only: set num_beams > 1 (or leave length_penalty_type at "
-            f"'transformers' for {generation_config.get_generation_mode().value})."
+            "custom_generate=beam_search runs beam search only: set num_beams > 1 (or call generate without "
+            f"custom_generate for {generation_config.get_generation_mode().value})."
         )
-    settings = SearchSettings.read(
-        generation_config, input_ids.shape[1], length_penalty_type, model_kwargs["use_cache"]
-    )
+    kind = length_penalty_type or getattr(generation_config, "length_penalty_type", None) or "transformers"
+    settings = SearchSettings.read(generation_config, input_ids.shape[1], kind, model_kwargs["use_cache"])
     running, finished, flags = initial_beams(input_ids, settings, fill_value(generation_config))
     improvable = torch.ones((running.scores.shape[0], 1), dtype=torch.bool, device=input_ids.device)
     recorder = StepRecorder(generation_config, model.config.is_encoder_decoder)
@@ -348,26 +353,20 @@ def beam_outputs(model, finished: Beams, config: GenerationConfig, recorder: Ste
     )
 
 
-class LengthPenaltyTypeMixin:
-    """Adds the generate option ``length_penalty_type`` (a ``LENGTH_PENALTIES`` name; a call's value, else the
-    generation config's, else "transformers"). Beam search with a penalty other than "transformers" runs
-    ``beam_search``; everything else is transformers' ``generate`` untouched. List it before ``GenerationMixin``."""
-
-    def generate(self, inputs=None, generation_config=None, *args, length_penalty_type: str | None = None, **kwargs):
-        """``GenerationMixin.generate`` plus ``length_penalty_type`` (see the class docstring)."""
-        resolved, _ = self._prepare_generation_config(generation_config, **kwargs)  # the config generate will use
-        kind = check_length_penalty_type(
-            length_penalty_type or getattr(resolved, "length_penalty_type", None) or "transformers"
+def generate_gnmt(model, inputs=None, *, length_penalty_type: str = "gnmt", **generate_kwargs):
+    """``model.generate(inputs, custom_generate=beam_search, length_penalty_type=..., **generate_kwargs)``: beam
+    search with GNMT's length penalty (or another ``LENGTH_PENALTIES`` name) on any transformers model. Pass
+    ``num_beams`` > 1 and ``length_penalty`` (alpha; the T5 paper decodes with 4 beams, alpha 0.6) as usual."""
+    check_length_penalty_type(length_penalty_type)
+    custom = generate_kwargs.pop("custom_generate", None)
+    if custom not in (None, beam_search):
+        raise ValueError(
+            f"generate_gnmt runs hf-llmsys' beam search as custom_generate; it cannot be combined with another "
+            f"custom_generate ({custom!r}). Call model.generate directly to use that one."
         )
-        if kind == "transformers" or resolved.get_generation_mode(kwargs.get("assistant_model")) not in BEAM_MODES:
-            return super().generate(inputs, generation_config, *args, **kwargs)
-        if kwargs.get("custom_generate") not in (None, beam_search):
-            raise ValueError(
-                f"length_penalty_type={kind!r} runs hf-llmsys' beam search as custom_generate; it cannot be combined "
-                "with another custom_generate."
-            )
-        kwargs.update(custom_generate=beam_search, length_penalty_type=kind)
-        return super().generate(inputs, generation_config, *args, **kwargs)
+    return model.generate(
+        inputs, custom_generate=beam_search, length_penalty_type=length_penalty_type, **generate_kwargs
+    )
 
 
-__all__ = ["LENGTH_PENALTIES", "LengthPenaltyTypeMixin", "beam_search", "check_length_penalty_type"]
+__all__ = ["LENGTH_PENALTIES", "beam_search", "check_length_penalty_type", "generate_gnmt"]

@@ -20,14 +20,16 @@ forward, where every layer's activations are alive too, this is the step's peak.
 and the softmax, the loss and the weight-gradient sum in fp32, as the plain path's fp32 loss over bf16 logits does;
 each chunk's bf16 weight-gradient product joins the sum in blocks of vocabulary rows on the CPU, so no second (V, H)
 tensor is made there either (`WEIGHT_GRAD_BLOCK_ELEMENTS`). Loss and gradients equal the plain path's
-(tests/test_chunked_cross_entropy.py: <= 1e-5 in fp32).
+(tests/test_kernels.py: <= 1e-5 in fp32).
 
 `chunked_linear_cross_entropy` is the loss of transformers' ``ForCausalLMLoss``: targets already aligned with the
 hidden states (`shift_labels` does the causal shift), positions whose target is ``ignore_index`` dropped before the
 projection (so prompt tokens of an SFT batch cost nothing), the sum divided by the Trainer's ``num_items_in_batch``
 (gradient accumulation: one token mean over the optimizer step) or by the number of targets. Under
-``torch.compile`` the ignored rows stay (a data-dependent shape would break the graph) and are zeroed instead. Tied embeddings need
-nothing special: the weight's gradient flows back to the one shared parameter.
+``torch.compile`` the ignored rows stay (a data-dependent shape would break the graph) and are zeroed instead. Tied
+embeddings need nothing special: the weight's gradient flows back to the one shared parameter. The models compute it
+in training with labels once ``hf_llmsys.kernels.apply(model, loss_chunk_size=...)`` swapped their class
+(``model_classes.py``; `uses_chunked_loss` says when).
 
 Compiled for a GPU, models take the plain loss (`uses_chunked_loss`): inductor's CUDA code for this function's
 forward (in-place softmax, scatter and accumulation) gave wrong gradients, the final norm's weight gradient off by
@@ -40,7 +42,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .projection import PLAIN_LINEAR_TYPES
+from .weight_major import PLAIN_LINEAR_TYPES
 
 # Tokens per chunk: at V = 49,152 one chunk's fp32 logits are 48 MiB. They are alive at the end of the forward,
 # beside every layer's activations: on the CPU 1,024 (192 MiB) made a SmolLM2-shaped step's peak 0.05 GiB higher
@@ -236,16 +238,16 @@ def chunked_linear_cross_entropy(
     return total / count
 
 
-def uses_chunked_loss(model, labels, logits_to_keep=0) -> bool:
+def uses_chunked_loss(model, labels, logits_to_keep=0, chunk_size: int = 0) -> bool:
     """Whether a forward with these arguments computes its loss chunked: labels given, the model training with
-    ``config.loss_chunk_size > 0``, no logits asked for (``logits_to_keep``), a plain bias-free ``nn.Linear``
-    LM head (a PEFT-wrapped head computes more than ``hidden @ weight.T``), and not traced by ``torch.compile``
-    for a device outside ``COMPILED_CHUNKED_LOSS_DEVICES`` (module docstring: the compiled CUDA code was wrong)."""
+    ``chunk_size > 0``, no logits asked for (``logits_to_keep``), a plain bias-free ``nn.Linear`` LM head (a
+    PEFT-wrapped head computes more than ``hidden @ weight.T``), and not traced by ``torch.compile`` for a device
+    outside ``COMPILED_CHUNKED_LOSS_DEVICES`` (module docstring: the compiled CUDA code was wrong)."""
     head = getattr(model, "lm_head", None)
     return (
         labels is not None
         and model.training
-        and getattr(model.config, "loss_chunk_size", 0) > 0
+        and chunk_size > 0
         and isinstance(logits_to_keep, int)
         and logits_to_keep == 0
         and type(head) in PLAIN_LINEAR_TYPES

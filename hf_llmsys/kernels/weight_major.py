@@ -1,5 +1,4 @@
-"""The linear projection of every hf-llmsys block: ``nn.Linear``, with few-row CPU inference through large weights
-in the faster BLAS call.
+"""Few-row CPU inference through large weights in the faster BLAS call: ``Projection``, swapped in for ``nn.Linear``.
 
 Shapes: x (..., in_features) -> (..., out_features), y = x Wᵀ + b with W (out_features, in_features), as ``nn.Linear``.
 
@@ -30,9 +29,10 @@ on the CPU (default bench shape, batch 1, fp32, 2 threads) took 17.6 ms a token 
 ``F.linear``, whose matrix-vector product MKL runs on one thread; 8.2 ms with this call, against 9.7 ms eager.
 
 Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
-and dtypes than CPU float32 with MKL (only measured there), tensor subclasses. ``Projection.weight_major_inference
-= False`` turns it off. ``plain_linear`` checks (fused training functions, the chunked loss) treat a ``Projection``
-as the plain ``nn.Linear`` it computes.
+and dtypes than CPU float32 with MKL (only measured there), tensor subclasses; the rule is read per call, so a
+model moved to another device after ``hf_llmsys.kernels.apply`` stays right. ``Projection.weight_major_inference
+= False`` turns it off. ``plain_linear`` (fused training functions, the chunked loss) treats a ``Projection`` as the
+plain ``nn.Linear`` it computes.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def _weight_major(flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
 class Projection(nn.Linear):
     """``nn.Linear`` (same parameters, state dict, init and adapters: PEFT's LoRA wraps it as a Linear) whose
-    few-row CPU float32 inference through a large weight runs as ``_weight_major`` (module docstring)."""
+    few-row CPU float32 inference through a large weight runs as ``_weight_major`` (module docstring). The speed
+    layer swaps it in as the class of a model's ``nn.Linear`` modules (``hf_llmsys.kernels.apply(decode=True)``)."""
 
     weight_major_inference: bool = True
 
@@ -89,3 +90,14 @@ class Projection(nn.Linear):
 
 
 PLAIN_LINEAR_TYPES = (nn.Linear, Projection)  # modules whose forward is exactly F.linear(x, weight, bias) in value
+
+
+def plain_linear(module: nn.Module) -> bool:
+    """True when ``module`` is a plain ``nn.Linear`` that nothing observes (no adapter such as PEFT's LoRA, no
+    quantized layer, no forward hook), so calling it again, or computing it another way, is unobservable."""
+    hooks = nn.modules.module
+    return (
+        type(module) in PLAIN_LINEAR_TYPES
+        and not (module._forward_hooks or module._forward_pre_hooks)
+        and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+    )

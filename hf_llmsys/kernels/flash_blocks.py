@@ -14,8 +14,9 @@ gradient of a union of key sets is the sum of the per-call gradients. Each part 
 consecutive blocks, so a call's transient gradients are a fraction of one batch row's inputs: peak memory stays
 near the dense flash kernel's, see ``scripts/bench/sparse_attention.py``.
 
-Used by ``sparse_attention.sparse_attention`` for CPU tensors without dropout (the kernel takes no random state
-to replay); other devices run the autograd kernels of ``sparse_attention.py``.
+Used by the block-kernel layouts (``layout_kernels.py``, ``hf_llmsys.kernels.sparse_attention``) for CPU tensors
+without dropout (the kernel takes no random state to replay); other devices run the autograd kernels of
+``sparse_blocks.py``.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ class FlashBlockAttention(torch.autograd.Function):
 
 def applies(q: torch.Tensor, dropout: float) -> bool:
     """The flash path runs CPU float32 / bfloat16 tensors without attention dropout (no random state to replay),
-    in eager mode only: under ``torch.compile`` the autograd kernels of ``sparse_attention.py`` run instead, since
+    in eager mode only: under ``torch.compile`` the autograd kernels of ``sparse_blocks.py`` run instead, since
     dynamo cannot trace this Function's per-call views (``as_strided`` with a storage offset, cached lambdas)
     without graph breaks, and inductor fuses those kernels itself."""
     if torch.compiler.is_compiling():

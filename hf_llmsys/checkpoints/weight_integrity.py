@@ -142,3 +142,18 @@ def verify_folder(folder: Path) -> list[str]:
         elif file_sha256(path) != expected:
             problems.append(f"{path}: its sha256 differs from the one recorded at save time in {CHECKSUM_FILE}")
     return problems
+
+
+def _check(folder: Path, strict: bool, full: bool | None) -> None:
+    check_folder(folder, strict=strict, full=full)
+
+
+def install() -> None:
+    """Have every hf-llmsys model write the manifests when it saves and check them when a local folder loads
+    (``models/modeling_base.py``'s ``SAVE_STEPS`` / ``FOLDER_CHECKS``; idempotent). Run by ``import hf_llmsys``."""
+    from ..models import modeling_base
+
+    if write_manifests not in modeling_base.SAVE_STEPS:
+        modeling_base.SAVE_STEPS.append(write_manifests)
+    if _check not in modeling_base.FOLDER_CHECKS:
+        modeling_base.FOLDER_CHECKS.append(_check)

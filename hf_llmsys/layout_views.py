@@ -1,0 +1,69 @@
+"""The attention layouts as tensors and functions of a kind: masks, counts and the masked dense reference.
+
+For tests, plots, the demo and the benchmarks; the models use ``models/sparse_layouts.py`` directly. Shapes:
+``dense_layout_mask`` (H, S, S) bool, [h, q, kv]; ``attended_counts`` (H, S) int64, [h, q]; attention functions take
+q, k, v (B, H, S, D) and return (B, H, S, D). The block kernels of the speed layer are reached through
+``hf_llmsys.kernels.sparse_attention``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .models.sparse_layouts import MaskFunction, layout
+
+
+def flex_layout_attention(kind: str, q, k, v, *, scale: float, dropout: float = 0.0, **params) -> torch.Tensor:
+    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
+    num_heads = params.pop("num_heads", None) or q.shape[1]
+    return layout(kind, num_heads, **params).flex_kernel(q, k, v, scale=scale, dropout=dropout)
+
+
+def layout_mask_function(kind: str, *, num_heads: int = 1, **params: int | None) -> MaskFunction:
+    """The mask predicate of ``kind`` with its parameters bound."""
+    return layout(kind, num_heads, **params).predicate()
+
+
+def head_group_mask_functions(kind: str, *, num_heads: int = 1, **params) -> list[tuple[slice, MaskFunction]]:
+    """(heads, predicate) per head group of ``kind``."""
+    return layout(kind, num_heads, **params).group_predicates()
+
+
+def _check_seq_len(seq_len: int) -> None:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len: expected an integer >= 1, got {seq_len!r}.")
+
+
+def _head_query_mask(kind: str, seq_len: int, q_start: int, q_end: int, **params: int | None) -> torch.Tensor:
+    """Rows q_start:q_end of the (H, S, S) pattern, as (H, q_end - q_start, S) bool."""
+    num_heads = params.pop("num_heads", 1)
+    mask_fn = layout_mask_function(kind, num_heads=num_heads, **params)
+    batch = torch.zeros(1, 1, 1, 1, dtype=torch.long)
+    heads = torch.arange(num_heads)[None, :, None, None]
+    q_idx = torch.arange(q_start, q_end)[None, None, :, None]
+    kv_idx = torch.arange(seq_len)[None, None, None, :]
+    return mask_fn(batch, heads, q_idx, kv_idx).expand(1, num_heads, q_end - q_start, seq_len)[0]
+
+
+def dense_layout_mask(kind: str, seq_len: int, **params: int | None) -> torch.Tensor:
+    """The layout materialised as an (H, S, S) bool mask, [h, q, kv] (tests, plots, masked-dense reference)."""
+    _check_seq_len(seq_len)
+    return _head_query_mask(kind, seq_len, 0, seq_len, **params).clone()
+
+
+def attended_counts(kind: str, seq_len: int, *, chunk: int = 256, **params: int | None) -> torch.Tensor:
+    """Keys kept per query, (H, S) int64, built ``chunk`` query rows at a time to bound memory."""
+    _check_seq_len(seq_len)
+    rows = [
+        _head_query_mask(kind, seq_len, start, min(start + chunk, seq_len), **params).sum(-1)
+        for start in range(0, seq_len, chunk)
+    ]
+    return torch.cat(rows, dim=-1)
+
+
+def masked_dense_reference(kind: str, q, k, v, *, scale: float, **params: int | None) -> torch.Tensor:
+    """SDPA with the full (H, S, S) layout mask from ``dense_layout_mask``: the O(S^2) test reference."""
+    params.setdefault("num_heads", q.shape[1])
+    mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)
