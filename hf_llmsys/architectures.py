@@ -33,6 +33,7 @@ from .models import (
     LlmsysT5ForConditionalGeneration,
     LlmsysT5Model,
 )
+from .presets import GPT3_PRESETS, LLAMA_PRESETS, T5_PRESETS
 
 # A function, or its import path "package.module:attribute" (imported when first called: `Architecture.entry`).
 Entry = Callable[..., Any] | str
@@ -78,6 +79,7 @@ class Architecture:
     training_flags: the model-type-scoped `llmsys train` flags (``pretrain_arguments.FLAG_SCOPES``) it takes; the
         others are refused with --model_type set to it.
     training_flag_defaults: flag -> its value for this type when not given (instead of the flag's own default).
+    presets: named configurations (``hf_llmsys/presets.py``), the table of ``config_class.from_preset``.
     """
 
     model_type: str
@@ -90,6 +92,7 @@ class Architecture:
     lora_targets: tuple[str, ...]
     training_flags: frozenset[str] = frozenset()
     training_flag_defaults: Mapping[str, Any] = field(default_factory=dict)
+    presets: Mapping[str, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -128,6 +131,7 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         describe="hf_llmsys.hub.architecture:describe_llama",
         train_job="hf_llmsys.training.train:run_causal_lm_training",
         train_config="hf_llmsys.training.train:llama_train_config",
+        presets=LLAMA_PRESETS,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=DECODER_TRAINING_FLAGS,
     ),
@@ -139,6 +143,7 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         describe="hf_llmsys.hub.architecture:describe_gpt3",
         train_job="hf_llmsys.training.train:run_causal_lm_training",
         train_config="hf_llmsys.training.train:gpt3_train_config",
+        presets=GPT3_PRESETS,
         # GPT-3's MLP is ungated; gate_proj is a gated variant's (mlp_gated=True), dropped where absent
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=DECODER_TRAINING_FLAGS,
@@ -152,6 +157,7 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         describe="hf_llmsys.hub.architecture:describe_t5",
         train_job="hf_llmsys.training.seq2seq_train:run_t5_training",
         train_config=None,  # the span-corruption job builds its config (seq2seq_train.build_t5_config)
+        presets=T5_PRESETS,
         # self- and cross-attention q/k/v/o; gate_proj in the gated (v1.1, gated-gelu) feed-forward only
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=T5_TRAINING_FLAGS,

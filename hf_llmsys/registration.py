@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from transformers import AutoConfig
 
 from . import architectures
 
 
-def architecture_base_class(model_class: type, config_class: type) -> type:
-    """The architecture's own ``PreTrainedModel`` base of `model_class`: the last class of its MRO that declares
-    `config_class` (e.g. LlmsysLlamaPreTrainedModel), shared by all of the architecture's model classes."""
-    return [cls for cls in model_class.__mro__ if getattr(cls, "config_class", None) is config_class][-1]
+def complete_auto_map(folder: Path) -> None:
+    """A save step (``models/modeling_base.SAVE_STEPS``): every Auto class of the saved model's architecture in its
+    config.json ``auto_map`` (transformers writes only the saved class's), so each loads with trust_remote_code."""
+    path = Path(folder) / "config.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    row = architectures.ARCHITECTURES.get(data.get("model_type"))
+    if "auto_map" not in data or row is None:
+        return
+    for auto_class, model_class in row.auto_classes.items():
+        module = model_class.__module__.rsplit(".", 1)[-1]
+        data["auto_map"].setdefault(auto_class.__name__, f"{module}.{model_class.__name__}")
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def register_all() -> None:
     """Register every architecture of the registry; idempotent. Also marks the classes so save_pretrained ships
-    their code, and gives the architecture's model classes its Auto class names (``auto_class_map``: every Auto
-    class is written into a saved config's ``auto_map``, not only the saved class's)."""
+    their code, and completes each saved ``auto_map`` with every Auto class of the architecture
+    (``complete_auto_map``)."""
+    from .models import modeling_base
+
+    if complete_auto_map not in modeling_base.SAVE_STEPS:
+        modeling_base.SAVE_STEPS.insert(0, complete_auto_map)
     for row in architectures.ARCHITECTURES.values():
+        row.config_class.presets = dict(row.presets)  # ``from_preset``'s table (models/presets.py)
         AutoConfig.register(row.model_type, row.config_class, exist_ok=True)
         row.config_class.register_for_auto_class()
         for auto_class, model_class in row.auto_classes.items():
             auto_class.register(row.config_class, model_class, exist_ok=True)
             model_class.register_for_auto_class(auto_class.__name__)
-        names = {auto_class.__name__: model_class for auto_class, model_class in row.auto_classes.items()}
-        for model_class in row.auto_classes.values():
-            architecture_base_class(model_class, row.config_class).auto_class_map = names

@@ -26,7 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM  # noqa: E402
+from hf_llmsys import (  # noqa: E402
+    LlmsysGPT3Config,
+    LlmsysGPT3ForCausalLM,
+    kernels,  # noqa: E402
+)
 from hf_llmsys.kernels import sparse_attention  # noqa: E402
 from hf_llmsys.layout_views import flex_layout_attention, masked_dense_reference  # noqa: E402
 
@@ -129,14 +133,18 @@ def model_training(args) -> None:
     torch.manual_seed(0)
     base = LlmsysGPT3ForCausalLM(model_config(args)).to(args.device)
     ids = torch.randint(0, base.config.vocab_size, (batch, seq_len), device=args.device)
-    variants = {"kernels (sdpa)": {}, "masks (sdpa)": {"sparse_kernels": False}, "kernels + recompute": {"attention_recompute": True}}  # fmt: skip
+    # name -> (hf_llmsys.kernels.apply options or None for the plain model, config changes)
+    variants = {"kernels (sdpa)": ({}, {}), "masks (sdpa)": (None, {}),
+                "kernels + recompute": ({"attention_recompute": True}, {})}  # fmt: skip
     if args.device.startswith("cuda"):
-        variants["flex_attention"] = {"_attn_implementation": "flex_attention"}
+        variants["flex_attention"] = (None, {"_attn_implementation": "flex_attention"})
     losses = {}
-    for name, changes in variants.items():
+    for name, (options, changes) in variants.items():
         model = copy.deepcopy(base)
         for key, value in changes.items():
             setattr(model.config, key, value)
+        if options is not None:
+            kernels.apply(model, **options)
 
         def step(model=model):
             model.zero_grad(set_to_none=True)

@@ -53,8 +53,6 @@ def test_auto_classes_resolve_through_transformers(model_type):
         assert auto_class._model_mapping[row.config_class] is model_class, (model_type, auto_class.__name__)
         assert model_class.config_class is row.config_class
         assert model_class._auto_class == auto_class.__name__  # registered for remote code
-        names = {auto.__name__: cls for auto, cls in row.auto_classes.items()}
-        assert getattr(model_class, "auto_class_map", names) == names  # every Auto class in a saved auto_map
 
 
 @pytest.mark.parametrize("model_type", OURS)

@@ -152,7 +152,6 @@ def test_decode_step_overhead_tiny(tmp_path, capsys):
     for row in results["batches"].values():
         for name in ("ours", "ours_packed", "theirs"):
             assert row[name]["model"] > 0 and row[name]["compute_ops"] > 0 and row[name]["kernels"] is None
-        assert row["ours"]["compute_ops"] < row["theirs"]["compute_ops"]  # the fused projections
         assert "ncalls" in row["ours_python"]
     assert set(results["sdpa"]) == {"float32_b1", "float32_b2", "bfloat16_b1", "bfloat16_b2"}
     for entry in results["sdpa"].values():
@@ -415,7 +414,7 @@ def test_kernel_limits_tiny(tmp_path, capsys, monkeypatch):
     results = bench.main(["--tiny", "--threads", "1", "--repeats", "1", "--cycle-mb", "1", "--chunks", "16,1000",
                           "--json", str(out)])  # fmt: skip
     assert json.loads(out.read_text())["shape"] == "tiny" and results["batch"] * results["seq"] == 128
-    assert set(results["products"]) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    assert set(results["products"]) == {"q", "k", "v", "o", "gate", "up", "down", "lm_head"}
     for row in results["products"].values():
         for product in ("forward", "input_grad", "weight_grad"):
             assert row[product]["gflops"] > 0 and row[product]["other_order_gflops"] > 0

@@ -200,7 +200,13 @@ def test_gpt3_models_of_both_formats_interleaved_keep_their_own(tmp_path):
 def test_only_converters_that_match_are_listed():
     """LLaMA needs no conversion (transformers' Llama names); a GPT-2 model without biases lists no c_attn bias
     converter, a biased one does; the T5 encoder no decoder rule."""
-    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysT5Config, LlmsysT5EncoderModel
+    from hf_llmsys import (
+        LlmsysGPT3Config,
+        LlmsysGPT3ForCausalLM,
+        LlmsysLlamaConfig,
+        LlmsysT5Config,
+        LlmsysT5EncoderModel,
+    )
 
     def targets(model):
         return {pattern for transform in model.checkpoint_conversions() for pattern in transform.target_patterns}

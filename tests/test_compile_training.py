@@ -71,10 +71,12 @@ def test_compiled_loss_names_the_plain_loss_on_a_gpu():
 
     import torch
 
+    from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, kernels
     from hf_llmsys.training.job import compiled_loss
 
     def trainer(chunk, device):
-        model = SimpleNamespace(config=SimpleNamespace(loss_chunk_size=chunk))
+        model = LlmsysLlamaForCausalLM(LlmsysLlamaConfig.from_preset("debug"))
+        kernels.apply(model, loss_chunk_size=chunk)
         return SimpleNamespace(model=model, args=SimpleNamespace(device=torch.device(device)))
 
     assert compiled_loss(trainer(256, "cpu")) == "chunked, 256 tokens a chunk"

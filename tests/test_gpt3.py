@@ -19,8 +19,8 @@ from transformers import (
 )
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysGPT3Model, training_flops
-from hf_llmsys.models import GPT3_PRESETS
 from hf_llmsys.layout_views import dense_layout_mask
+from hf_llmsys.presets import GPT3_PRESETS
 
 
 def tiny_config(**overrides) -> LlmsysGPT3Config:

@@ -61,7 +61,8 @@ def gpt3(kinds, **fields):
     torch.manual_seed(0)
     config = LlmsysGPT3Config(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
                               max_position_embeddings=64, attention_layout=kinds, sliding_window=5, sparse_stride=4,
-                              sparse_summary=2, dropout=0.0, attention_dropout=0.0, pad_token_id=0, **fields)  # fmt: skip
+                              sparse_summary=2, dropout=0.0, attention_dropout=0.0, pad_token_id=0,
+                              **fields)  # fmt: skip
     return LlmsysGPT3ForCausalLM(config)
 
 
@@ -183,6 +184,18 @@ def test_apply_is_idempotent_and_undone_by_restore(build):
     off = dict(norms=False, swiglu=False, recompute=False, sparse_blocks=False, decode=False)
     kernels.apply(model, loss_chunk_size=0, **off)  # every option off: the plain classes
     assert module_classes(model) == classes and kernels.applied(model)["options"]["loss_chunk_size"] == 0
+
+
+def test_an_applied_model_copies_and_pickles_with_the_speed_layer():
+    import io
+
+    model = kernels.apply(llama_gqa(), loss_chunk_size=8)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+        assert type(copied) is type(model) and kernels.applied(copied) == kernels.applied(model)
+        assert module_classes(copied) == module_classes(model)
 
 
 @pytest.mark.parametrize("build", ["llama_gqa", "t5_v1_0"])

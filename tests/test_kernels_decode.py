@@ -1,4 +1,4 @@
-"""The speed layer's grouped-query SDPA paths (``kernels/decode_attention.py``, put on by ``kernels.apply(decode=True)``):
+"""The speed layer's grouped-query SDPA paths (``kernels/decode_attention.py``, on with ``kernels.apply(decode=True)``):
 one decoding token with a mask packed onto the key/value heads on the CPU (``PACKED_MASKED_DECODING``), traced by
 torch.compile too; and SDPA without ``enable_gqa`` where the fused kernels take no grouped heads
 (``SDPA_WITHOUT_GROUPED_HEADS``, CUDA fp32; the CPU stands in here). The same tokens, logits, losses and gradients as
@@ -152,8 +152,8 @@ def cpu_without_grouped_heads(monkeypatch):
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_decoding_without_grouped_heads_gives_the_tokens_and_logits_of_enable_gqa(monkeypatch, padded,
-                                                                                   cpu_without_grouped_heads):  # fmt: skip
+@pytest.mark.usefixtures("cpu_without_grouped_heads")
+def test_decoding_without_grouped_heads_gives_the_tokens_and_logits_of_enable_gqa(monkeypatch, padded):
     ids, mask = padded_prompt()
     if not padded:
         mask = torch.ones_like(ids)
@@ -167,8 +167,8 @@ def test_decoding_without_grouped_heads_gives_the_tokens_and_logits_of_enable_gq
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_training_without_grouped_heads_gives_the_loss_and_gradients_of_enable_gqa(monkeypatch, padded,
-                                                                                    cpu_without_grouped_heads):  # fmt: skip
+@pytest.mark.usefixtures("cpu_without_grouped_heads")
+def test_training_without_grouped_heads_gives_the_loss_and_gradients_of_enable_gqa(monkeypatch, padded):
     ids = torch.randint(0, 200, (3, 12), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)
     if padded:

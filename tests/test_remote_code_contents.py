@@ -36,8 +36,8 @@ MODELS = {
     ),
 }
 # Lines of the .py files a save ships (docstrings and comments included). The goals of the models/ redesign are
-# 2,000 / 2,400 / 1,800; these ceilings hold what was reached so that the code only shrinks from here.
-LINE_CEILINGS = {"llmsys_llama": 2500, "llmsys_gpt3": 2780, "llmsys_t5": 1840}
+# 2,000 / 2,400 / 1,800 (T5 meets it); the decoders' ceilings hold what was reached, so the code only shrinks.
+LINE_CEILINGS = {"llmsys_llama": 2260, "llmsys_gpt3": 2740, "llmsys_t5": 1800}
 FORBIDDEN = {
     "a custom autograd function": r"autograd\.Function",
     "a torch.compile branch": r"torch\.compiler\.is_compiling",

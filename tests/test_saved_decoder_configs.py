@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import hf_llmsys  # noqa: F401  (registers the architectures)
+from hf_llmsys.models.config_checks import SPEED_LAYER_FIELDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decoder_configs"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -35,12 +36,15 @@ def fixed_batches(vocab_size: int) -> dict[str, dict[str, torch.Tensor]]:
 def check_values(config, recorded: dict) -> None:
     """Every value recorded then reads the same now under the same name.
 
-    One intended difference: ``sliding_window`` was None when no layer was "local"; it is now a stored field (the
-    band of "local" layers, alias ``local_window``) that keeps its value, unused, in such configs.
+    Intended differences: ``sliding_window`` was None when no layer was "local"; it is now a stored field (the band
+    of "local" layers, alias ``local_window``) that keeps its value, unused, in such configs. The speed fields
+    (``SPEED_LAYER_FIELDS``) are options of ``hf_llmsys.kernels.apply`` now: read and dropped.
     """
     kinds = recorded.get("layer_layouts")
     for name, value in recorded.items():
-        if name == "layer_layouts":
+        if name in SPEED_LAYER_FIELDS:
+            assert not hasattr(config, name), name
+        elif name == "layer_layouts":
             assert config.layer_layouts() == value
         elif name == "sliding_window" and value is None and "local" not in kinds:
             assert config.sliding_window == recorded["local_window"]
@@ -50,6 +54,23 @@ def check_values(config, recorded: dict) -> None:
 
 def shapes(model) -> dict:
     return {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def unfused(recorded: dict, config) -> dict:
+    """The recorded state_dict shapes with the fused projections of that code (``qkv_proj``: rows q | k | v;
+    ``gate_up_proj``: rows gate | up) as today's separate ones, in the same order: the other intended difference."""
+    q_rows, kv_rows = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    pieces = {"qkv_proj": {"q_proj": q_rows, "k_proj": kv_rows, "v_proj": kv_rows},
+              "gate_up_proj": {"gate_proj": config.intermediate_size, "up_proj": config.intermediate_size}}  # fmt: skip
+    out = {}
+    for name, shape in recorded.items():
+        fused = next((f for f in pieces if f".{f}." in name), None)
+        if fused is None:
+            out[name] = shape
+            continue
+        for piece, rows in pieces[fused].items():
+            out[name.replace(f".{fused}.", f".{piece}.")] = [rows, *shape[1:]]
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED["configs"]))
@@ -62,7 +83,7 @@ def test_saved_config_builds_the_same_model(name):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(built)
     assert type(model).__name__ == expected["class"]
-    assert shapes(model) == expected["state_dict"]
+    assert shapes(model) == unfused(expected["state_dict"], config)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED["checkpoints"]))
@@ -71,7 +92,7 @@ def test_saved_checkpoint_gives_the_same_logits(name):
     model = AutoModelForCausalLM.from_pretrained(folder).eval()  # strict: every key must fit
     assert type(model).__name__ == expected["class"]
     check_values(model.config, expected["values"])
-    assert shapes(model) == expected["state_dict"]
+    assert shapes(model) == unfused(expected["state_dict"], model.config)
     reference = load_file(folder / "expected_logits.safetensors")
     with torch.no_grad():
         for batch, inputs in fixed_batches(model.config.vocab_size).items():

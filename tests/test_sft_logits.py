@@ -29,6 +29,7 @@ from transformers import (
 
 from hf_llmsys.data import SFTExampleEncoder, build_sft_dataset, load_template
 from hf_llmsys.data.sft_packing import PackedRowsCollator, pack_examples
+from hf_llmsys.kernels import applied
 from hf_llmsys.training.supervised_logits import (
     KeepSupervisedLogits,
     SupervisedLogitsLoss,
@@ -175,8 +176,10 @@ def test_chunked_loss_only_where_it_is_the_models_loss():
     usable, why = enable_chunked_loss(model_for("transformers_llama"), 64, args)
     assert not usable and "no chunked loss" in why
     model = model_for("llmsys_llama")
-    model.config.loss_chunk_size = 512  # as a saved config may carry
+    assert enable_chunked_loss(model, 512, args) == (True, "") and applied(model)["loss_chunk_size"] == 512
     assert enable_chunked_loss(model, 0, args) == (False, "--loss_chunk_size 0")
-    assert model.config.loss_chunk_size == 0
+    assert applied(model)["loss_chunk_size"] == 0 and applied(model)["norms"]  # the rest of the speed layer stays
     usable, why = enable_chunked_loss(model, 64, TrainingArguments("unused", label_smoothing_factor=0.1))
-    assert not usable and "label smoothing" in why and model.config.loss_chunk_size == 0
+    assert not usable and "label smoothing" in why and applied(model)["loss_chunk_size"] == 0
+    assert enable_chunked_loss(model, 64, args, kernels=False) == (False, "--kernels false")
+    assert applied(model) is None

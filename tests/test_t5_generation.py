@@ -26,7 +26,7 @@ from hf_llmsys import (
     LlmsysT5Model,
 )
 from hf_llmsys.generation import LENGTH_PENALTIES, beam_search, generate_gnmt
-from hf_llmsys.models import T5_PRESETS
+from hf_llmsys.presets import T5_PRESETS
 
 # The definitions, written here independently of the package: lp(|Y|) divides the summed log-probabilities.
 DEFINITIONS = {

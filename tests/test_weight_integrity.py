@@ -12,10 +12,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.cli import main
-from hf_llmsys.hub import cli as hub_cli
 from hf_llmsys.checkpoints import weight_integrity
 from hf_llmsys.checkpoints.weight_integrity import AlteredWeightsError, safetensors_header_problem
+from hf_llmsys.cli import main
+from hf_llmsys.hub import cli as hub_cli
 
 TINY = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
 

@@ -41,7 +41,7 @@ _ONLY_CONFIGURED = ("position_bias", "relative_values", "sliding_window")
 
 
 def sdpa_lacks_grouped_heads(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """H > G heads on a device and dtype listed in ``SDPA_WITHOUT_GROUPED_HEADS``. query (B, H, S, D), key (B, G, K, D)."""
+    """H > G heads on a device and dtype of ``SDPA_WITHOUT_GROUPED_HEADS``. query (B, H, S, D), key (B, G, K, D)."""
     return query.shape[1] != key.shape[1] and query.dtype in SDPA_WITHOUT_GROUPED_HEADS.get(query.device.type, ())
 
 

@@ -7,8 +7,9 @@ A layout is a short list of ``FlashCall``s: each is one call of aten's flash ker
 (``_scaled_dot_product_flash_attention_for_cpu``, which returns the per-query logsumexp) on *views* of that head's
 q, k, v (blocks, overlapping windows by ``unfold``, interleaved stride groups, broadcast summaries: no copies of
 the keys) with a small static mask. Calls that share query rows (``fixed``: own block + summaries) are merged
-exactly by their logsumexps. The heads of one batch row (or of one head group) form each call's batch axis. ``FlashBlockAttention`` saves q, k, v, the output and the logsumexp (B, H, S) and
-recomputes the block scores in backward through the kernel's own backward, given the global output and
+exactly by their logsumexps. The heads of one batch row (or of one head group) form each call's batch axis.
+``FlashBlockAttention`` saves q, k, v, the output and the logsumexp (B, H, S) and recomputes the block scores in
+backward through the kernel's own backward, given the global output and
 logsumexp (Dao et al. 2022, "FlashAttention", Algorithm 2; the split-softmax identity of ring attention): the
 gradient of a union of key sets is the sum of the per-call gradients. Each part runs in ``PIECES`` calls of
 consecutive blocks, so a call's transient gradients are a fraction of one batch row's inputs: peak memory stays

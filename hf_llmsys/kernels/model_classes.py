@@ -16,6 +16,8 @@ mixins read their options from the instance (``options(model)``, set by ``apply`
 
 from __future__ import annotations
 
+import copyreg
+
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import CausalLMOutputWithPast, Seq2SeqLMOutput
@@ -43,7 +45,14 @@ def chunk_size_for(model, device: torch.device) -> int:
 
 
 class ModelKernels:
-    """Mixin of both heads: ``generate``'s default dynamic cache becomes a growing one."""
+    """Mixin of both heads: ``generate``'s default dynamic cache becomes a growing one; pickles by its plain class
+    (the made class is not reachable by name, as pickle looks classes up)."""
+
+    def __reduce_ex__(self, protocol):
+        function, args, *rest = super().__reduce_ex__(protocol)
+        if function is not copyreg.__newobj__ or not args or args[0] is not type(self):
+            return (function, args, *rest)
+        return (_new_with_kernels, (type(self).__bases__[-1], *args[1:]), *rest)
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """transformers' cache set-up, with the default dynamic cache swapped for ``GrowingCache``."""
@@ -163,6 +172,13 @@ _MADE: dict[type, type] = {}
 def mixin_for(cls: type) -> type[ModelKernels] | None:
     """The mixin for model class ``cls`` (a subclass of a ``MIXINS`` key), or None."""
     return next((mixin for base, mixin in MIXINS.items() if issubclass(cls, base)), None)
+
+
+def _new_with_kernels(plain: type, *args):
+    """Unpickling: a new instance of ``plain`` with its speed-layer class (``model_class``); the state comes next."""
+    instance = plain.__new__(plain, *args)
+    instance.__class__ = model_class(plain)
+    return instance
 
 
 def model_class(cls: type) -> type:

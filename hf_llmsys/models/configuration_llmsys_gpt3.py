@@ -7,7 +7,7 @@ GPT-2 ``config.json`` names (n_embd, n_layer, n_head, n_positions, n_inner, acti
 attn_pdrop) and GPT-Neo's (num_layers, num_heads, window_size, attention_types) are accepted, so a saved
 ``GPT2LMHeadModel`` or ``GPTNeoForCausalLM`` folder loads as is.
 
-Presets: ``GPT3_PRESETS`` (Table 2.1 of the paper, plus a tiny "debug" one); ``training_flops`` is the
+Presets (with hf_llmsys installed: ``hf_llmsys/presets.py``, Table 2.1 of the paper); ``training_flops`` is the
 6·N·D estimate of training compute (Kaplan et al. 2020, used for GPT-3's compute figures).
 """
 
@@ -40,27 +40,6 @@ GPT_NEO_ARG_NAMES = {
 GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 
-# Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (context 2048, vocabulary 50257 for all).
-# ``published_params`` is the table's n_params. Table 2.1 gives GPT-3 XL 24 heads of d_head 128, which is
-# 3072 != d_model 2048 and would make 1.52B parameters; we use 16 heads of 128 (= d_model), the reading that
-# matches the published 1.3B. GPT-3 13B keeps the table's 40 heads of 128 (5120) with d_model 5140: head_dim
-# is independent of hidden_size here.
-GPT3_PRESETS: dict[str, dict] = {
-    "gpt3-small": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, head_dim=64, published_params=125e6),
-    "gpt3-medium": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, head_dim=64, published_params=350e6),
-    "gpt3-large": dict(num_hidden_layers=24, hidden_size=1536, num_attention_heads=16, head_dim=96, published_params=760e6),
-    "gpt3-xl": dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=16, head_dim=128, published_params=1.3e9),
-    "gpt3-2.7b": dict(num_hidden_layers=32, hidden_size=2560, num_attention_heads=32, head_dim=80, published_params=2.7e9),
-    "gpt3-6.7b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, head_dim=128, published_params=6.7e9),
-    "gpt3-13b": dict(num_hidden_layers=40, hidden_size=5140, num_attention_heads=40, head_dim=128, published_params=13.0e9),
-    "gpt3-175b": dict(num_hidden_layers=96, hidden_size=12288, num_attention_heads=96, head_dim=128, published_params=175.0e9),
-    # Tiny model for tests and smoke runs (not from the paper).
-    "debug": dict(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=128,
-        vocab_size=256, sliding_window=16, bos_token_id=255, eos_token_id=255,  # ids inside the vocabulary
-    ),
-}  # fmt: skip
-
 
 def training_flops(n_params: float, n_tokens: float) -> float:
     """Training compute in FLOPs, 6·N·D (forward 2N + backward 4N per token; Kaplan et al. 2020)."""
@@ -78,7 +57,6 @@ class LlmsysGPT3Config(DecoderConfig):
     """
 
     model_type = "llmsys_gpt3"
-    presets = GPT3_PRESETS
     preset_family = "GPT-3"
     attribute_map = {**DecoderConfig.attribute_map, **GPT2_ARG_NAMES}
     excluded_layouts = ()
@@ -150,4 +128,4 @@ class LlmsysGPT3Config(DecoderConfig):
             )
 
 
-__all__ = ["GPT3_PRESETS", "LlmsysGPT3Config", "training_flops"]
+__all__ = ["LlmsysGPT3Config", "training_flops"]

@@ -18,7 +18,7 @@ Over-long inputs: relative buckets have no position table, so any length runs (d
 ``relative_attention_max_distance`` share the last bucket). ``max_input_length`` (None: no limit) makes the encoder
 refuse longer inputs with a ValueError instead; truncation is the tokenizer's job (``truncation=True``).
 
-Presets: ``T5_PRESETS`` (the paper's sizes, section 3.7; shapes from the released checkpoints' configs).
+Presets (with hf_llmsys installed: ``hf_llmsys/presets.py``): the paper's sizes, section 3.7.
 """
 
 from __future__ import annotations
@@ -32,19 +32,6 @@ from .presets import PresetMixin
 
 # transformers' ``feed_forward_proj`` values whose activation name differs from the ACT2FN key.
 PACKED_ACTIVATIONS = {"gated-gelu": "gelu_new"}
-
-# Raffel et al. 2020, section 3.7 ("Small", "Base", "Large", "3B", "11B"); shapes as in the released checkpoints'
-# config.json (google-t5/t5-small ... t5-11b). ``published_params`` is the paper's rounded size, which counts the
-# 32,128-row vocabulary (32,000 SentencePiece pieces + 100 sentinels, padded) with the head tied to the embedding.
-T5_PRESETS: dict[str, dict] = {
-    "t5-small": dict(d_model=512, d_ff=2048, d_kv=64, num_heads=8, num_layers=6, published_params=60e6),
-    "t5-base": dict(d_model=768, d_ff=3072, d_kv=64, num_heads=12, num_layers=12, published_params=220e6),
-    "t5-large": dict(d_model=1024, d_ff=4096, d_kv=64, num_heads=16, num_layers=24, published_params=770e6),
-    "t5-3b": dict(d_model=1024, d_ff=16384, d_kv=128, num_heads=32, num_layers=24, published_params=2.8e9),
-    "t5-11b": dict(d_model=1024, d_ff=65536, d_kv=128, num_heads=128, num_layers=24, published_params=11e9),
-    # Tiny model for tests and smoke runs (not from the paper).
-    "debug": dict(d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=2, vocab_size=256),
-}  # fmt: skip
 
 
 def parse_feed_forward_proj(value: str) -> tuple[str, bool]:
@@ -65,7 +52,6 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
     """T5 configuration (defaults: T5-small v1.0, 60M parameters)."""
 
     model_type = "llmsys_t5"
-    presets = T5_PRESETS
     preset_family = "T5"
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
@@ -172,4 +158,4 @@ class LlmsysT5Config(PresetMixin, PreTrainedConfig):
                 )
 
 
-__all__ = ["LlmsysT5Config", "T5_PRESETS", "parse_feed_forward_proj"]
+__all__ = ["LlmsysT5Config", "parse_feed_forward_proj"]

@@ -19,9 +19,7 @@ is known without it: no attention mask, no cached prefix and position ids made b
 (``positions_given=False``). Anything else takes the mask path, which is right for every input.
 
 Mask predicates follow transformers' ``masking_utils`` convention ``fn(batch_idx, head_idx, q_idx, kv_idx)``
-with q_idx / kv_idx key indices; ``same_segment`` keeps packed examples apart and ``at_positions`` evaluates a
-layout predicate at token positions instead of row indices (for layouts anchored at absolute positions, such
-as ``fixed``).
+with q_idx / kv_idx key indices; ``same_segment`` keeps packed examples apart.
 """
 
 from __future__ import annotations
@@ -122,20 +120,5 @@ def same_segment(segments: torch.Tensor):
 
     def inner(batch_idx, head_idx, q_idx, kv_idx):
         return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
-
-    return inner
-
-
-def at_positions(mask_function, token_positions: torch.Tensor):
-    """``mask_function`` evaluated at the token positions (B, K) of q_idx and kv_idx instead of their indices.
-
-    Indices past K (empty slots of a preallocated cache, masked as future keys anyway) read the last position.
-    """
-    last = token_positions.shape[-1] - 1
-
-    def inner(batch_idx, head_idx, q_idx, kv_idx):
-        q_pos = token_positions[batch_idx, q_idx.clamp(max=last)]
-        kv_pos = token_positions[batch_idx, kv_idx.clamp(max=last)]
-        return mask_function(batch_idx, head_idx, q_pos, kv_pos)
 
     return inner

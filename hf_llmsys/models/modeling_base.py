@@ -1,6 +1,5 @@
-"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation, strict loading, crash-safe saving,
-and the checkpoint key map of each model's format (``checkpoint_format``, see ``weight_conversion.py``), applied by
-``from_pretrained``, ``save_pretrained`` and plain ``load_state_dict`` alike.
+"""Behaviour shared by every hf-llmsys PreTrainedModel: weight initialisation, strict loading and crash-safe saving.
+(Models that read a foreign checkpoint layout add ``weight_conversion.ConvertedCheckpoints``.)
 
 Two extension points are filled by the hf_llmsys package and empty where this code runs as remote code:
 ``FOLDER_CHECKS`` run on a local folder before it loads and ``SAVE_STEPS`` on a staged save before it is moved into
@@ -9,8 +8,6 @@ place (the package's checksum manifests: ``hf_llmsys/checkpoints/weight_integrit
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -18,10 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch import nn
-from transformers.core_model_loading import WeightTransform
 from transformers.modeling_utils import PreTrainedModel
-
-from .weight_conversion import CHECKPOINT_KEY_MAPS, convert_state_dict, transforms_matching
 
 __all__ = ["FOLDER_CHECKS", "SAVE_STEPS", "LlmsysPreTrainedModel", "check_local_folder", "move_into_place"]
 
@@ -41,49 +35,6 @@ class LlmsysPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True  # 0 graph breaks in training and static-cache decoding: tests/test_compile.py
-    # Auto class name -> model class, written into a saved config's ``auto_map`` for remote code (transformers
-    # itself only lists the class that was saved). Filled by ``hf_llmsys.registration.register_all`` from the
-    # architecture registry (``hf_llmsys/architectures.py``); empty in remote code, whose config.json has the map.
-    auto_class_map: dict[str, type] = {}
-    # The on-disk key layout (a key of ``weight_conversion.CHECKPOINT_KEY_MAPS``); None: our own names.
-    checkpoint_format: str | None = None
-
-    def __init__(self, config, *args, **kwargs):
-        super().__init__(config, *args, **kwargs)
-        self.register_load_state_dict_pre_hook(_convert_checkpoint_keys)
-
-    def checkpoint_key_map(self) -> list[WeightTransform]:
-        """Every transform of this model's format (a fresh list), applied when loading: a checkpoint of another
-        variant of the format (e.g. a head model's, into the base model) may need rules this model's keys do not."""
-        return [] if self.checkpoint_format is None else CHECKPOINT_KEY_MAPS[self.checkpoint_format]()
-
-    def checkpoint_conversions(self) -> list[WeightTransform]:
-        """The transforms of the format that touch this model's keys: what its saves apply (reversed)."""
-        return transforms_matching(self.checkpoint_key_map(), self.state_dict(keep_vars=True).keys())
-
-    @property
-    def _weight_conversions(self) -> list[WeightTransform] | None:
-        """What ``save_pretrained`` reverses: the transforms a ``from_pretrained`` load used (transformers sets
-        them), else this model's key map, so a model built in code saves in its format too."""
-        if "_loaded_weight_conversions" in self.__dict__:
-            return self.__dict__["_loaded_weight_conversions"]
-        return self.checkpoint_conversions()
-
-    @_weight_conversions.setter
-    def _weight_conversions(self, conversions: list[WeightTransform] | None) -> None:
-        self.__dict__["_loaded_weight_conversions"] = conversions
-
-    @_weight_conversions.deleter
-    def _weight_conversions(self) -> None:
-        self.__dict__.pop("_loaded_weight_conversions", None)
-
-    @staticmethod
-    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys=None):
-        """transformers' loader, given this instance's key map after the caller's ``key_mapping`` renames."""
-        if isinstance(model, LlmsysPreTrainedModel):
-            mapping = [*(load_config.weight_mapping or []), *model.checkpoint_key_map()]
-            load_config = dataclasses.replace(load_config, weight_mapping=mapping)
-        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
 
     @classmethod
     def from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
@@ -138,24 +89,11 @@ class LlmsysPreTrainedModel(PreTrainedModel):
         staging = Path(tempfile.mkdtemp(prefix=saving_prefix(target), dir=target.parent))
         try:
             super().save_pretrained(staging, *args, **kwargs)
-            self._complete_auto_map(staging / "config.json")
             for step in SAVE_STEPS:
                 step(staging)
             move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-    def _complete_auto_map(self, config_path: Path) -> None:
-        """Add every Auto class of this architecture to ``auto_map`` so each loads with trust_remote_code."""
-        if not config_path.exists():
-            return
-        data = json.loads(config_path.read_text())
-        if "auto_map" not in data:
-            return
-        for auto_name, model_class in self.auto_class_map.items():
-            module = model_class.__module__.rsplit(".", 1)[-1]
-            data["auto_map"].setdefault(auto_name, f"{module}.{model_class.__name__}")
-        config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 SAVING_INFIX = ".saving-"  # save_pretrained stages `folder` in its parent as `.{folder name}.saving-{mkdtemp suffix}`
@@ -167,11 +105,6 @@ def saving_prefix(target: Path) -> str:
 
 
 WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
-
-
-def _convert_checkpoint_keys(model: LlmsysPreTrainedModel, state_dict: dict, prefix: str, *args) -> None:
-    """``load_state_dict`` pre-hook: the model's key map on the keys under its prefix (``weight_conversion.py``)."""
-    convert_state_dict(state_dict, model.checkpoint_key_map(), model.config, prefix)
 
 
 def _within_model(model: nn.Module, key: str) -> bool:

@@ -19,9 +19,10 @@ from transformers.generation import GenerationMixin
 from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
+from .weight_conversion import ConvertedCheckpoints
 
 
-class LlmsysGPT3PreTrainedModel(DecoderPreTrainedModel):
+class LlmsysGPT3PreTrainedModel(ConvertedCheckpoints, DecoderPreTrainedModel):
     config: LlmsysGPT3Config
     config_class = LlmsysGPT3Config
 

@@ -44,6 +44,7 @@ from .norms import RMSNorm
 from .position_state import T5RelativePositionalEncoding
 from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS, t5_conversions
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
+from .weight_conversion import ConvertedCheckpoints
 
 
 def stack_outputs(encoder_outputs: BaseModelOutput, decoded) -> dict:
@@ -75,7 +76,7 @@ def seq2seq_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=
     return losses / count
 
 
-class LlmsysT5PreTrainedModel(LlmsysPreTrainedModel):
+class LlmsysT5PreTrainedModel(ConvertedCheckpoints, LlmsysPreTrainedModel):
     """T5's initialisation (Mesh TensorFlow's, as in transformers' T5) and the shared-embedding ties."""
 
     config: LlmsysT5Config

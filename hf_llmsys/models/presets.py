@@ -1,11 +1,5 @@
-"""Named configurations ("presets") kept as data: a table per architecture, one ``from_preset`` for all.
-
-A table maps a preset name to config fields plus information that is not a config field (``PRESET_INFO_KEYS``):
-``published_params`` (the parameter count the source states), ``params_tolerance`` (the relative difference
-allowed between our count and that figure, with the reason in the table's comments) and ``source`` (paper and
-table, or the released config). ``tests/test_presets.py`` builds every preset on the meta device and checks the
-count against the published size.
-"""
+"""``from_preset`` for every config class: its ``presets`` table (filled by the hf_llmsys package from
+``hf_llmsys/presets.py``; empty in remote code, where a saved config needs none) with overrides on top."""
 
 from __future__ import annotations
 

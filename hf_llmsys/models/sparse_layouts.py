@@ -8,12 +8,7 @@ the key position (``w`` = ``sliding_window``, ``l`` = ``sparse_stride``, ``c`` =
 - ``dense``: every kv <= q.
 - ``local``: a band of w tokens including the current one, q - w < kv <= q
   (GPT-Neo's local layers with ``window_size=256`` keep exactly this band).
-- ``strided``: Child et al.'s strided factorisation across heads. Heads ``h < num_heads // 2`` attend to the
-  previous l tokens (q - l < kv <= q); the other heads to every l-th earlier token ((q - kv) % l == 0, kv <= q).
-  With an odd head count the extra head goes to the second (every-l-th) group.
-- ``fixed``: the current block of l tokens (kv // l == q // l, kv <= q) plus the last c positions of every
-  earlier block (kv % l >= l - c, kv < (q // l) * l). All heads share this pattern: the paper's variant with one
-  head type that attends to the union of both fixed patterns (Child et al. section 4.3, "merged" heads).
+- ``strided`` and ``fixed`` (Child et al.'s factorized patterns, llmsys_gpt3 only): ``factorized_layouts.py``.
 
 A mask predicate is ``fn(batch_idx, head_idx, q_idx, kv_idx) -> bool tensor`` in transformers' ``masking_utils``
 convention: the four arguments are broadcastable integer tensors (or 0-d tensors under ``torch.vmap``), and the
@@ -21,10 +16,6 @@ predicate uses only elementwise tensor ops so both expansions work. Each predica
 so it is correct on its own; passed as ``and_mask_function=`` to ``create_causal_mask`` that is redundant with
 transformers' causal part and harmless.
 
-Heads: transformers' sdpa / eager mask builders call the predicate with a single head (``head_idx == 0``) and
-return masks of shape (batch, 1, q_len, kv_len), so a head-dependent layout ("strided") given to
-``create_causal_mask`` silently yields the head-0 pattern for every head. Its masks are built per head group
-(``AttentionLayout.head_groups``: one head-independent predicate per group of heads) instead.
 
 The object (``AttentionLayout``; ``LAYOUTS``: kind -> class, as ``positions.POSITIONAL_ENCODINGS``) owns everything
 a layer needs to know about its layout: its parameters (config field names) and their validation, its predicate
@@ -48,7 +39,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
 from .attention_backends import attention_backend
-from .mask_inputs import MaskInputs, at_positions
+from .mask_inputs import MaskInputs
 from .positions import encoding_class
 from .registries import registered
 
@@ -76,11 +67,6 @@ class AttentionLayout:
     Class attributes (the capabilities, read by the config, the model card, the demo and the tools):
         name: the registry kind ("dense", "local", ...), as written in ``config.attention_layout``.
         parameters: the config fields it reads (``sliding_window``, ``sparse_stride``, ``sparse_summary``).
-        position_anchored: masks evaluate the predicate at token positions, not at row / cache-slot indices, so a
-            padded row (left padding, or padding between tokens) attends as the same tokens packed or alone do.
-            Needed where the pattern depends on absolute positions (``fixed`` blocks start at multiples of l) or
-            on distances that must skip padding (``strided``'s every-l-th token). ``local`` is not anchored: its
-            band is over cache slots, as transformers' sliding window, because its windowed cache keeps slots.
         cache_kind: "windowed" when the layout is a band of the last ``sliding_window`` keys: with an encoding
             that adds no score bias its layers are transformers' "sliding_attention" layers (a window-sized KV
             cache, transformers' sliding-window mask, flash attention's own band); else "full".
@@ -90,7 +76,6 @@ class AttentionLayout:
 
     name: str = ""
     parameters: tuple[str, ...] = ()
-    position_anchored: bool = False
     cache_kind: str = FULL_CACHE
     min_heads: int = 1
     card_text_template: str = ""
@@ -170,32 +155,15 @@ class AttentionLayout:
         return self.cache_kind == WINDOWED_CACHE and not encoding_class(config.position_embedding_type).adds_score_bias
 
     def mask(self, config, mask_inputs: MaskInputs):
-        """transformers' causal mask AND the layout, per head group if it has several; packed examples apart.
-
-        ``position_anchored`` layouts are evaluated at token positions, so padding and packing do not move them.
-        """
+        """transformers' causal mask AND the layout's predicate, packed examples apart (a window-sized layout: its
+        sliding-window mask, sized against its window-sized cache)."""
         mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
-        if self.windowed(config):  # sized against the window-sized cache of these layers (config.sliding_window)
+        if self.windowed(config):
             return create_sliding_window_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
         if (message := self.refusal(config._attn_implementation)) is not None:
             raise ValueError(message)
-        masks = []
-        for _, fn in self.group_predicates():
-            fn = at_positions(fn, mask_inputs.token_positions) if self.position_anchored else fn
-            masks.append(
-                create_causal_mask(**mask_kwargs, and_mask_function=and_masks(fn, *filter(None, [segment_fn])))
-            )
-        if len(masks) == 1:
-            return masks[0]
-        if not all(isinstance(mask, torch.Tensor) for mask in masks):
-            raise ValueError(
-                f"attention_layout kind {self.name!r} differs per head, which needs a per-head mask tensor: with "
-                f"attn_implementation={config._attn_implementation!r} use inputs without padding or cache (layout "
-                "kernels), or attn_implementation='sdpa' / 'eager'."
-            )
-        # (B, 1, S, K) per group -> (B, H, S, K): each group's mask repeated over its heads
-        groups = self.head_groups()
-        return torch.cat([m.expand(-1, g.stop - g.start, -1, -1) for m, g in zip(masks, groups, strict=True)], dim=1)
+        predicate = and_masks(self.predicate(), *filter(None, [segment_fn]))
+        return create_causal_mask(**mask_kwargs, and_mask_function=predicate)
 
     def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
         """This forward's one question: the layout as a kernel, else as a mask."""

@@ -8,8 +8,8 @@ ops (``CHECKPOINT_KEY_MAPS``, name -> function returning a fresh list): "gpt2" (
 its own. Renamings run in order (each may see the result of the previous ones), then at
 most one converter per key, as in transformers' loader; saving runs the reverse.
 
-Which format a model uses is chosen per instance: ``LlmsysPreTrainedModel.checkpoint_format`` (None for llama, a
-class constant for t5, ``config.checkpoint_format`` for GPT-3). ``checkpoint_key_map()`` is the format's whole list, used
+Which format a model uses is chosen per instance: ``ConvertedCheckpoints.checkpoint_format`` (a class constant for
+t5, ``config.checkpoint_format`` for GPT-3; llama reads transformers' Llama names and has no map). ``checkpoint_key_map()`` is the format's whole list, used
 when loading (a head model's checkpoint loads into the base model, so rules this model's keys do not need may
 apply); ``checkpoint_conversions()`` keeps the ops that touch this model's keys (``transforms_matching``: a
 bias-free LLaMA has no bias converters, the T5 encoder no decoder rules, a GPT-3 without learned positions no
@@ -19,7 +19,7 @@ class name, then model type (``conversion_mapping.get_model_conversion_mapping``
 the instance. One GPT-3 class reads two layouts, and which ops can match depends on the config, so a global entry
 is wrong for some instances or has to be re-pointed before every load and save (two models of different formats
 in one process then race). So nothing is registered, and the instance's list is handed to transformers' own
-machinery at the points where transformers holds the instance (``modeling_base.py``):
+machinery at the points where transformers holds the instance (``ConvertedCheckpoints`` below):
 
 - ``from_pretrained``: ``_load_pretrained_model(model, ..., load_config)`` receives the new instance; its list is
   appended to ``load_config.weight_mapping`` (after the caller's ``key_mapping=`` renames), so transformers'
@@ -33,6 +33,7 @@ machinery at the points where transformers holds the instance (``modeling_base.p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from copy import deepcopy
 
@@ -44,6 +45,7 @@ from transformers.core_model_loading import (
     dot_natural_key,
     rename_source_key,
 )
+from transformers.modeling_utils import PreTrainedModel
 
 # Every format a model may name in ``checkpoint_format``, filled by the files that define them:
 # gpt2_checkpoint_conversion.py ("gpt2", "gpt_neo") and t5_checkpoint_conversion.py ("t5").
@@ -84,3 +86,53 @@ def convert_state_dict(state_dict: dict, transforms: list[WeightTransform], conf
     for new_key, converter in pending.items():
         for name, value in converter.convert(new_key, config=config).items():
             state_dict[prefix + name] = value[0] if isinstance(value, list) else value
+
+
+class ConvertedCheckpoints:
+    """Mixin (before the PreTrainedModel base) for a model whose checkpoints use a foreign key layout: its format's
+    key map on every loading path, reversed on save (the module docstring says where each is applied)."""
+
+    # The on-disk key layout (a key of ``weight_conversion.CHECKPOINT_KEY_MAPS``); None: our own names.
+    checkpoint_format: str | None = None
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        self.register_load_state_dict_pre_hook(_convert_checkpoint_keys)
+
+    def checkpoint_key_map(self) -> list[WeightTransform]:
+        """Every transform of this model's format (a fresh list), applied when loading: a checkpoint of another
+        variant of the format (e.g. a head model's, into the base model) may need rules this model's keys do not."""
+        return [] if self.checkpoint_format is None else CHECKPOINT_KEY_MAPS[self.checkpoint_format]()
+
+    def checkpoint_conversions(self) -> list[WeightTransform]:
+        """The transforms of the format that touch this model's keys: what its saves apply (reversed)."""
+        return transforms_matching(self.checkpoint_key_map(), self.state_dict(keep_vars=True).keys())
+
+    @property
+    def _weight_conversions(self) -> list[WeightTransform] | None:
+        """What ``save_pretrained`` reverses: the transforms a ``from_pretrained`` load used (transformers sets
+        them), else this model's key map, so a model built in code saves in its format too."""
+        if "_loaded_weight_conversions" in self.__dict__:
+            return self.__dict__["_loaded_weight_conversions"]
+        return self.checkpoint_conversions()
+
+    @_weight_conversions.setter
+    def _weight_conversions(self, conversions: list[WeightTransform] | None) -> None:
+        self.__dict__["_loaded_weight_conversions"] = conversions
+
+    @_weight_conversions.deleter
+    def _weight_conversions(self) -> None:
+        self.__dict__.pop("_loaded_weight_conversions", None)
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys=None):
+        """transformers' loader, given this instance's key map after the caller's ``key_mapping`` renames."""
+        if isinstance(model, ConvertedCheckpoints):
+            mapping = [*(load_config.weight_mapping or []), *model.checkpoint_key_map()]
+            load_config = dataclasses.replace(load_config, weight_mapping=mapping)
+        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, expected_keys)
+
+
+def _convert_checkpoint_keys(model: ConvertedCheckpoints, state_dict: dict, prefix: str, *args) -> None:
+    """``load_state_dict`` pre-hook: the model's key map on the keys under its prefix (``weight_conversion.py``)."""
+    convert_state_dict(state_dict, model.checkpoint_key_map(), model.config, prefix)

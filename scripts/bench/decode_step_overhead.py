@@ -15,7 +15,7 @@ same random weights (ours loaded from transformers' save), interleaved, the medi
   (each one a launch the host pays for);
 - ``python``: cProfile of the bare steps of ours, the frames with the most own time (``--top``).
 
-Ours runs as the device makes it (``attention.SDPA_WITHOUT_GROUPED_HEADS``: on CUDA in fp32, grouped-query attention
+Ours runs as the device makes it (``kernels.decode_attention.SDPA_WITHOUT_GROUPED_HEADS``: on CUDA in fp32, grouped-query attention
 without ``enable_gqa``) and the other way (``ours_unpacked`` / ``ours_packed``). Then SDPA alone at the shape's
 heads, fp32 and bf16: one decoding token with ``enable_gqa`` against packed queries, and a causal prefill as long
 as the keys with ``enable_gqa`` against repeated keys; per call, the kernels launched and the backend op taken.
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
-from hf_llmsys.models import attention
+from hf_llmsys.kernels import decode_attention as attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -189,7 +189,7 @@ def python_profile(name: str, model, prompt: torch.Tensor, steps: int, top: int)
 @contextlib.contextmanager
 def packing(device: torch.device, on: bool | None):
     """Our grouped-query attention without ``enable_gqa`` on this device (one token packed, prefill with repeated
-    keys; every float dtype: ``attention.SDPA_WITHOUT_GROUPED_HEADS``) or with it (and one masked token not packed
+    keys; every float dtype: ``kernels.decode_attention.SDPA_WITHOUT_GROUPED_HEADS``) or with it (and one masked token not packed
     either: ``attention.PACKED_MASKED_DECODING``), for the duration; None: as it is."""
     registries = (attention.SDPA_WITHOUT_GROUPED_HEADS, attention.PACKED_MASKED_DECODING)
     saved = [dict(registry) for registry in registries]

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.projection import _weight_major
+from hf_llmsys.kernels.weight_major import _weight_major
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -105,7 +105,8 @@ def projections(shape: dict) -> dict[str, tuple[int, int]]:
     with torch.device("meta"):
         model = LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**shape))
     layer = model.model.layers[0]
-    modules = {"qkv": layer.self_attn.qkv_proj, "o": layer.self_attn.o_proj, "gate_up": layer.mlp.gate_up_proj,
+    modules = {"q": layer.self_attn.q_proj, "k": layer.self_attn.k_proj, "v": layer.self_attn.v_proj,
+               "o": layer.self_attn.o_proj, "gate": layer.mlp.gate_proj, "up": layer.mlp.up_proj,
                "down": layer.mlp.down_proj, "lm_head": model.lm_head}  # fmt: skip
     return {name: tuple(module.weight.shape) for name, module in modules.items()}
 

@@ -81,9 +81,8 @@ from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
-from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
-from hf_llmsys.models.kv_cache import GrowingCache
+from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, kernels
+from hf_llmsys.kernels import GrowingCache, default_chunk_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -602,8 +601,8 @@ def memory_child(args) -> None:
     ours_kw, theirs_kw = smollm2_shaped(args.memory_shape)
     torch.manual_seed(args.seed)
     if args.memory_child == "ours":
-        config = LlmsysLlamaConfig(**ours_kw, loss_chunk_size=args.loss_chunk_size, attn_implementation="sdpa")
-        model = LlmsysLlamaForCausalLM(config)
+        config = LlmsysLlamaConfig(**ours_kw, attn_implementation="sdpa")
+        model = kernels.apply(LlmsysLlamaForCausalLM(config), loss_chunk_size=args.loss_chunk_size)
     else:
         model = LlamaForCausalLM(LlamaConfig(**theirs_kw, attn_implementation="sdpa"))
     model.to(args.device).train()

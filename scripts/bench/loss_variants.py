@@ -2,8 +2,8 @@
 and the optimizer every one of them steps, the jobs' own.
 
 ``llmsys train`` and ``llmsys sft`` train hf-llmsys models with the chunked linear cross-entropy
-(``--loss_chunk_size``, default ``default_chunk_size(device)`` tokens a chunk: ``models/chunked_cross_entropy.py``); outside
-those jobs a model's own default is the plain loss (``config.loss_chunk_size = 0``). The two give the same loss and
+(``--loss_chunk_size``, default ``default_chunk_size(device)`` tokens a chunk: the speed layer's
+``kernels/chunked_cross_entropy.py``); the plain model (without ``hf_llmsys.kernels.apply``) has the plain loss. The two give the same loss and
 gradients, one without the full (tokens x vocab) logits, so a benchmark times ours the way the jobs train it and
 shows the plain loss beside it.
 
@@ -54,15 +54,16 @@ def chunk_size_arg(text: str) -> int:
 
 
 def training_variants(models: dict, loss_chunk_size: int) -> dict:
-    """name -> a copy of the model in train mode (the originals stay untouched, e.g. for decoding): "ours" with
-    ``config.loss_chunk_size = loss_chunk_size``; when that is > 0 also "ours_plain_loss" with 0; every other model
-    (the peer, transformers') as it is."""
+    """name -> a copy of the model in train mode (the originals stay untouched, e.g. for decoding): "ours" with the
+    speed layer (``hf_llmsys.kernels.apply``) at ``loss_chunk_size``; when that is > 0 also "ours_plain_loss" with
+    the speed layer's plain loss; every other model (the peer, transformers') as it is."""
+    from hf_llmsys import kernels
+
     variants = {}
     for name, model in models.items():
         variants[name] = copy.deepcopy(model).train()
         if name == "ours":
-            variants[name].config.loss_chunk_size = loss_chunk_size
+            kernels.apply(variants[name], loss_chunk_size=loss_chunk_size)
             if loss_chunk_size:
-                variants[name + PLAIN_LOSS_SUFFIX] = copy.deepcopy(model).train()
-                variants[name + PLAIN_LOSS_SUFFIX].config.loss_chunk_size = 0
+                variants[name + PLAIN_LOSS_SUFFIX] = kernels.apply(copy.deepcopy(model).train(), loss_chunk_size=0)
     return variants

@@ -5,7 +5,7 @@ Not a test: it measures and prints tables. Inputs are (1, 8, S, 64) q, k, v (bat
 1k ... 16k tokens. Each variant runs forward, then backward of ``(out * g).sum()``; warm-up runs are discarded
 and the median of ``--reps`` is reported (the variants take turns within each repetition).
 
-Variants (``hf_llmsys.models.sparse_attention``):
+Variants (``hf_llmsys.kernels.sparse_blocks``):
 - ``dense``: causal SDPA without a mask (the fused flash kernel: it never stores the S x S probabilities).
 - ``dense-stored``: causal attention in plain ops, which keeps the (H, S, S) probabilities for backward (what
   an eager / math implementation does; the "stored" column of the Sparse Transformer paper's table).

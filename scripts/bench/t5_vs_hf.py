@@ -56,8 +56,8 @@ from transformers.utils import logging as hf_logging
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysT5ForConditionalGeneration
-from hf_llmsys.models import T5_PRESETS
-from hf_llmsys.models.chunked_cross_entropy import default_chunk_size
+from hf_llmsys.kernels import default_chunk_size
+from hf_llmsys.presets import T5_PRESETS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)

@@ -42,9 +42,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from hf_llmsys import LlmsysLlamaForCausalLM
-from hf_llmsys.models import recompute
-from hf_llmsys.models.chunked_cross_entropy import chunked_linear_cross_entropy, default_chunk_size
+from hf_llmsys import LlmsysLlamaForCausalLM, kernels
+from hf_llmsys.kernels import chunked_linear_cross_entropy, default_chunk_size, recompute
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
@@ -109,7 +108,7 @@ class Variant:
     def __init__(self, model, chunk: int | None, hooks: bool, optimizer: str):
         self.model, self.chunk, self.hooks = model, chunk, hooks
         if chunk is not None:
-            model.config.loss_chunk_size = chunk
+            kernels.apply(model, loss_chunk_size=chunk)
         self.optimizer = make_optimizer(model.parameters(), optimizer)
 
     def step(self, ids: torch.Tensor, args) -> float:
