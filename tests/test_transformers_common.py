@@ -49,7 +49,7 @@ from hf_llmsys import (
     LlmsysT5ForConditionalGeneration,
     LlmsysT5Model,
 )
-from hf_llmsys.models.modeling_base import LlmsysPreTrainedModel
+from hf_llmsys.models.weight_conversion import ConvertedCheckpoints
 
 try:
     common, config_common, generation_common = load_suite()
@@ -63,7 +63,7 @@ def _instance_conversions(model, *args, _transformers_lookup=common.get_model_co
     """The suite reads a model's key map from transformers' global registry (by class name or model type); ours is
     chosen per instance (``config.checkpoint_format``, and only ops that touch the model's keys: see
     hf_llmsys/models/weight_conversion.py), so the suite is pointed at the instance's own list."""
-    if isinstance(model, LlmsysPreTrainedModel):
+    if isinstance(model, ConvertedCheckpoints):  # llama: transformers' Llama names, looked up as transformers does
         return model.checkpoint_conversions()
     return _transformers_lookup(model, *args, **kwargs)
 

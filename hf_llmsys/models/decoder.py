@@ -1,13 +1,13 @@
 """A decoder-only Transformer assembled from the shared blocks, and its causal-LM head.
 
 Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
-``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) ->
-N ``DecoderLayer``, each holding its layout object (``sparse_layouts.py``, built once from
-``config.attention_layout``), which answers once per forward with a mask or a kernel -> final norm. ``DecoderForCausalLM`` adds the LM head, the loss (transformers' causal-LM
-loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM, Chowdhery et al. 2022:
-coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures subclass both and only
-fix their config class. A chunked loss that never builds the (B, S, V) logits is part of the speed layer
-(``hf_llmsys.kernels.apply``).
+``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) -> N
+``DecoderLayer``, each holding its layout object (``sparse_layouts.py``, built once from ``config.attention_layout``),
+which answers once per forward with a mask or a kernel -> final norm. ``DecoderForCausalLM`` adds the LM head, the
+loss (transformers' causal-LM loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM,
+Chowdhery et al. 2022: coefficient * mean over label tokens of (log Z)^2, Z the softmax normaliser). Architectures
+subclass both and only fix their config class. A chunked loss that never builds the (B, S, V) logits is part of the
+speed layer (``hf_llmsys.kernels.apply``).
 """
 
 from __future__ import annotations
