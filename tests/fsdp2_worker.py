@@ -33,7 +33,8 @@ def build(model_type: str):
         return hf_llmsys.LlmsysLlamaForCausalLM(hf_llmsys.LlmsysLlamaConfig(**TINY, num_key_value_heads=2))
     if model_type == "llmsys_gpt3":
         config = hf_llmsys.LlmsysGPT3Config(**TINY, attention_layout=["local", "strided"], sparse_stride=4,
-                                            sliding_window=8, max_position_embeddings=SEQ)  # fmt: skip
+                                            sliding_window=8, max_position_embeddings=SEQ, bos_token_id=0,
+                                            eos_token_id=0)  # fmt: skip
         return hf_llmsys.LlmsysGPT3ForCausalLM(config)
     config = hf_llmsys.LlmsysT5Config(vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8,
                                       dropout_rate=0.0)  # fmt: skip
@@ -84,7 +85,8 @@ def main(model_type: str, use_kernels: bool, out: str) -> None:
     if rank == 0:
         with open(out, "w") as file:
             json.dump(losses, file)
-    if distributed:
+    if distributed:  # every rank done before teardown (gloo aborted a rank that exited mid-collective)
+        dist.barrier()
         dist.destroy_process_group()
 
 
