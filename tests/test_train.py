@@ -53,7 +53,8 @@ def test_pretraining_speed_layer_is_never_saved(trained):
     from hf_llmsys.kernels import DEFAULT_CHUNK_SIZE
     from hf_llmsys.models.config_checks import SPEED_LAYER_FIELDS
 
-    assert DEFAULT_CHUNK_SIZE == 256
+    applied = json.loads((trained / "train_results.json").read_text())["kernels"]
+    assert applied["loss_chunk_size"] == DEFAULT_CHUNK_SIZE == 256 and applied["norms"] and applied["recompute"]
     config = json.loads((trained / "config.json").read_text())
     assert not set(SPEED_LAYER_FIELDS) & set(config), config
     assert not any("kernel" in path.name for path in trained.glob("*.py"))

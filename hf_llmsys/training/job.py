@@ -101,6 +101,7 @@ def finish_job(
     output_dir = trainer.args.output_dir
     results["runtime_s"] = round(time.time() - start, 1)
     results["torch_compile"] = compile_report(trainer)
+    results["kernels"] = applied_kernels(trainer.model)  # the speed layer it trained with (None: the plain model)
     model = model if model is not None else trainer.model
     model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
     if trainer.is_world_process_zero():

@@ -334,7 +334,6 @@ def summarize(
         **{k: train_stats[k] for k in ("packed_rows", "packed_fill") if k in train_stats},
         "train_tokens": train_stats["tokens"],
         "logits_on_labels_only": bool(trainer.compute_loss_func),
-        "kernels": data_args.kernels,
         "loss_chunk_size": (applied_kernels(trainer.model) or {}).get("loss_chunk_size", 0),
         **{k: v for k, v in counts.items() if k != "records_format"},
         "train_examples": train_stats["examples"],

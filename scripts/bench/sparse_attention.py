@@ -312,9 +312,10 @@ def print_tables(results: dict, lengths: list[int]) -> None:
 
 
 def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: str | None = None):
-    """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa; the MLP
+    """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa, with the
+    speed layer (``hf_llmsys.kernels.apply``: the layouts' block kernels) as the training jobs run it; the MLP
     activation is the config's default (GPT-2's gelu_new) unless `hidden_act` names another."""
-    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3Model
+    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3Model, kernels
 
     config = LlmsysGPT3Config(
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
@@ -323,7 +324,7 @@ def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: s
         bos_token_id=0, eos_token_id=0, **({"hidden_act": hidden_act} if hidden_act else {}),
     )  # fmt: skip
     torch.manual_seed(0)
-    model = LlmsysGPT3Model._from_config(config, attn_implementation="sdpa")
+    model = kernels.apply(LlmsysGPT3Model._from_config(config, attn_implementation="sdpa"))
     return model.to(device=args.device, dtype=getattr(torch, args.dtype)).train()
 
 
