@@ -44,7 +44,7 @@ def test_lora_adapter_and_merged_model_round_trip(client, hub, tmp_path):  # noq
         assert llmsys(["push", str(work / "base"), "alice/lora-base"]) == 0
         base = AutoModelForCausalLM.from_pretrained("alice/lora-base")
         lora = LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
-                          target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
         peft_model = get_peft_model(base, lora)
         with torch.no_grad():  # B starts at zero: give the adapter an effect to carry
             for name, param in peft_model.named_parameters():

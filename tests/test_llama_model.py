@@ -188,7 +188,7 @@ def test_lora_through_peft_trains_only_adapters_and_merges_exactly():
 
     model = LlmsysLlamaForCausalLM(tiny_config())
     lora = get_peft_model(
-        model, LoraConfig(r=4, lora_alpha=8, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"])
     )
     ids = torch.randint(0, 96, (2, 12))
     lora(input_ids=ids, labels=ids).loss.backward()

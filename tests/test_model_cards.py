@@ -132,13 +132,13 @@ def test_adapter_card_takes_base_model_and_architecture_from_adapter_config(tmp_
     base_folder, base = saved(tmp_path, "llmsys_llama", results=None)
     base = hf_llmsys.LlmsysLlamaForCausalLM.from_pretrained(base_folder)
     base_parameters = base.num_parameters()  # before PEFT injects its layers into the same modules
-    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["qkv_proj", "o_proj"], task_type="CAUSAL_LM")
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "o_proj"], task_type="CAUSAL_LM")
     peft_model = get_peft_model(base, lora)
     peft_model.save_pretrained(tmp_path / "adapter", save_embedding_layers=False)
     card = build_model_card(tmp_path / "adapter")
     rows = table(card)
     trainable = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
-    assert rows["adapter parameters"] == f"{trainable:,}" and rows["target modules"] == "o_proj, qkv_proj"
+    assert rows["adapter parameters"] == f"{trainable:,}" and rows["target modules"] == "o_proj, q_proj"
     assert rows["base model"] == str(base_folder) and rows["parameters"] == f"{base_parameters:,}"
     assert card.data.base_model is None and card.data.library_name == "peft" and "lora" in card.data.tags
     assert "AutoPeftModelForCausalLM" in card.text and "hu2022lora" in card.text

@@ -323,7 +323,15 @@ def test_lora_sft_lowers_held_out_perplexity_reproducibly(
     n_train, n_held_out = example.TRAIN_RECORDS, example.HELD_OUT_RECORDS
     assert n_train >= 256 and len(json.loads(Path(alpaca_files[0]).read_text())) == n_train
     first = _lora_sft(example, llmsys_base, alpaca_files, tmp_path / "a")
-    assert first["lora"]["target_modules"] == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
+    assert first["lora"]["target_modules"] == [
+        "down_proj",
+        "gate_proj",
+        "k_proj",
+        "o_proj",
+        "q_proj",
+        "up_proj",
+        "v_proj",
+    ]
     assert first["parameters"]["trainable"] < 0.05 * first["parameters"]["total"]
     # max_length 128 leaves every example a response (the prompt is never cut below 64 tokens): none dropped
     counts = first["train_examples"], first["validation_examples"], first["dropped_examples"]

@@ -351,7 +351,7 @@ class TestT5(GenerativeTests, unittest.TestCase):
         return Seq2SeqTester(self)
 
     def test_reverse_loading_mapping_gated(self):
-        """The T5 v1.1 layout (wi_0 / wi_1 fused into gate_up_proj) through the same test."""
+        """The T5 v1.1 layout (wi_0 / wi_1 as gate_proj / up_proj) through the same test."""
         self.model_tester = Seq2SeqTester(self, feed_forward_proj="gated-gelu")
         ModelTesterMixin.test_reverse_loading_mapping(self)
 

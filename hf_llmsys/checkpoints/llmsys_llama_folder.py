@@ -2,8 +2,8 @@
 
 `LlmsysLlamaForCausalLM.from_pretrained` reads a transformers ``LlamaForCausalLM`` folder directly (same key
 names; config fields mapped); saving the loaded model writes ``model_type: llmsys_llama``, so the Auto classes,
-`llmsys sft` and `llmsys ppl` then build our model (fused ``qkv_proj`` / ``gate_up_proj``, the LoRA default
-targets of `hf_llmsys.training.lora`). The tokenizer (with its chat template) is copied alongside. The folder
+`llmsys sft` and `llmsys ppl` then build our model (with the speed layer in training, and the LoRA default
+targets of the architecture registry). The tokenizer (with its chat template) is copied alongside. The folder
 appears in one ``os.replace`` of a completed temporary folder; an existing ``llmsys_llama`` folder is reused.
 """
 

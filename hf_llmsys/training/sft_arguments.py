@@ -34,8 +34,8 @@ class SFTModelArguments:
     lora_target: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Module names (or suffixes) LoRA adapts; None = the model type's default (ours: the fused "
-            "qkv_proj / gate_up_proj and the output projections), 'all-linear' for every linear layer but the head."
+            "help": "Module names (or suffixes) LoRA adapts; None = the model type's default (ours: every "
+            "attention and MLP projection, q_proj ... down_proj), 'all-linear' for every linear layer but the head."
         },
     )
     save_merged: bool = field(
@@ -91,7 +91,11 @@ class SFTDataArguments:
         default=None, metadata={"help": "Encoder-decoder only: response tokens kept; None = max_length."}
     )
     prompt_truncation: str = field(
-        default="middle", metadata={"help": f"How over-long prompts are cut: one of {PROMPT_TRUNCATIONS}."}
+        default="middle",
+        metadata={
+            "help": f"How over-long prompts are cut: one of {PROMPT_TRUNCATIONS} (text templates; conversations and "
+            "--template chat keep their first --max_length tokens, as TRL does)."
+        },
     )
     response_overflow: str = field(
         default="truncate",
