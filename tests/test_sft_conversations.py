@@ -100,7 +100,9 @@ def test_rendered_template_and_only_assistant_content_and_end_of_turn_supervised
         rendered = tok.apply_chat_template(messages, tokenize=False)
         assert example["input_ids"] == tok(rendered, add_special_tokens=False)["input_ids"]
         assert tok.decode(example["input_ids"]) == rendered  # the template's text, byte for byte
-        replies = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+        # the reply, its end of turn and the newline the template writes before the next turn (TRL's prompt-completion
+        # rule, conversation_labels.py's module doc)
+        replies = [m["content"] + "<|im_end|>\n" for m in messages if m["role"] == "assistant"]
         expected = replies if turns == "all" else replies[-1:]
         assert [tok.decode(r) for r in runs(example["input_ids"], example["labels"])] == expected
         # generation starts from exactly the training prefix of the last reply
@@ -113,7 +115,7 @@ def test_spans_are_found_without_generation_markers():
     tok = chatml_tokenizer()
     assert "{% generation %}" not in tok.chat_template
     text, spans = assistant_spans(tok, records()[0]["messages"])
-    assert [text[s:e] for s, e in spans] == ["Paris<|im_end|>", "Rome, of course.<|im_end|>"]
+    assert [text[s:e] for s, e in spans] == ["Paris<|im_end|>\n", "Rome, of course.<|im_end|>\n"]
 
 
 def test_no_chat_template_names_the_flag(tmp_path):
@@ -303,7 +305,7 @@ def test_smollm2_own_chat_template_supervises_only_assistant_content_and_end_of_
         rendered = tok.apply_chat_template(messages, tokenize=False)
         assert example["input_ids"] == tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
         assert tok.decode(example["input_ids"]) == rendered
-        replies = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+        replies = [m["content"] + "<|im_end|>\n" for m in messages if m["role"] == "assistant"]
         decoded = [tok.decode(r) for r in runs(example["input_ids"], example["labels"])]
         assert len(decoded) == len(replies)
         for got, reply in zip(decoded, replies, strict=True):
@@ -318,14 +320,15 @@ def test_smollm2_own_chat_template_supervises_only_assistant_content_and_end_of_
 
 def test_masks_equal_transformers_generation_markers_without_needing_them():
     """Reference: transformers' ``return_assistant_tokens_mask`` on the same ChatML template WITH {% generation %}
-    markers around each reply + end-of-turn (what TRL's assistant_only_loss uses) gives our mask, found without."""
+    markers around each reply + end-of-turn + the newline after it (what TRL's assistant_only_loss uses) gives our
+    mask, found without."""
     tok = chatml_tokenizer()
     marked = copy.deepcopy(tok)
     marked.chat_template = CHATML.replace(
         "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n",
         "<|im_start|>{{ message['role'] }}\n{% if message['role'] == 'assistant' %}{% generation %}"
-        "{{ message['content'] }}<|im_end|>{% endgeneration %}{% else %}{{ message['content'] }}<|im_end|>"
-        "{% endif %}{{ '\\n' }}",  # (chat templates trim the newline after a block tag)
+        "{{ message['content'] }}<|im_end|>{{ '\\n' }}{% endgeneration %}{% else %}{{ message['content'] }}<|im_end|>"
+        "{{ '\\n' }}{% endif %}",  # (chat templates trim the newline after a block tag)
     )
     assert marked.chat_template != CHATML
     encoder = ConversationEncoder(tok, ConversationTemplate(tok), 512)

@@ -9,7 +9,15 @@ from datasets import Dataset
 from sft_fixtures import RECORDS, byte_bpe, gpt2, sentencepiece_like
 
 from hf_llmsys.data.alpaca_records import check_records, load_records, mix_records
-from hf_llmsys.data.prompt_templates import ALPACA, SHORT, PromptTemplate, load_template, save_template
+from hf_llmsys.data.conversation_labels import ConversationEncoder
+from hf_llmsys.data.prompt_templates import (
+    ALPACA,
+    SHORT,
+    PromptTemplate,
+    alpaca_messages,
+    load_template,
+    save_template,
+)
 from hf_llmsys.data.sft_labels import IGNORE_INDEX, SFTExampleEncoder, build_sft_dataset, encode_records
 from hf_llmsys.evaluation.alpaca import format_prompt
 
@@ -186,13 +194,19 @@ def test_chat_template_boundary():
         "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
     )
-    template = load_template("chat", tok)
-    prompt, response = template.split(RECORDS[1])
-    assert prompt == "<|user|>\nTranslate to French.\n\nGood morning, friend.</s>\n<|assistant|>"
-    assert response == "\nBonjour, mon ami.</s>\n"
-    assert not template.appends_eos  # the chat template's end of turn is the EOS already
-    example, _ = SFTExampleEncoder(tok, template, 256).encode(RECORDS[1])
-    assert tok.eos_token_id in supervised(example)
+    template = load_template("chat", tok)  # an Alpaca record = a one-turn conversation (conversation_labels.py)
+    assert template.end_of_turn == "</s>\n"
+    assert not template.appends_eos  # the chat template's end of turn is the EOS already: none appended
+    encoder = ConversationEncoder(tok, template, 256)
+    example, _ = encoder.encode(RECORDS[1])
+    prefix, _ = encoder.generation_prefix(RECORDS[1])
+    # generation starts from exactly the generation prompt (its newline included); the reply and end of turn learnt
+    prompt = tok.apply_chat_template(alpaca_messages(RECORDS[1])[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt == "<|user|>\nTranslate to French.\n\nGood morning, friend.</s>\n<|assistant|>\n"
+    assert prefix == tok(prompt, add_special_tokens=False)["input_ids"]
+    whole = tok(tok.apply_chat_template(alpaca_messages(RECORDS[1]), tokenize=False), add_special_tokens=False)
+    assert example["input_ids"] == whole["input_ids"] and supervised(example) == whole["input_ids"][len(prefix) :]
+    assert supervised(example).count(tok.eos_token_id) == 1
 
 
 def test_bad_records_name_index_and_field():

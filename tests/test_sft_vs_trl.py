@@ -1,9 +1,9 @@
 """Our SFT label masks against TRL 1.16 SFTTrainer's, on real Alpaca records (scripts/bench/sft_vs_trl.py).
 
 TRL is a test-only reference (the `reference` extra). Both sides tokenize prompt + response as one text, so rows
-are identical except for checked causes: TRL's keep-start truncation, whitespace moved across the boundary by our
-chat split, TRL's doubled EOS on a tokenizer that appends </s>. The default suite compares a few hundred records
-per tokenizer family; the slow test compares all of alpaca_5000.json on all four families.
+are identical except for checked causes: TRL's keep-start truncation, TRL's doubled EOS on a tokenizer that appends
+</s>. The default suite compares a few hundred records per tokenizer family; the slow test compares all of
+alpaca_5000.json on all four families. Real chat templates: test_sft_chat_templates.py.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_classification_is_checked_not_assumed(gpt2):
     assert bench.classify(extra_eos, ours, extra_eos, ours, gpt2, 64) == {"unexplained"}  # only TRL's side
 
 
-def test_smollm2_chat_template_masks_differ_only_by_the_generation_prompt_newline():
+def test_smollm2_chat_template_masks_are_identical():
     from hf_llmsys.checkpoints import find_smollm2
 
     if find_smollm2() is None:
@@ -137,7 +137,6 @@ def test_smollm2_chat_template_masks_differ_only_by_the_generation_prompt_newlin
     tokenizer = bench.load_tokenizer("smollm2", Path("."))
     records = bench.load_records(bench.DEFAULT_RECORDS, skip_invalid=True)[0][:200]
     result = bench.compare_masks(records, tokenizer, bench.load_template("chat", tokenizer), max_length=256)
-    counts = result["counts"]
-    assert counts["unexplained"] == 0, result
-    # our chat prompt ends at "<|im_start|>assistant"; its newline is the response's first (supervised) token
-    assert counts["mask_shift"] == 200
+    # --template chat goes through the conversation labeller: the generation prompt's newline is prompt, the reply,
+    # "<|im_end|>" and the newline after it are supervised, exactly as TRL's prompt-completion conversational path
+    assert result["counts"]["identical"] == 200, result

@@ -8,8 +8,28 @@ needs no ``{% generation %}`` markers (TRL's ``assistant_only_loss`` needs them 
 without): for assistant turn i,
 
     start = len(apply_chat_template(messages[:i], add_generation_prompt=True))   (the reply starts here)
-    end   = len(apply_chat_template(messages[:i + 1]).rstrip())                  (content + end-of-turn text,
-                                                                                   not the whitespace after it)
+    end   = len(apply_chat_template(messages[:i + 1]))                           (content + end-of-turn text)
+
+Whitespace rule (one rule for Alpaca records under ``--template chat`` and for conversations): a span runs from
+the end of the generation prompt to where the next turn starts (or the text ends), so whitespace the template
+writes after its end-of-turn marker (ChatML's ``"\\n"`` after ``<|im_end|>``) is supervised, and whitespace ending
+the generation prompt is not. That is TRL's prompt-completion conversational path token for token (its completion
+is everything after ``apply_chat_template(prompt, add_generation_prompt=True)``, when that prompt's ids are a prefix
+of the whole's). TRL's ``assistant_only_loss`` supervises what its ``{% generation %}`` markers enclose, whose edges
+may sit on other whitespace (TRL's marked Qwen2.5 copy also marks the generation prompt's ``"\\n"``): whitespace
+tokens at span edges are the only difference (checked in tests/test_sft_chat_templates.py).
+A template that writes text only when it closes a conversation (Phi-3 writes ``eos_token`` when
+``add_generation_prompt`` is false) makes ``apply_chat_template(messages[:i + 1])`` end with that closing text where
+the next turn follows in ``text``; a middle turn's span ends before it (the last turn's span keeps it, as TRL's
+prompt-completion path supervises it).
+
+End of turn (`end_of_turn_text`): what the template writes after an assistant reply, read from a one-turn
+conversation with a sentinel reply. A template that writes nothing there but whitespace gives the model no way to
+stop: the EOS id is then appended after a conversation's final assistant reply (and a log line says so). Generation
+stops at the EOS and at the end-of-turn token (`ConversationTemplate.stop_token_ids`, also saved in the model's
+``generation_config.eos_token_id`` by ``llmsys sft``).
+Alpaca records under ``--template chat`` (`prompt_templates.ChatPromptTemplate`) are one-turn conversations:
+user = instruction (+ blank line + input when there is one), assistant = output.
 
 A template must render conversations as growing prefixes (each of these a prefix of ``text``), and the span must
 hold the turn's content; otherwise a ValueError says which and names ``--template``. ``assistant_turns="all"``
@@ -32,9 +52,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers.utils import logging
+
 from .sft_labels import IGNORE_INDEX, RESPONSE_OVERFLOWS, check_tokenizer, common_prefix_length, has_offsets
 
+logger = logging.get_logger(__name__)
+
 ASSISTANT_TURNS = ("all", "last")
+SENTINEL_REPLY = "\u2063sentinel-reply-7f3a\u2063"  # a reply no template writes itself
 
 
 class ConversationTemplate:
@@ -44,7 +69,6 @@ class ConversationTemplate:
     """
 
     add_bos = False
-    appends_eos = False
 
     def __init__(self, tokenizer, source: str = "chat"):
         self.tokenizer = tokenizer
@@ -63,6 +87,26 @@ class ConversationTemplate:
                 "--template chat: the records are conversations, rendered through the tokenizer's chat template, "
                 "and this tokenizer has none; give --template FILE.jinja holding one (e.g. ChatML)"
             )
+        self.end_of_turn = end_of_turn_text(tokenizer)
+        self.appends_eos = self.end_of_turn is not None and not self.end_of_turn.strip()
+        if self.appends_eos:
+            logger.warning(
+                f"--template {self.name}: the chat template writes no end-of-turn text after an assistant reply, so "
+                f"the EOS {tokenizer.eos_token!r} is appended after each conversation's final reply (supervised)"
+            )
+
+    def messages(self, record: dict) -> list[dict]:
+        """The conversation of `record` (a checked conversation record)."""
+        return record["messages"]
+
+    def stop_token_ids(self) -> list[int]:
+        """Ids generation stops at: the EOS, and the end-of-turn token when the template's end-of-turn text starts
+        with a special token other than the EOS (ChatML's ``<|im_end|>``, Llama-3's ``<|eot_id|>``)."""
+        eos = self.tokenizer.eos_token_id
+        text = (self.end_of_turn or "").strip()
+        ids = self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] if text else []
+        special = set(self.tokenizer.all_special_ids) | set(self.tokenizer.get_added_vocab().values())
+        return [eos] + ([ids[0]] if ids and ids[0] != eos and ids[0] in special else [])
 
     def to_dict(self) -> dict:
         """The chat template itself is saved with the tokenizer; only the kind is recorded here."""
@@ -72,6 +116,29 @@ class ConversationTemplate:
 def render(tokenizer, messages: list[dict], generation_prompt: bool = False) -> str:
     """The chat template's text for `messages` (one place for the call, so every rendering agrees)."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def end_of_turn_text(tokenizer) -> str | None:
+    """What the chat template writes after an assistant reply (a one-turn conversation with a sentinel reply, read
+    after the reply), or None when the template cannot render that conversation."""
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": SENTINEL_REPLY}]
+    try:
+        text = render(tokenizer, messages)
+    except Exception:  # a template with rules of its own (e.g. a required system turn): spans will say more
+        return None
+    at = text.rfind(SENTINEL_REPLY)
+    return None if at < 0 else text[at + len(SENTINEL_REPLY) :]
+
+
+def turn_end(tokenizer, upto: str, text: str) -> int | None:
+    """Where the turn that `upto` (the conversation rendered up to it) ends in `text`: len(upto) when `upto` is a
+    prefix of `text`; without the closing EOS text a template writes outside a generation prompt (module doc)."""
+    if text.startswith(upto):
+        return len(upto)
+    eos = tokenizer.eos_token or ""
+    if eos and upto.endswith(eos) and text.startswith(upto[: -len(eos)]):
+        return len(upto) - len(eos)
+    return None
 
 
 def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
@@ -86,12 +153,13 @@ def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[in
         except Exception:  # a template that refuses an empty conversation: the reply starts the text
             before = ""
         upto = render(tokenizer, messages[: i + 1])
-        if not (text.startswith(upto) and upto.startswith(before)):
+        end = turn_end(tokenizer, upto, text)
+        if end is None or not upto.startswith(before):
             raise ValueError(
                 f"the chat template does not render turn {i} as a prefix of the whole conversation, so its "
                 "assistant reply cannot be located by offsets; use --template FILE.jinja with a template that does"
             )
-        start, end = len(before), len(upto.rstrip())
+        start = len(before)
         if message["content"].strip() not in text[start:end]:
             raise ValueError(
                 f"the chat template does not write assistant turn {i}'s content verbatim; use --template FILE.jinja"
@@ -152,8 +220,11 @@ class ConversationEncoder:
 
     def encode(self, record: dict) -> tuple[dict | None, list[str]]:
         """One example for a conversation record (``{"messages": [...]}``) and what happened to it."""
-        text, spans = self.chosen_spans(record["messages"])
+        messages = self.template.messages(record)
+        text, spans = self.chosen_spans(messages)
         ids, flags = self.tokens(text, spans)
+        if self.template.appends_eos and messages[-1]["role"] == "assistant":
+            ids, flags = ids + [self.tokenizer.eos_token_id], flags + [True]
         events = []
         if len(ids) > self.max_length:
             if any(flags[self.max_length :]):
@@ -175,7 +246,7 @@ class ConversationEncoder:
         When that reply was truncated away, the conversation up to it rendered with the generation prompt (its
         last ``max_length`` tokens).
         """
-        messages = record["messages"]
+        messages = self.template.messages(record)
         text, spans = assistant_spans(self.tokenizer, messages)
         ids, flags = self.tokens(text, spans[-1:])
         at = flags.index(True) if True in flags else None

@@ -15,7 +15,8 @@ from exactly the training prefix.
 Registry (`TEMPLATES`): ``alpaca`` (Stanford Alpaca's two templates, byte for byte, from
 `alpaca_prompts.py`), ``short`` (the seeds' ``### Instruction: ... ### Input: ... ### Response: ...``,
 the input block omitted when empty), ``chat`` (the tokenizer's own chat template: one user turn holding the
-instruction and the input, then the assistant turn), or a user file (JSON ``{"with_input": ..., "without_input":
+instruction and the input, then the assistant turn, labelled by the conversation path, `conversation_labels.py`,
+not by the seam rule above), or a user file (JSON ``{"with_input": ..., "without_input":
 ...}`` or a text file holding one template). The template is saved beside a trained model
 (``prompt_template.json``) and read back by `load_template(folder)`, so generation uses the same text.
 """
@@ -69,58 +70,30 @@ class PromptTemplate:
         return {"type": "text", **asdict(self)}
 
 
-class ChatPromptTemplate:
-    """The tokenizer's chat template: a user turn (instruction, blank line, input) and the assistant's reply.
-
-    prompt = ``apply_chat_template([user], add_generation_prompt=True)``, response = the rest of
-    ``apply_chat_template([user, assistant])``; the template's own end-of-turn text ends the response, and the EOS
-    id is appended only when that text does not already contain the EOS token.
-    """
-
-    name = "chat"
-    add_bos = False  # chat templates write their own BOS text
+class ChatPromptTemplate(ConversationTemplate):
+    """``--template chat`` for Alpaca records: each record is a one-turn conversation (`alpaca_messages`) labelled by
+    the conversation path (`conversation_labels.py`): supervised = the reply and the template's own end-of-turn
+    text (TRL's prompt-completion conversational path), generation from the exact generation prompt."""
 
     def __init__(self, tokenizer):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "--template chat: the tokenizer has no chat_template; choose --template alpaca, short or a file"
             )
-        self.tokenizer = tokenizer
-        self.appends_eos = True
-        probe = self.split({"instruction": "x", "input": "", "output": "y"})[1]
-        self.appends_eos = tokenizer.eos_token is None or tokenizer.eos_token not in probe
+        super().__init__(tokenizer)
 
-    @staticmethod
-    def _user_text(record: dict) -> str:
-        return record["instruction"] + (f"\n\n{record['input']}" if record.get("input") else "")
-
-    def split(self, record: dict) -> tuple[str, str]:
-        """(prompt, response) texts; raises ValueError when the chat template does not extend the prompt."""
-        user = {"role": "user", "content": self._user_text(record)}
-        prompt = self.tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=False)
-        full = self.tokenizer.apply_chat_template(
-            [user, {"role": "assistant", "content": record["output"]}], tokenize=False
-        )
-        if not full.startswith(prompt):
-            raise ValueError(
-                "--template chat: the tokenizer's chat template renders the prompt differently with and without the "
-                "answer, so no response boundary exists; use --template alpaca, short or a template file"
-            )
-        stripped = prompt.rstrip()
-        return stripped, full[len(stripped) :]
-
-    def prompt(self, record: dict) -> str:
-        """The prompt text alone (what generation is given)."""
-        user = {"role": "user", "content": self._user_text(record)}
-        return self.tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=False).rstrip()
-
-    def fixed_text(self) -> str:
-        """The rendered template with every slot empty."""
-        return "".join(self.split({"instruction": "", "input": "", "output": ""}))
+    def messages(self, record: dict) -> list[dict]:
+        return alpaca_messages(record)
 
     def to_dict(self) -> dict:
         """The chat template itself is saved with the tokenizer; only the kind is recorded here."""
         return {"type": "chat", "name": "chat"}
+
+
+def alpaca_messages(record: dict) -> list[dict]:
+    """An Alpaca record as a one-turn conversation: user = instruction (+ blank line + input), assistant = output."""
+    user = record["instruction"] + (f"\n\n{record['input']}" if record.get("input") else "")
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": record.get("output", "")}]
 
 
 def _check_slots(text: str, where: str) -> None:

@@ -299,6 +299,23 @@ class SFTExampleEncoder:
         return [x if t else [] for x, t in zip(ids, texts, strict=True)]
 
 
+def marked_text(tokenizer, example: dict) -> str:
+    """The example decoded with its supervised text in ``[[...]]`` (for a log line: what the loss is on).
+
+    An encoder-decoder example (labels apart from the input): the input, ``" => "``, then the labels in ``[[...]]``.
+    """
+    ids, labels = list(example["input_ids"]), list(example["labels"])
+    if len(ids) != len(labels):
+        return f"{tokenizer.decode(ids)} => [[{tokenizer.decode([t for t in labels if t != IGNORE_INDEX])}]]"
+    pieces, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or (labels[i] != IGNORE_INDEX) != (labels[start] != IGNORE_INDEX):
+            text = tokenizer.decode(ids[start:i])
+            pieces.append(f"[[{text}]]" if labels[start] != IGNORE_INDEX else text)
+            start = i
+    return "".join(pieces)
+
+
 def build_sft_dataset(records: Sequence[dict], encoder: SFTExampleEncoder) -> tuple[Dataset, dict]:
     """The examples of `records` as a `Dataset` (columns input_ids, labels) and the counts of what happened.
 

@@ -28,10 +28,11 @@ read): default min(512, its context), a value past a learned position table refu
 Summary (``train_results.json``, printed): base model, data sources, template, max_length and how it was chosen
 (``max_length_rule``), record / example / dropped counts
 with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
-LoRA settings, a few greedy answers. Saved (atomically, the skeleton's `output_dir.py`): the model or the adapter,
-tokenizer, generation config, ``prompt_template.json``; `--save_merged` also writes the merged model to
-``output_dir/merged``. Every check (flags, records, template, tokenizer, output folder) runs before anything is
-written.
+LoRA settings, a few greedy answers. Logged before training: the first training example with its supervised text in
+``[[...]]``. Saved (atomically, the skeleton's `output_dir.py`): the model or the adapter, tokenizer, generation
+config (with a chat template: ``eos_token_id`` = the EOS and the template's end-of-turn token),
+``prompt_template.json``; `--save_merged` also writes the merged model to ``output_dir/merged``. Every check
+(flags, records, template, tokenizer, output folder) runs before anything is written.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from ..data.conversation_labels import ConversationEncoder, ConversationTemplate
 from ..data.conversation_records import load_sft_records
 from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
-from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer
+from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer, marked_text
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from ..evaluation.model_limits import config_position_limit, fit_length
 from ..kernels import applied as applied_kernels
@@ -192,6 +193,7 @@ def build_datasets(records, held_out, tokenizer, template, config, data_args) ->
             )
     if not data_args.response_only_loss:
         train_ds = whole_sequence_labels(train_ds)
+    logger.info(f"first training example, supervised text in [[...]]: {marked_text(tokenizer, train_ds[0])!r}")
     if data_args.packing and data_args.packing_strategy == "bfd":
         train_ds = pack_examples(train_ds, data_args.max_length)
         train_stats.update(packing_stats(train_ds, data_args.max_length))
@@ -222,6 +224,11 @@ def check_job(model_args, data_args, config, records_format: str = "instruction"
         raise ValueError(
             f"--data: the records are conversations and {config.model_type} is an encoder-decoder; chat templates "
             "render one decoder sequence (give a decoder-only base, or Alpaca records)"
+        )
+    if records_format == "instruction" and data_args.template == "chat" and config.is_encoder_decoder:
+        raise ValueError(
+            f"--template chat: {config.model_type} is an encoder-decoder; chat templates render one decoder sequence "
+            "(give a decoder-only base, or --template alpaca / short / a template file)"
         )
     if data_args.packing and config.is_encoder_decoder:
         raise ValueError(
@@ -432,6 +439,8 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     after = _evaluate(trainer, eval_collator)
     start_id = {"decoder_start_token_id": config.decoder_start_token_id} if config.is_encoder_decoder else {}
     gen_config = generation_config(tokenizer, training_args.max_new_tokens, **start_id)
+    if isinstance(template, ConversationTemplate):  # stop at the chat template's end of turn as well as the EOS
+        gen_config.eos_token_id = template.stop_token_ids()
     generations = held_out_generations(trainer.model, tokenizer, template, held_out, data_args, encoder)
     results = summarize(
         model_args, data_args, training_args, counts, train_stats, eval_stats, before, after, train_out, trainer,

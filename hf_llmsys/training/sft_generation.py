@@ -3,9 +3,9 @@
 `generate_responses` starts from each record's training prefix (`SFTExampleEncoder.generation_prefix`, or the
 conversation encoder's: the ids before the first supervised token of the record's own training example, so
 generation sees the training prompt to the token), generates greedily in left-padded batches (decoder-only) or right-padded encoder
-batches (encoder-decoder), stops at EOS, and decodes only the new tokens (less the prompt characters that a first
-token straddling the seam covers, the prefix's ``overhang``). `exact_match` compares answers with the
-records' outputs after stripping surrounding whitespace.
+batches (encoder-decoder), stops at EOS (and at a chat template's end-of-turn token), and decodes only the new
+tokens (less the prompt characters that a first token straddling the seam covers, the prefix's ``overhang``).
+`exact_match` compares answers with the records' outputs after stripping surrounding whitespace.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..data.conversation_labels import ConversationEncoder, ConversationTemplate
 from ..data.sft_labels import SFTExampleEncoder
 
 
@@ -45,13 +46,17 @@ def generate_responses(
 ) -> list[str]:  # fmt: skip
     """Greedy answers (text of the new tokens, special tokens skipped) for `records` under `template`.
 
-    `encoder`: the training job's example encoder (its `generation_prefix` gives the prompt ids); None builds an
-    `SFTExampleEncoder` for `template`.
+    `encoder`: the training job's example encoder (its `generation_prefix` gives the prompt ids); None builds one
+    for `template` (`ConversationEncoder` for a chat template, else `SFTExampleEncoder`).
     """
     is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    if encoder is None:
+    if encoder is None and isinstance(template, ConversationTemplate):  # chat templates: the conversation path
+        encoder = ConversationEncoder(tokenizer, template, max_length)
+    elif encoder is None:
         encoder = SFTExampleEncoder(tokenizer, template, max_length, is_encoder_decoder=is_encoder_decoder)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # a chat template's end-of-turn token ends the answer too (ChatML's <|im_end|> when the EOS is <|endoftext|>)
+    stop_ids = template.stop_token_ids() if isinstance(template, ConversationTemplate) else tokenizer.eos_token_id
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -68,7 +73,7 @@ def generate_responses(
             max_new_tokens=new_token_budget(model, ids.shape[1], max_new_tokens, is_encoder_decoder),
             do_sample=False,
             num_beams=1,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=stop_ids,
             pad_token_id=pad_id,
         )
         new = out if is_encoder_decoder else out[:, ids.shape[1] :]

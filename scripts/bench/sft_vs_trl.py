@@ -4,20 +4,21 @@
 Not a test (TRL is a reference, never imported by hf_llmsys): it compares, measures, prints and optionally writes
 JSON. Both sides get the same records, tokenizer, prompt template and ``max_length``.
 
-1. Label masks (``--part masks``): our `SFTExampleEncoder` against the ``input_ids`` / ``labels`` columns that
-   ``SFTTrainer`` builds at dataset preparation from a prompt-completion dataset (``completion_only_loss=True``,
-   ``truncation_mode="keep_start"``). A text template gives TRL ``prompt`` = the template up to ``{output}``
-   (trailing space included, as a user would write it) and ``completion`` = the output (TRL appends the EOS text);
-   ``--template chat`` gives TRL conversational prompt / completion messages. Every record whose ids or mask
-   differ is classified by what explains it, each explanation checked, not assumed:
+1. Label masks (``--part masks``): our `SFTExampleEncoder` (`ConversationEncoder` for ``--template chat``)
+   against the ``input_ids`` / ``labels`` columns that ``SFTTrainer`` builds at dataset preparation from a
+   prompt-completion dataset (``completion_only_loss=True``, ``truncation_mode="keep_start"``). A text template
+   gives TRL ``prompt`` = the template up to ``{output}`` (trailing space included, as a user would write it) and
+   ``completion`` = the output (TRL appends the EOS text); ``--template chat`` gives TRL conversational prompt /
+   completion messages. Every record whose ids or mask differ is classified by what explains it, each explanation
+   checked, not assumed:
 
    - ``seam_merge``: the two tokenizations of the same text differ, first at the prompt/response seam. Both
      sides tokenize prompt + response as one text (TRL: prompt + completion; ours: `SFTExampleEncoder`, the
      boundary at the seam's character offset, a straddling token supervised, as TRL's common-prefix rule does),
      so this is expected to be 0; checked: same decoded text, first differing token at the seam.
    - ``mask_shift``: same ids, the masks differ only in tokens right at the boundary that decode to whitespace
-     (our templates move the prompt's trailing whitespace into the response, e.g. the newline that ends the chat
-     template's ``<|im_start|>assistant\\n``).
+     (our text templates move the prompt's trailing whitespace into the response; ``--template chat`` goes through
+     the conversation labeller and is expected identical).
    - ``trl_double_eos``: TRL appends the EOS as text to the completion AND tokenizes with the tokenizer's special
      tokens, so a tokenizer whose post-processor appends ``</s>`` (T5's) gets two EOS; checked: TRL's row is ours
      with one more supervised EOS at the end.
@@ -59,7 +60,14 @@ from pathlib import Path
 import torch
 
 import hf_llmsys  # noqa: F401  (registers the Auto classes)
-from hf_llmsys.data import IGNORE_INDEX, SFTExampleEncoder, load_records, load_template
+from hf_llmsys.data import (
+    IGNORE_INDEX,
+    ConversationEncoder,
+    ConversationTemplate,
+    SFTExampleEncoder,
+    load_records,
+    load_template,
+)
 
 SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
@@ -150,9 +158,9 @@ def load_tokenizer(spec: str, workdir: Path, records: list[dict] | None = None):
 
 def trl_rows(records: list[dict], template) -> dict:
     """TRL's prompt-completion columns for `records` under `template` (plus the record index)."""
-    if template.name == "chat":
-        prompts = [[{"role": "user", "content": template._user_text(r)}] for r in records]
-        completions = [[{"role": "assistant", "content": r["output"]}] for r in records]
+    if isinstance(template, ConversationTemplate):  # --template chat: one-turn conversations
+        prompts = [template.messages(r)[:-1] for r in records]
+        completions = [template.messages(r)[-1:] for r in records]
     else:
         prompts, completions = [], []
         for record in records:
@@ -212,6 +220,8 @@ def trl_examples(records: list[dict], tokenizer, template, max_length: int | Non
 
 def our_examples(records: list[dict], tokenizer, template, max_length: int) -> list[dict | None]:
     """Our SFTExampleEncoder's (input_ids, labels) per record, None where we dropped it."""
+    if isinstance(template, ConversationTemplate):  # --template chat: the conversation labeller
+        return ConversationEncoder(tokenizer, template, max_length).encode_batch(records)[0]
     examples, _events = SFTExampleEncoder(tokenizer, template, max_length).encode_batch(records)
     return examples
 
