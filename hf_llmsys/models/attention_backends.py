@@ -2,8 +2,8 @@
 
 A layout or a positional encoding asks ``attention_backend(name)`` whether the kernel takes a 4-D mask (flash
 attention takes none: only a padding mask and its own ``sliding_window`` band), whether it takes an additive score
-bias, and which family of layout kernels replaces it for sparse layers ("blocks": ``flash_blocks.py`` /
-``sparse_attention.py`` under sdpa; "flex": FlexAttention BlockMasks; None: the layout runs as a mask).
+bias, and which family of layout kernels may replace the mask for sparse layers ("flex": FlexAttention BlockMasks,
+here; "blocks": the block kernels of the speed layer, ``hf_llmsys.kernels``, under sdpa; None: always a mask).
 
 Implementations registered with transformers but not listed here (a custom ``AttentionInterface`` entry, paged
 variants) are read from transformers' own mask registry: an implementation whose mask function builds 4-D masks
