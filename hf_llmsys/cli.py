@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pull": ("hf_llmsys.hub.cli:pull_main", "download a Hub repo (or one revision of it) into a folder"),
     "verify": ("hf_llmsys.checkpoints.verify:main", "check every weight file of a saved folder against its sha256"),
     "demo": ("hf_llmsys.demo.cli:main", "open the Gradio demo (positional encodings, perplexity, sparse attention)"),
+    "chat": ("hf_llmsys.chat.cli:main", "talk to a causal LM in the terminal (chat template, streamed)"),
 }
 
 
