@@ -1,5 +1,12 @@
-"""Byte-level BPE tokenizer: exact reversibility, special tokens and the AutoTokenizer round trip."""
+"""Byte-level BPE tokenizer: exact reversibility, special tokens and the AutoTokenizer round trip.
 
+Special tokens written as text match (transformers' convention, what TRL and chat templates rely on); pre-training
+data keeps a special string inside a document as plain bytes (`text_data.document_ids`); a tokenizer saved by an
+older run with ``split_special_tokens=True`` loads as saved and `llmsys sft` switches it to the convention.
+"""
+
+import json
+import logging
 import random
 
 import pytest
@@ -72,7 +79,7 @@ def test_special_tokens(tokenizer):
     assert tokenizer.pad_token_id != tokenizer.eos_token_id
     special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
     rng = random.Random(7)
-    texts = FIXED_CASES + [random_string(rng) for _ in range(100)]
+    texts = [t for t in FIXED_CASES if "<|" not in t] + [random_string(rng) for _ in range(100)]
     for text in texts:
         assert special.isdisjoint(tokenizer.encode(text)), repr(text)
     # Each of the 256 bytes has its own token, whatever the training text.
@@ -97,4 +104,52 @@ def test_auto_tokenizer_round_trip(tokenizer, tmp_path):
         tokenizer.bos_token_id,
         tokenizer.pad_token_id,
     )
-    assert tokenizer.eos_token_id not in loaded.encode(EOS_TOKEN)
+    assert loaded.encode(EOS_TOKEN) == [tokenizer.eos_token_id] and not loaded.split_special_tokens
+
+
+def test_special_token_written_as_text_is_the_special_token(tokenizer):
+    """What TRL does (the EOS appended to a completion as text) gives the EOS id, as with transformers' tokenizers."""
+    ids = tokenizer("Paris<|endoftext|>", add_special_tokens=False)["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id and ids.count(tokenizer.eos_token_id) == 1
+    assert tokenizer.decode(ids) == "Paris<|endoftext|>"
+    assert tokenizer("a<|pad|>b")["input_ids"][1] == tokenizer.pad_token_id
+
+
+def test_a_literal_special_string_in_a_pretraining_document_stays_plain_text(tokenizer):
+    from hf_llmsys.training.streaming_data import causal_packer
+    from hf_llmsys.training.text_data import document_ids, tokenize_chunks
+
+    document = "A page that quotes <|endoftext|> and <|pad|> as text."
+    chunks = [{"text": document, "end_of_document": True}, {"text": "Next <|endoftext|>", "end_of_document": True}]
+    ids = tokenize_chunks(chunks, tokenizer)["input_ids"]
+    special = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    for row, chunk in zip(ids, chunks, strict=True):
+        assert row[-1] == tokenizer.eos_token_id and special.isdisjoint(row[:-1])  # only the appended EOS
+        assert tokenizer.decode(row[:-1]) == chunk["text"]
+    assert document_ids(tokenizer, [document])[0] == ids[0][:-1]
+    # the streaming packer: the same ids, cut into blocks
+    blocks = causal_packer(tokenizer, 8)({k: [c[k] for c in chunks] for k in chunks[0]})["input_ids"]
+    flat = [t for block in blocks for t in block]
+    assert flat == (ids[0] + ids[1])[: len(flat)] and flat.count(tokenizer.eos_token_id) <= 2
+
+
+def test_a_tokenizer_saved_with_split_special_tokens_loads_as_saved_and_sft_matches_them(tokenizer, tmp_path, caplog):
+    """Older runs saved ``split_special_tokens: true``: AutoTokenizer honours it; pre-training data is the same
+    either way (split per call); ``llmsys sft``'s loader switches it off, saying so, and its output saves False."""
+    from hf_llmsys.training.sft import load_tokenizer
+    from hf_llmsys.training.sft_arguments import SFTModelArguments
+    from hf_llmsys.training.text_data import document_ids
+
+    tokenizer.save_pretrained(tmp_path)
+    config_file = tmp_path / "tokenizer_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "split_special_tokens": True}))
+    old = AutoTokenizer.from_pretrained(tmp_path)
+    assert old.split_special_tokens and tokenizer.eos_token_id not in old.encode("Paris<|endoftext|>")
+    text = ["a document quoting <|endoftext|>"]
+    assert document_ids(old, text) == document_ids(tokenizer, text)
+    with caplog.at_level(logging.INFO, logger="hf_llmsys"):
+        loaded = load_tokenizer(SFTModelArguments(model_name_or_path=str(tmp_path)))
+    assert not loaded.split_special_tokens and loaded.encode("Paris<|endoftext|>")[-1] == tokenizer.eos_token_id
+    assert "saved with split_special_tokens=True" in caplog.text
+    loaded.save_pretrained(tmp_path / "again")
+    assert not AutoTokenizer.from_pretrained(tmp_path / "again").split_special_tokens

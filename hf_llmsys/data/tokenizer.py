@@ -2,6 +2,14 @@
 
 Every byte is in the initial alphabet and the pre-tokenizer adds no prefix space, so
 `decode(encode(x)) == x` for any Unicode string. Wrapped as a transformers `PreTrainedTokenizerFast`.
+
+Special tokens written as text match, as in every transformers tokenizer (``split_special_tokens=False``):
+``tokenizer("...<|endoftext|>")`` ends with the EOS id, so TRL's EOS appended as text, a chat template's
+``{{ eos_token }}`` and a user's added ``<|im_end|>`` are single tokens. Pre-training text is the one place where a
+special string in a document must stay plain bytes: `training.text_data.document_ids` tokenizes documents with
+``split_special_tokens=True`` per call and appends the real EOS id itself. Tokenizers saved by older runs carry
+``split_special_tokens=True`` in ``tokenizer_config.json``; they load as saved (transformers honours the flag), and
+`match_special_tokens_in_text` switches one to the convention (``llmsys sft`` does, with a log line).
 """
 
 from __future__ import annotations
@@ -10,6 +18,9 @@ from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -36,8 +47,7 @@ def train_bpe_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """Train a reversible byte-level BPE on `texts`; `<|endoftext|>` is bos and eos, `<|pad|>` pads.
 
-    `split_special_tokens=True`: a literal "<|endoftext|>" in plain text is encoded as ordinary bytes, so only
-    code that appends `eos_token_id` explicitly can produce a special token.
+    Special tokens written as text match (module doc); pre-training data keeps them plain (`document_ids`).
     """
     _check_vocab_size(vocab_size)
     tok = _raw_bpe()
@@ -56,5 +66,16 @@ def train_bpe_tokenizer(
         pad_token=PAD_TOKEN,
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
-        split_special_tokens=True,
     )
+
+
+def match_special_tokens_in_text(tokenizer, flag: str = "--tokenizer_name"):
+    """`tokenizer` with special tokens matching in text (``split_special_tokens=False``), said in a log line when
+    it was saved otherwise (our tokenizers before this convention): chat templates and TRL write them as text."""
+    if getattr(tokenizer, "split_special_tokens", False):
+        logger.info(
+            f"{flag}: the tokenizer was saved with split_special_tokens=True; special tokens written as text now "
+            "match (transformers' convention), so a chat template's markers and EOS are single tokens"
+        )
+        tokenizer.split_special_tokens = False
+    return tokenizer

@@ -61,6 +61,7 @@ from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer, marked_text
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
+from ..data.tokenizer import match_special_tokens_in_text
 from ..evaluation.model_limits import config_position_limit, fit_length
 from ..kernels import applied as applied_kernels
 from ..kernels import default_chunk_size
@@ -107,7 +108,7 @@ def load_tokenizer(model_args: SFTModelArguments):
     flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path (no --tokenizer_name given)"
     if not Path(source).exists():
         raise ValueError(f"{flag} {source}: no such folder")
-    tokenizer = load_named_tokenizer(source, flag)
+    tokenizer = match_special_tokens_in_text(load_named_tokenizer(source, flag), flag)  # an older run's tokenizer
     if model_args.pad_token:
         tokenizer.pad_token = tokenizer.eos_token if model_args.pad_token == "eos" else model_args.pad_token
     return tokenizer

@@ -36,6 +36,7 @@ from datasets import Dataset, Features, IterableDataset, Sequence, Value, concat
 from ..data.mixtures import check_stopping_strategy, mixture_probabilities
 from ..data.packing import document_blocks
 from ..data.text_sources import TextSource, document_pieces, read_shard, resolve_sources, shard_specs
+from .text_data import document_ids
 
 PIECE_FEATURES = Features({"text": Value("string"), "end_of_document": Value("bool")})
 CAUSAL_FEATURES = Features({"input_ids": Sequence(Value("int64")), "labels": Sequence(Value("int64"))})
@@ -116,7 +117,7 @@ def causal_packer(tokenizer, block_size: int) -> Callable[[dict], dict]:
     eos = tokenizer.eos_token_id
 
     def pack(batch):
-        ids = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        ids = document_ids(tokenizer, batch["text"])  # special strings in documents stay plain text
         blocks = document_blocks(ids, batch["end_of_document"], eos, block_size)
         return {"input_ids": blocks, "labels": blocks.copy()}
 

@@ -120,12 +120,21 @@ def tokenize_and_pack(
     return packed
 
 
+def document_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of pre-training text: a special token's string inside a document ("<|endoftext|>" in a web page)
+    is plain text (``split_special_tokens=True`` for this call, whatever the tokenizer's own setting), so the only
+    special ids in the data are the EOS ids the packers append between documents."""
+    return tokenizer(texts, add_special_tokens=False, split_special_tokens=True, return_attention_mask=False)[
+        "input_ids"
+    ]
+
+
 def tokenize_chunks(chunks: list[dict], tokenizer, num_proc: int | None = None) -> Dataset:
     """The chunks' token ids (an eos after each document's last chunk), `Dataset.map(batched=True, num_proc)`."""
     eos = tokenizer.eos_token_id
 
     def tokenize(batch):
-        ids = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
+        ids = document_ids(tokenizer, batch["text"])
         return {"input_ids": [x + [eos] if end else x for x, end in zip(ids, batch["end_of_document"], strict=True)]}
 
     num_proc = num_proc if num_proc and num_proc > 1 and len(chunks) >= num_proc else None
