@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("hf_llmsys.checkpoints.verify:main", "check every weight file of a saved folder against its sha256"),
     "demo": ("hf_llmsys.demo.cli:main", "open the Gradio demo (positional encodings, perplexity, sparse attention)"),
     "chat": ("hf_llmsys.chat.cli:main", "talk to a causal LM in the terminal (chat template, streamed)"),
+    "export": ("hf_llmsys.export.cli:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
 }
 
 

@@ -1,0 +1,47 @@
+"""`llmsys export SRC OUT --format transformers|gguf [--dtype f32|f16|bf16|q8_0] [--overwrite]`.
+
+Only argparse at the top: torch and transformers are imported after the arguments are parsed, so ``--help`` and
+argument errors answer at once. The work is ``hf_llmsys.export.export`` (its docstring says what each format writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+transformers: OUT is a folder that transformers loads with its own class (no trust_remote_code, no hf-llmsys):
+  RMSNorm + gated MLP + RoPE -> llama (all layers dense), mistral (all local), ministral (mixed);
+  LayerNorm + MLP + learned positions -> gpt2 (dense), gpt_neo (with local layers); llmsys_t5 -> t5.
+  A feature no class expresses (ALiBi, T5 / Shaw relative biases on a decoder, sinusoidal, NoPE, strided / fixed
+  layouts, ...) is refused with one line naming it; nothing is written.
+gguf: OUT is one .gguf file for llama.cpp (llama-compatible decoders only).
+SRC may be a PEFT adapter folder (llmsys sft --lora): the adapter is merged into its base first.
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="llmsys export",
+        description="Export an hf-llmsys model (or a LoRA adapter over one, merged) to transformers' own classes "
+        "or to GGUF.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("src", metavar="SRC", help="a saved hf-llmsys model folder, or a PEFT adapter folder")
+    parser.add_argument("out", metavar="OUT", help="the folder (transformers) or .gguf file (gguf) to write")
+    parser.add_argument("--format", required=True, choices=["transformers", "gguf"], help="what to write")
+    parser.add_argument(
+        "--dtype", choices=["f32", "f16", "bf16", "q8_0"], help="GGUF tensor type (gguf only; default f32)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run the export; prints and returns the path written."""
+    args = parse_args(argv)
+    from . import export
+
+    out = export(args.src, args.out, format=args.format, dtype=args.dtype, overwrite=args.overwrite)
+    print(f"exported {args.src} ({args.format}) to {out}")
+    return str(out)

@@ -1,0 +1,184 @@
+"""The steps every export format shares: what to export (``load_source``) and where (``staged_output``).
+
+``load_source(model_or_dir, tokenizer)`` -> ``ExportSource`` (model in eval mode, tokenizer or None, generation
+config, a name for the card):
+- a folder saved by hf-llmsys (``config.json`` of ``llmsys_llama`` / ``llmsys_gpt3`` / ``llmsys_t5``): loaded
+  through the Auto classes, with its tokenizer and ``generation_config.json`` when present;
+- a PEFT adapter folder (``adapter_config.json``, e.g. ``llmsys sft --lora``) over one of our bases: the base
+  from ``base_model_name_or_path``, the adapter on top, merged (PEFT's ``merge_and_unload``); the tokenizer and
+  generation config of the adapter folder when it has them, else the base's;
+- an in-memory model of ours (or a ``PeftModel`` over one: merged on a copy, the caller's model is untouched)
+  with the ``tokenizer`` passed beside it.
+A transformers model type (``llama``, ``gpt2``, ...) is refused: it is loadable without hf-llmsys already.
+
+``staged_output(out, overwrite)``: ``out`` must not exist, be an empty folder, or ``overwrite`` must be set. The
+format writes into a hidden temporary sibling of ``out`` (same file system), which is renamed to ``out`` when
+everything was written; on any error it is removed, so a failed export leaves nothing behind and an existing
+``out`` untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+OUR_MODEL_TYPES = ("llmsys_llama", "llmsys_gpt3", "llmsys_t5")
+
+
+@dataclass
+class ExportSource:
+    """A model of ours ready to export, with what travels with it."""
+
+    model: object  # an hf-llmsys PreTrainedModel, eval mode, adapters merged
+    tokenizer: object | None
+    generation_config: object | None  # transformers GenerationConfig (eos ids incl. a chat end-of-turn), or None
+    name: str  # what the model card names as the source
+
+
+def check_our_model(model, what: str) -> None:
+    """ValueError unless ``model`` is one of our architectures."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in OUR_MODEL_TYPES:
+        raise ValueError(
+            f"{what}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(OUR_MODEL_TYPES)}); "
+            "a transformers model type already loads without hf-llmsys, so there is nothing to export."
+        )
+
+
+def read_json(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"SRC: cannot read {path} ({err}); give a folder written by save_pretrained.") from err
+
+
+def has_tokenizer(folder: Path) -> bool:
+    from ..data.pretrained_sources import TOKENIZER_FILES
+
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def folder_extras(folder: Path, fallback: Path | None = None) -> tuple[object | None, object | None]:
+    """(tokenizer, generation config) of ``folder``, each from ``fallback`` when ``folder`` lacks it."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = generation = None
+    for place in (folder, fallback):
+        if place is None:
+            continue
+        if tokenizer is None and has_tokenizer(place):
+            tokenizer = AutoTokenizer.from_pretrained(place)
+        if generation is None and (place / "generation_config.json").is_file():
+            generation = GenerationConfig.from_pretrained(place)
+    return tokenizer, generation
+
+
+def auto_class(model_type: str):
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    return AutoModelForSeq2SeqLM if model_type == "llmsys_t5" else AutoModelForCausalLM
+
+
+def load_model_folder(folder: Path):
+    """One of our saved models (ValueError naming SRC for another type)."""
+    import hf_llmsys  # noqa: F401  (registers our architectures)
+
+    model_type = read_json(folder / "config.json").get("model_type")
+    if model_type not in OUR_MODEL_TYPES:
+        raise ValueError(
+            f"SRC {folder}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(OUR_MODEL_TYPES)}); a "
+            "transformers model type already loads without hf-llmsys, so there is nothing to export."
+        )
+    return auto_class(model_type).from_pretrained(folder)
+
+
+def merged_adapter_folder(folder: Path) -> tuple[object, Path | None]:
+    """The base named in ``adapter_config.json`` with the adapter merged in, and the base's local folder (or None)."""
+    from peft import PeftModel
+
+    base_name = read_json(folder / "adapter_config.json").get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"SRC {folder}: adapter_config.json names no base_model_name_or_path; set it to the base "
+                         "model's folder.")  # fmt: skip
+    base_folder = Path(base_name).expanduser()
+    if not (base_folder / "config.json").is_file():
+        raise ValueError(f"SRC {folder}: the adapter's base {base_name!r} is not a local model folder; set "
+                         "base_model_name_or_path in adapter_config.json to the base model's folder.")  # fmt: skip
+    base = load_model_folder(base_folder)
+    return PeftModel.from_pretrained(base, folder).merge_and_unload(), base_folder
+
+
+def load_source(model_or_dir, tokenizer=None) -> ExportSource:
+    """What to export: a saved folder (model or PEFT adapter) or an in-memory model with its tokenizer."""
+    if isinstance(model_or_dir, (str, os.PathLike)):
+        folder = Path(model_or_dir).expanduser()
+        if not folder.is_dir():
+            raise ValueError(f"SRC {model_or_dir}: no such folder; give a folder written by save_pretrained.")
+        if (folder / "adapter_config.json").is_file():
+            model, base_folder = merged_adapter_folder(folder)
+            name = f"{folder} (LoRA adapter merged into {base_folder})"
+        elif (folder / "config.json").is_file():
+            model, base_folder, name = load_model_folder(folder), None, str(folder)
+        else:
+            raise ValueError(f"SRC {folder}: the folder has no config.json (a model) or adapter_config.json (a PEFT "
+                             "adapter); point SRC at the folder that save_pretrained wrote.")  # fmt: skip
+        found_tokenizer, generation = folder_extras(folder, base_folder)
+        tokenizer = tokenizer if tokenizer is not None else found_tokenizer
+    else:
+        model = model_or_dir
+        if hasattr(model, "merge_and_unload"):  # a PeftModel: merge on a copy
+            model = copy.deepcopy(model).merge_and_unload()
+        generation = getattr(model, "generation_config", None)
+        name = getattr(model, "name_or_path", "") or f"an in-memory {type(model).__name__}"
+    check_our_model(model, "SRC")
+    return ExportSource(model.eval(), tokenizer, generation, name)
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """ValueError when ``out`` holds something and ``overwrite`` is not set (or is a file where a folder goes)."""
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"OUT {out} exists and is not empty; choose a new folder or pass --overwrite "
+                         "(overwrite=True) to replace it.")  # fmt: skip
+    if out.exists() and not out.is_dir() and not overwrite:
+        raise ValueError(f"OUT {out} exists (a file); choose a new path or pass --overwrite (overwrite=True).")
+
+
+@contextlib.contextmanager
+def staged_output(out: Path, overwrite: bool = False, file: bool = False) -> Iterator[Path]:
+    """Yield an empty hidden folder beside ``out`` (``file=True``: a path in it named like ``out``); on success it
+    (or that file) replaces ``out``, on error it is removed."""
+    out = Path(out).expanduser()
+    check_output(out, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        written = staging / out.name if file else staging
+        yield written
+        replace_path(written, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_path(new: Path, out: Path) -> None:
+    """Move ``new`` to ``out``; an existing ``out`` is moved aside first and deleted once ``new`` is in place."""
+    if not out.exists():
+        os.replace(new, out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    try:
+        os.replace(out, aside / "old")
+        try:
+            os.replace(new, out)
+        except OSError:
+            os.replace(aside / "old", out)  # the previous export stays
+            raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
