@@ -1,62 +1,53 @@
-"""Real chat templates on local tokenizers (nothing downloaded): three template families on two tokenizer bases.
+"""Real chat templates on local tokenizers (nothing downloaded): four template families on two tokenizer bases.
 
-A family = its special tokens, its EOS and its published chat template, the Jinja text as the models ship it
-(copied byte for byte from TRL 1.16's ``trl/chat_templates/``, which keeps the shipped texts, into
-``tests/fixtures/chat_templates/``):
+The families are the mask bench's (`scripts/bench/sft_vs_trl.py` ``CHAT_FAMILIES``, one table for the bench and
+the tests): a family = its special tokens, its EOS and its published chat template, the Jinja text as the models ship
+it, in ``tests/fixtures/chat_templates/``:
 
 - ``chatml``: Qwen2.5-Instruct's template (``<|im_start|>`` / ``<|im_end|>``, a default system turn); EOS
   ``<|endoftext|>`` (the Qwen base tokenizers'), so the EOS differs from the end-of-turn token ``<|im_end|>``;
 - ``llama3``: Meta-Llama-3-Instruct's (``<|start_header_id|>`` role ``<|end_header_id|>``, content trimmed, turns
   ended by ``<|eot_id|>``, the template writes the BOS ``<|begin_of_text|>``); EOS ``<|end_of_text|>``;
 - ``phi3``: Phi-3-mini-instruct's (``<|user|>``, ``<|assistant|>``, ``<|end|>``); it writes ``eos_token``
-  (``<|endoftext|>``) whenever ``add_generation_prompt`` is false, i.e. after the last turn of any conversation.
+  (``<|endoftext|>``) whenever ``add_generation_prompt`` is false, i.e. after the last turn of any conversation;
+- ``mistral_instruct``: Mistral-7B-Instruct-v0.1's (``[INST] ... [/INST]`` as text, each reply followed by the EOS
+  ``</s>``, no system role, roles must alternate: the template raises otherwise).
 
 Bases (`base_tokenizer`): ``gpt2`` (byte-level BPE, the GPT-2 files of ``../shared/data``) and ``mistral``
 (Mistral-7B v0.1's SentencePiece BPE, cached by ``scripts/fetch_sentencepiece_tokenizer.py``); a base that is
 absent skips its cases with the reason. Any tokenizer object can be given to `chat_tokenizer` instead.
 
-TRL's ``assistant_only_loss`` needs ``{% generation %}`` markers; for these exact texts TRL swaps in its own
-marked training copies (``*_training.jinja``, `trl.chat_template_utils.get_training_chat_template`), so the
-marked copies used on TRL's side are TRL's, and ours render the unmarked published text.
+TRL's ``assistant_only_loss`` needs ``{% generation %}`` markers; for the first three exact texts (copied byte for
+byte from TRL 1.16's ``trl/chat_templates/``) TRL swaps in its own marked training copies
+(`trl.chat_template_utils.get_training_chat_template`); for Mistral's, which TRL does not know, the marked copy is
+``mistral_instruct_marked.jinja`` (the reply and its EOS inside ``{% generation %}``), as a user would add markers.
+Ours render the unmarked published text.
 """
 
 from __future__ import annotations
 
-import copy
+import importlib.util
 from pathlib import Path
 
 import pytest
 from sft_fixtures import SPM_FETCH, gpt2, mistral_sentencepiece
 
-TEMPLATE_DIR = Path(__file__).resolve().parent / "fixtures" / "chat_templates"
-
-FAMILIES = {
-    "chatml": {
-        "file": "chatml_qwen2_5.jinja",
-        "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        "eos": "<|endoftext|>",
-        "end_of_turn": "<|im_end|>",
-    },
-    "llama3": {
-        "file": "llama3.jinja",
-        "specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-        "eos": "<|end_of_text|>",
-        "bos": "<|begin_of_text|>",
-        "end_of_turn": "<|eot_id|>",
-    },
-    "phi3": {
-        "file": "phi3.jinja",
-        "specials": ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"],
-        "eos": "<|endoftext|>",
-        "end_of_turn": "<|end|>",
-    },
-}
-BASES = ("gpt2", "mistral")
+BENCH_FILE = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
 
 
-def template_text(family: str) -> str:
-    """The family's published chat template (Jinja text)."""
-    return (TEMPLATE_DIR / FAMILIES[family]["file"]).read_text(encoding="utf-8")
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_sft_vs_trl_families", BENCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+FAMILIES = bench.CHAT_FAMILIES
+BASES = bench.CHAT_BASES
+TEMPLATE_DIR = bench.CHAT_TEMPLATE_DIR
+template_text = bench.template_text
+chat_tokenizer = bench.chat_tokenizer
 
 
 def base_tokenizer(base: str, tmp_dir: Path):
@@ -69,18 +60,4 @@ def base_tokenizer(base: str, tmp_dir: Path):
     tok = mistral_sentencepiece()
     if tok is None:
         pytest.skip(f"Mistral SentencePiece tokenizer not cached: run {SPM_FETCH}")
-    return tok
-
-
-def chat_tokenizer(family: str, base):
-    """A copy of `base` with the family's special tokens, BOS / EOS (pad = EOS) and published chat template."""
-    spec = FAMILIES[family]
-    tok = copy.deepcopy(base)
-    tok.add_tokens(spec["specials"], special_tokens=True)
-    tok.split_special_tokens = False  # the template's markers are single special tokens
-    tok.eos_token = spec["eos"]
-    if "bos" in spec:
-        tok.bos_token = spec["bos"]
-    tok.pad_token = tok.eos_token
-    tok.chat_template = template_text(family)
     return tok

@@ -1,11 +1,12 @@
-"""Instruction tuning through real chat templates equals TRL 1.16 (issue 46, first part: one chat path).
+"""Instruction tuning through real chat templates equals TRL 1.16 (issue 46: one chat path, the mask bench).
 
-Three published templates (ChatML / Qwen2.5, Llama-3, Phi-3: `chat_template_fixtures.py`) on two local tokenizer
-bases (GPT-2 byte-level BPE, Mistral SentencePiece). Alpaca records under ``--template chat`` are one-turn
-conversations labelled by the conversation path: ids and labels identical to TRL's prompt-completion
-conversational path. Multi-turn conversations against TRL's ``assistant_only_loss`` (TRL's own marked copies of the
-same templates): ids identical, labels differing only in whitespace tokens at span edges (ChatML: TRL's marked copy
-puts the generation prompt's ``"\\n"`` inside the reply), nothing else. Also: Phi-3's closing EOS with several
+Four published templates (ChatML / Qwen2.5, Llama-3, Phi-3, Mistral-Instruct: `chat_template_fixtures.py`) on two
+local tokenizer bases (GPT-2 byte-level BPE, Mistral SentencePiece). Alpaca records under ``--template chat`` are
+one-turn conversations labelled by the conversation path: ids and labels identical to TRL's prompt-completion
+conversational path. Multi-turn conversations (``tests/fixtures/conversations/multi_turn.jsonl``) against TRL's
+``assistant_only_loss`` through the mask bench's comparison (TRL's own marked copies of the first three templates,
+ours of Mistral's): ids identical, labels differing only in whitespace tokens at span edges (ChatML: TRL's marked
+copy puts the generation prompt's ``"\\n"`` inside the reply), nothing else. Also: Phi-3's closing EOS with several
 assistant turns, and a template with no end-of-turn text (EOS appended, said in a log line).
 """
 
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import tempfile
-import warnings
 
 import pytest
 from chat_template_fixtures import BASES, FAMILIES, base_tokenizer, chat_tokenizer
@@ -47,29 +46,6 @@ def _bench():
     return bench
 
 
-def trl_conversation_examples(conversations: list[list[dict]], tokenizer) -> list[dict]:
-    """TRL SFTTrainer's prepared (input_ids, labels) for a ``messages`` dataset with ``assistant_only_loss=True``."""
-    from datasets import Dataset
-    from trl import SFTTrainer
-    from trl.chat_template_utils import get_training_chat_template
-
-    bench = _bench()
-    assert get_training_chat_template(tokenizer) is not None  # TRL knows the published text: its marked copy is used
-    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=bench._tiny_causal_lm(tokenizer),
-            args=bench.trl_config(out, None, assistant_only_loss=True),
-            train_dataset=Dataset.from_dict({"messages": conversations}),
-            processing_class=tokenizer,
-        )
-        prepared = trainer.train_dataset
-    return [
-        {"input_ids": list(i), "labels": list(lab)}
-        for i, lab in zip(prepared["input_ids"], prepared["labels"], strict=True)
-    ]
-
-
 @pytest.mark.parametrize(("base", "family"), CASES)
 def test_alpaca_chat_equals_trl_prompt_completion(base, family, bases, tmp_path_factory):
     """Ids and labels identical to TRL's prompt-completion conversational path; the reply + the template's own
@@ -98,49 +74,75 @@ def test_alpaca_chat_equals_trl_prompt_completion(base, family, bases, tmp_path_
         text = tok.decode(supervised)
         # the reply, then exactly what the template writes after it (ChatML: "<|im_end|>\n", Phi-3 ends with EOS)
         assert text.endswith(template.end_of_turn) and template.end_of_turn.startswith(end_of_turn)
-        assert record["output"].strip() in text and text.count(tok.eos_token) == (family == "phi3")
+        ends_with_eos = family in ("phi3", "mistral_instruct")  # Phi-3 closes with the EOS; Mistral's turn end is it
+        assert record["output"].strip() in text and text.count(tok.eos_token) == ends_with_eos
         prefix, _ = encoder.generation_prefix(record)
-        if not record["output"].startswith("\n"):  # (a leading newline merges with the prompt's: straddling token)
-            assert tok.decode(prefix) == prompt  # generation starts from exactly the generation prompt's text
+        shown, first_token = tok.decode(prefix), tok.decode(example["input_ids"][len(prefix) : len(prefix) + 1])
+        if shown == prompt:  # generation starts from exactly the generation prompt's text
             assert prefix == prompt_ids or explained  # (and its ids, but where GPT-2 splits Llama-3's "\n\n")
+        else:  # the reply's first token straddles the prompt's end (a leading "\n" after ChatML's, ":)" after "]")
+            assert prompt.startswith(shown) and first_token.startswith(prompt[len(shown) :]), (shown, first_token)
         assert example["input_ids"][: len(prefix)] == prefix and example["labels"][len(prefix)] != IGNORE_INDEX
     assert shifted == (len(RECORDS) if (base, family) == ("gpt2", "llama3") else 0)
 
 
-def whitespace_edge_differences(ours: dict, trl: dict, tokenizer) -> int:
-    """Number of tokens whose label differs; asserts each differing run decodes to whitespace and touches a token
-    that both sides supervise (a span edge), and that the ids agree."""
-    assert ours["input_ids"] == trl["input_ids"]
-    both = [a != IGNORE_INDEX and b != IGNORE_INDEX for a, b in zip(ours["labels"], trl["labels"], strict=True)]
-    differ = [i for i, (a, b) in enumerate(zip(ours["labels"], trl["labels"], strict=True)) if a != b]
-    groups: list[list[int]] = []
-    for i in differ:
-        if groups and groups[-1][-1] == i - 1:
-            groups[-1].append(i)
+def test_conversations_equal_trl_assistant_only_loss_up_to_whitespace_at_span_edges(bases, tmp_path_factory):
+    """The mask bench's conversation comparison on the multi-turn fixture (messages and ShareGPT, up to three
+    assistant turns) and the ChatML test conversations, every family on every base: ids identical, labels identical
+    or differing only in whitespace tokens at span edges, nothing unexplained."""
+    bench = _bench()
+    conversations = bench.fixture_conversations() + check_conversations(CONVERSATIONS)[0]
+    assert sum(sum(m["role"] == "assistant" for m in c["messages"]) >= 2 for c in conversations) >= 10
+    for base, family in CASES:
+        tok = family_tokenizer(bases, tmp_path_factory, base, family)
+        result = bench.compare_conversations(conversations, tok, family)
+        counts = result["counts"]
+        assert counts["unexplained"] == 0, (base, family, result)
+        assert result["conversations"] + result["refused_by_template"] == len(conversations)
+        if family == "chatml":  # TRL's marked Qwen2.5 copy supervises the generation prompt's "\n" before a reply
+            assert counts["whitespace_edge"] > 0 and set(result["examples"]) <= {
+                "whitespace_only_trl", "whitespace_edge_records"
+            }, result  # fmt: skip
+            assert all(text.strip("'\\n") == "" for text in result["examples"]["whitespace_only_trl"])
         else:
-            groups.append([i])
-    for group in groups:
-        text = tokenizer.decode([ours["input_ids"][i] for i in group])
-        assert text.strip() == "", f"a non-whitespace label difference: {text!r}"
-        lo, hi = group[0] - 1, group[-1] + 1
-        assert (lo >= 0 and both[lo]) or (hi < len(both) and both[hi]), f"{text!r} is not at a span edge"
-    return len(differ)
+            assert counts["identical"] == result["conversations"], (base, family, result)
+        # Mistral's template refuses a system turn (raise_exception), on TRL's side as on ours
+        assert (result["refused_by_template"] > 0) == (family == "mistral_instruct")
 
 
-@pytest.mark.parametrize(("base", "family"), CASES)
-def test_conversations_equal_trl_assistant_only_loss_up_to_whitespace_at_span_edges(
-    base, family, bases, tmp_path_factory
-):
-    tok = family_tokenizer(bases, tmp_path_factory, base, family)
-    conversations = [r["messages"] for r in check_conversations(CONVERSATIONS)[0]]
-    encoder = ConversationEncoder(tok, ConversationTemplate(tok), 1024)
-    ours = [encoder.encode({"messages": m})[0] for m in conversations]
-    trl = trl_conversation_examples(conversations, tok)
-    differences = [whitespace_edge_differences(o, t, tok) for o, t in zip(ours, trl, strict=True)]
-    if family == "chatml":  # TRL's marked Qwen2.5 copy supervises the generation prompt's "\n" before each reply
-        assert any(differences), differences  # (none where the reply starts "\n\n": one straddling token)
-    else:
-        assert differences == [0] * len(conversations)
+def test_every_assistant_turn_of_a_long_conversation_is_supervised_once(bases, tmp_path_factory):
+    """Three assistant turns: three supervised runs, each the reply and the template's end-of-turn text, in order."""
+    fixture = _bench().fixture_conversations()
+    conversation = next(c for c in fixture if sum(m["role"] == "assistant" for m in c["messages"]) == 3)
+    replies = [m["content"] for m in conversation["messages"] if m["role"] == "assistant"]
+    for base, family in CASES:
+        tok = family_tokenizer(bases, tmp_path_factory, base, family)
+        template = ConversationTemplate(tok)
+        no_system = {"messages": [m for m in conversation["messages"] if m["role"] != "system"]}
+        record = no_system if family == "mistral_instruct" else conversation  # Mistral's has no system role
+        example, _ = ConversationEncoder(tok, template, 4096).encode(record)
+        texts = [tok.decode(r) for r in runs(example["input_ids"], example["labels"])]
+        assert len(texts) == 3, (base, family, texts)
+        for text, reply in zip(texts, replies, strict=True):
+            assert reply.strip() in text and FAMILIES[family]["end_of_turn"] in text, (base, family, text)
+
+
+def test_whitespace_edge_classification_is_checked_not_assumed():
+    bench = _bench()
+    tok = chat_tokenizer("chatml", byte_bpe())
+    ours, _ = ConversationEncoder(tok, ConversationTemplate(tok), 512).encode(check_conversations(CONVERSATIONS)[0][0])
+    labels = ours["labels"]
+    first = next(i for i, t in enumerate(labels) if t != IGNORE_INDEX)
+    newline_before = {**ours, "labels": [*labels[: first - 1], ours["input_ids"][first - 1], *labels[first:]]}
+    assert tok.decode(ours["input_ids"][first - 1 : first]) == "\n"  # the generation prompt's newline
+    assert bench.whitespace_edge(ours, newline_before, tok) and bench.whitespace_edge(newline_before, ours, tok)
+    word_dropped = {**ours, "labels": [*labels[:first], IGNORE_INDEX, *labels[first + 1 :]]}
+    assert not bench.whitespace_edge(ours, word_dropped, tok)  # a reply token: not whitespace
+    other_ids = {**ours, "input_ids": [*ours["input_ids"][:-1], 0]}
+    assert not bench.whitespace_edge(ours, other_ids, tok)
+    lone = next(i for i in range(1, first - 1) if tok.decode(ours["input_ids"][i : i + 1]) == "\n")
+    far = {**ours, "labels": [*labels[:lone], ours["input_ids"][lone], *labels[lone + 1 :]]}
+    assert not bench.whitespace_edge(ours, far, tok)  # whitespace, but not at a span edge
 
 
 def phi3_like(tok):

@@ -9,6 +9,7 @@ alpaca_5000.json on all four families. Real chat templates: test_sft_chat_templa
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,25 @@ def test_smollm2_chat_template_masks_are_identical():
     # --template chat goes through the conversation labeller: the generation prompt's newline is prompt, the reply,
     # "<|im_end|>" and the newline after it are supervised, exactly as TRL's prompt-completion conversational path
     assert result["counts"]["identical"] == 200, result
+
+
+def test_chat_masks_part_writes_counts_trl_version_and_a_table(tmp_path):
+    """``--part masks --chat_family``: Alpaca one-turn and multi-turn conversations against TRL, per base and family,
+    with TRL's version and the whitespace rule in the JSON and a generated Markdown table."""
+    if not bench.DEFAULT_RECORDS.is_file() or not (bench.SHARED_DATA / "tokenizers" / "gpt2").is_dir():
+        pytest.skip(f"{bench.SHARED_DATA} lacks alpaca_5000.json or the GPT-2 tokenizer (set LLMSYS_DATA_DIR)")
+    import trl
+
+    out, table = tmp_path / "masks.json", tmp_path / "masks.md"
+    bench.main(["--part", "masks", "--chat_family", "mistral_instruct", "--chat_bases", "gpt2", "--n", "20",
+                "--conversations", "12", "--json", str(out), "--markdown", str(table)])  # fmt: skip
+    masks = json.loads(out.read_text())["masks"]
+    assert masks["trl_version"] == trl.__version__ and "span" in masks["whitespace_rule"]
+    (run,) = masks["runs"]
+    assert run["alpaca_one_turn"]["counts"]["identical"] == 20
+    conversations = run["conversations"]
+    fixture = len(bench.fixture_conversations())
+    assert conversations["conversations"] + conversations["refused_by_template"] == fixture + 12
+    assert conversations["counts"]["identical"] == conversations["conversations"]  # Mistral: no whitespace edge
+    assert conversations["details"]["with_3+_assistant_turns"] > 0
+    assert "| gpt2 | mistral_instruct | 20 | 0 | 0 |" in table.read_text()

@@ -27,6 +27,24 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
      the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
    - ``unexplained``: anything else (a defect on one side; the default test requires none).
 
+   With ``--chat_family NAME|all`` (`chat_masks_part`): each family of `CHAT_FAMILIES` (ChatML / Qwen2.5, Llama-3,
+   Phi-3, Mistral-Instruct: published templates, ``tests/fixtures/chat_templates/``) on each of ``--chat_bases``
+   (GPT-2 BPE, Mistral SentencePiece, the family's special tokens added):
+
+   - Alpaca records as one-turn conversations (our ``--template chat``) against TRL's prompt-completion
+     conversational path, classified as above (target: identical);
+   - multi-turn conversations (the fixture ``tests/fixtures/conversations/multi_turn.jsonl`` and ``--conversations``
+     built from Alpaca records, messages and ShareGPT spellings, 1-4 assistant turns) through our conversation
+     labeller on the UNTAGGED template against TRL's ``assistant_only_loss=True``, which needs ``{% generation %}``
+     markers: TRL's own marked copy where TRL knows the template byte for byte, else the family's marked copy.
+     One whitespace rule on our side for both chat paths (`WHITESPACE_RULE`, conversation_labels.py); every
+     difference is classified ``whitespace_edge`` (same ids; each run of differing labels decodes to whitespace
+     and touches a token both supervise: `whitespace_edge`) or ``unexplained``. A conversation the template
+     itself refuses (Mistral's on a system turn) is counted, on neither side.
+
+   The JSON records TRL's and transformers' versions; ``--markdown`` writes the table
+   (benchmarks/results/sft_vs_trl-masks.md).
+
 2. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
    trainer, without and with packing, every run in a fresh process of its own, repetitions interleaved, medians,
    ratios ours / TRL by CPU time, by wall time and by peak RSS, the machine load (the metric and what is held
@@ -36,6 +54,8 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
                                                                           # t5_unigram (see load_tokenizer)
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
+    python scripts/bench/sft_vs_trl.py --part masks --chat_family all --n 300 --conversations 200 \
+        --json benchmarks/results/sft_vs_trl-masks.json --markdown benchmarks/results/sft_vs_trl-masks.md
     python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
@@ -46,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import logging
@@ -324,6 +345,8 @@ def compare_masks(records: list[dict], tokenizer, template, max_length: int, exa
 
 def masks_part(args, workdir: Path) -> dict:
     """Part 1 (see module doc)."""
+    if args.chat_family:
+        return chat_masks_part(args, workdir)
     records, invalid = load_records(args.records, skip_invalid=True)  # alpaca_5000 has one empty output
     records = records[: args.n] if args.n > 0 else records
     tokenizer = load_tokenizer(args.tokenizer, workdir, records)
@@ -337,6 +360,250 @@ def masks_part(args, workdir: Path) -> dict:
     for name, value in {**result["details"], **result["examples"]}.items():
         log(f"  {name}: {value}")
     return result
+
+
+# ---------------------------------------------------------------- part 1b: chat templates and conversations
+
+REPO = Path(__file__).resolve().parents[2]
+CHAT_TEMPLATE_DIR = REPO / "tests" / "fixtures" / "chat_templates"
+CONVERSATION_FIXTURE = REPO / "tests" / "fixtures" / "conversations" / "multi_turn.jsonl"
+# A family = its special tokens, EOS (and BOS), end-of-turn token and published chat template (the Jinja text as the
+# models ship it; the first three byte for byte TRL 1.16's trl/chat_templates copies, Mistral's as
+# Mistral-7B-Instruct-v0.1 ships it). TRL knows marked training copies of the first three; Mistral's marked copy
+# (``{% generation %}`` around the reply and its EOS) is ours, as a user adds markers to a template TRL lacks.
+CHAT_FAMILIES = {
+    "chatml": {"file": "chatml_qwen2_5.jinja", "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+               "eos": "<|endoftext|>", "end_of_turn": "<|im_end|>"},
+    "llama3": {"file": "llama3.jinja", "specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                                    "<|end_header_id|>", "<|eot_id|>"],
+               "eos": "<|end_of_text|>", "bos": "<|begin_of_text|>", "end_of_turn": "<|eot_id|>"},
+    "phi3": {"file": "phi3.jinja", "specials": ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"],
+             "eos": "<|endoftext|>", "end_of_turn": "<|end|>"},
+    "mistral_instruct": {"file": "mistral_instruct.jinja", "marked": "mistral_instruct_marked.jinja",
+                         "specials": ["<s>", "</s>"], "eos": "</s>", "bos": "<s>", "end_of_turn": "</s>"},
+}  # fmt: skip
+CHAT_BASES = ("gpt2", "mistral")
+CONVERSATION_CATEGORIES = ("identical", "whitespace_edge", "unexplained")
+WHITESPACE_RULE = (
+    "ours (both chat paths, conversation_labels.py): a reply's span runs from the end of the generation prompt to "
+    "where the next turn starts, so whitespace after the end-of-turn marker is supervised and whitespace ending the "
+    "generation prompt is not (TRL's prompt-completion path token for token); TRL's assistant_only_loss supervises "
+    "what its {% generation %} markers enclose: differences are whitespace tokens at span edges (whitespace_edge)"
+)
+
+
+def template_text(family: str, marked: bool = False) -> str:
+    """The family's chat template (Jinja text): the published one, or its ``{% generation %}``-marked copy."""
+    spec = CHAT_FAMILIES[family]
+    return (CHAT_TEMPLATE_DIR / spec["marked" if marked else "file"]).read_text(encoding="utf-8")
+
+
+def chat_tokenizer(family: str, base):
+    """A copy of `base` with the family's special tokens, BOS / EOS (pad = EOS) and published chat template."""
+    spec = CHAT_FAMILIES[family]
+    tok = copy.deepcopy(base)
+    tok.add_tokens(spec["specials"], special_tokens=True)
+    tok.split_special_tokens = False  # the template's markers are single special tokens
+    tok.eos_token = spec["eos"]
+    if "bos" in spec:
+        tok.bos_token = spec["bos"]
+    tok.pad_token = tok.eos_token
+    tok.chat_template = template_text(family)
+    return tok
+
+
+def trl_marked_tokenizer(tokenizer, family: str | None):
+    """The tokenizer TRL's ``assistant_only_loss`` runs with: as is when TRL swaps in its own marked copy of this
+    exact template (`get_training_chat_template`), else a copy holding the family's marked template."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    if "{% generation %}" in tokenizer.chat_template:
+        return tokenizer
+    try:
+        if get_training_chat_template(tokenizer) is not None:
+            return tokenizer
+    except ValueError:  # "not training-compatible ... patching is not supported for this template"
+        pass
+    if family is None or "marked" not in CHAT_FAMILIES[family]:
+        raise ValueError(f"--chat_family {family}: TRL has no marked copy of this template and the family none")
+    marked = copy.deepcopy(tokenizer)
+    marked.chat_template = template_text(family, marked=True)
+    return marked
+
+
+def trl_conversation_examples(conversations: list[list[dict]], tokenizer) -> list[dict]:
+    """TRL SFTTrainer's prepared (input_ids, labels) for a ``messages`` dataset with ``assistant_only_loss=True``
+    (untruncated: ``max_length=None``)."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=_tiny_causal_lm(tokenizer), args=trl_config(out, None, assistant_only_loss=True),
+            train_dataset=Dataset.from_dict({"messages": conversations}), processing_class=tokenizer,
+        )  # fmt: skip
+        prepared = trainer.train_dataset
+    return [{"input_ids": list(i), "labels": list(lab)}
+            for i, lab in zip(prepared["input_ids"], prepared["labels"], strict=True)]  # fmt: skip
+
+
+def label_differences(ours: dict, trl: dict) -> list[list[int]]:
+    """Runs of consecutive token indices whose label differs (the ids must agree)."""
+    groups: list[list[int]] = []
+    for i, (a, b) in enumerate(zip(ours["labels"], trl["labels"], strict=True)):
+        if a != b:
+            if groups and groups[-1][-1] == i - 1:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+    return groups
+
+
+def whitespace_edge(ours: dict, trl: dict, tokenizer) -> bool:
+    """Same ids; every run of differing labels decodes to whitespace and touches a token both sides supervise (a
+    span edge: ChatML's newline after the generation prompt, say), so the two agree on every reply's text."""
+    if ours["input_ids"] != trl["input_ids"]:
+        return False
+    both = [a != IGNORE_INDEX and b != IGNORE_INDEX for a, b in zip(ours["labels"], trl["labels"], strict=True)]
+    for group in label_differences(ours, trl):
+        if tokenizer.decode([ours["input_ids"][i] for i in group]).strip():
+            return False
+        lo, hi = group[0] - 1, group[-1] + 1
+        if not ((lo >= 0 and both[lo]) or (hi < len(both) and both[hi])):
+            return False
+    return True
+
+
+def fixture_conversations() -> list[dict]:
+    """The hand-written multi-turn fixture (messages and ShareGPT spellings, system turns, 1-3 assistant turns,
+    replies starting with a newline or spaces, code blocks), read and normalised by our loader."""
+    from hf_llmsys.data.conversation_records import load_sft_records
+
+    return load_sft_records(CONVERSATION_FIXTURE)[0]
+
+
+def alpaca_conversations(records: list[dict], n: int, seed: int = 0) -> list[dict]:
+    """`n` multi-turn conversations of consecutive Alpaca records (real texts and their whitespace): 1-4 exchanges,
+    a system turn in every third, every other one spelled ShareGPT (normalised by our loader, as a user's file)."""
+    import random
+
+    from hf_llmsys.data.conversation_records import check_conversations
+    from hf_llmsys.data.prompt_templates import alpaca_messages
+
+    rng, raw, at = random.Random(seed), [], 0
+    for index in range(n):
+        turns = [] if index % 3 else [{"role": "system", "content": "You are a helpful assistant."}]
+        for record in records[at : at + rng.randint(1, 4)]:
+            turns += alpaca_messages(record)
+        at = (at + len(turns)) % max(1, len(records) - 4)
+        if index % 2:
+            names = {"system": "system", "user": "human", "assistant": "gpt"}
+            raw.append({"conversations": [{"from": names[t["role"]], "value": t["content"]} for t in turns]})
+        else:
+            raw.append({"messages": turns})
+    return check_conversations(raw, "alpaca conversations")[0]
+
+
+def renderable(conversations: list[dict], tokenizer) -> tuple[list[dict], int]:
+    """(conversations the template renders, how many it refuses: Mistral's raises on a system turn, on both sides)."""
+    kept = []
+    for record in conversations:
+        try:
+            tokenizer.apply_chat_template(record["messages"], tokenize=False)
+        except Exception:  # the template's own raise_exception
+            continue
+        kept.append(record)
+    return kept, len(conversations) - len(kept)
+
+
+def compare_conversations(conversations: list[dict], tokenizer, family: str | None, examples: int = 3) -> dict:
+    """Our conversation labeller (the untagged template) against TRL's ``assistant_only_loss`` (a marked copy)."""
+    conversations, refused = renderable(conversations, tokenizer)
+    encoder = ConversationEncoder(tokenizer, ConversationTemplate(tokenizer), 1 << 30)
+    ours = encoder.encode_batch(conversations)[0]
+    trl = trl_conversation_examples([r["messages"] for r in conversations], trl_marked_tokenizer(tokenizer, family))
+    counts, details, shown = Counter(), Counter(), {}
+    for index, (o, t) in enumerate(zip(ours, trl, strict=True)):
+        reason = "identical" if o == t else "whitespace_edge" if whitespace_edge(o, t, tokenizer) else "unexplained"
+        counts[reason] += 1
+        replies = sum(m["role"] == "assistant" for m in conversations[index]["messages"])
+        details[f"with_{min(replies, 3)}{'+' if replies >= 3 else ''}_assistant_turns"] += 1
+        if reason == "whitespace_edge":
+            for group in label_differences(o, t):
+                side = "ours" if o["labels"][group[0]] != IGNORE_INDEX else "trl"
+                details[f"whitespace_tokens_only_{side}_supervises"] += len(group)
+                text = repr(tokenizer.decode([o["input_ids"][i] for i in group]))
+                shown.setdefault(f"whitespace_only_{side}", [])
+                if text not in shown[f"whitespace_only_{side}"]:
+                    shown[f"whitespace_only_{side}"].append(text)
+        if reason != "identical":
+            shown.setdefault(reason + "_records", []).append(index)
+    return {"conversations": len(conversations), "refused_by_template": refused,
+            "counts": {c: counts[c] for c in CONVERSATION_CATEGORIES}, "details": dict(sorted(details.items())),
+            "examples": {k: v[:examples] for k, v in shown.items()}}  # fmt: skip
+
+
+def chat_masks_part(args, workdir: Path) -> dict:
+    """Part 1 with chat templates: every (base, family) of ``--chat_family`` / ``--chat_bases``: Alpaca records as
+    one-turn conversations against TRL's prompt-completion conversational path, conversations against TRL's
+    ``assistant_only_loss``."""
+    import transformers
+    import trl
+
+    records, _ = load_records(args.records, skip_invalid=True)
+    alpaca = records[: args.n] if args.n > 0 else records
+    conversations = fixture_conversations() + alpaca_conversations(records[args.n :], args.conversations)
+    families = list(CHAT_FAMILIES) if args.chat_family == "all" else [args.chat_family]
+    results = []
+    for base_name in args.chat_bases:
+        base = load_tokenizer(base_name, workdir)
+        for family in families:
+            tokenizer = chat_tokenizer(family, base)
+            one_turn = compare_masks(alpaca, tokenizer, load_template("chat", tokenizer), args.max_length)
+            multi = compare_conversations(conversations, tokenizer, family)
+            results.append({"base": base_name, "family": family, "alpaca_one_turn": one_turn,
+                            "conversations": multi})  # fmt: skip
+            log(f"{base_name:8s} {family:17s} Alpaca one-turn vs TRL prompt-completion: {one_turn['counts']}; "
+                f"conversations vs TRL assistant_only_loss: {multi['counts']} ({multi['refused_by_template']} "
+                f"refused by the template); {multi['examples']}")  # fmt: skip
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "trl_version": trl.__version__,
+            "transformers_version": transformers.__version__, "max_length": args.max_length, "alpaca_records": len(alpaca), "conversation_fixture": CONVERSATION_FIXTURE.name,
+            "whitespace_rule": WHITESPACE_RULE, "runs": results}  # fmt: skip
+
+
+def chat_masks_markdown(result: dict) -> str:
+    """A table of `chat_masks_part`'s counts (written beside its JSON by ``--markdown``)."""
+    lines = [
+        f"# Label masks through chat templates: ours vs TRL {result['trl_version']} (scripts/bench/sft_vs_trl.py)",
+        "",
+        f"{result['date']}; transformers {result['transformers_version']}; {result['alpaca_records']} Alpaca records "
+        f"as one-turn conversations (max_length {result['max_length']}) against TRL's prompt-completion "
+        "conversational path; multi-turn conversations (the fixture "
+        f"{result['conversation_fixture']} + conversations built from Alpaca records) against TRL's "
+        "`assistant_only_loss=True`. Explained one-turn differences are checked, not assumed (module doc of the "
+        "bench: `mask_shift` = same ids, only whitespace tokens at the boundary differ, here where TRL's prompt ids "
+        "are not a prefix of its prompt + completion ids, its own 'Mismatch' warning; `truncation` = over "
+        "max_length, TRL keeps the first tokens).",
+        "",
+        f"Whitespace rule: {result['whitespace_rule']}.",
+        "",
+        "| base | family | one-turn identical | one-turn explained | one-turn unexplained | conversations | "
+        "identical | whitespace_edge | unexplained | refused by template |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in result["runs"]:
+        one, multi = run["alpaca_one_turn"]["counts"], run["conversations"]
+        reasons = ", ".join(f"{k} {v}" for k, v in one.items() if v and k not in ("identical", "unexplained"))
+        explained = run["alpaca_one_turn"]["records"] - one["identical"] - one["unexplained"]
+        explained = f"{explained} ({reasons})" if reasons else "0"
+        c = multi["counts"]
+        lines.append(
+            f"| {run['base']} | {run['family']} | {one['identical']} | {explained} | {one['unexplained']} | "
+            f"{multi['conversations']} | {c['identical']} | {c['whitespace_edge']} | {c['unexplained']} | "
+            f"{multi['refused_by_template']} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- part 2: training throughput
@@ -612,12 +879,167 @@ def _load(loadavg) -> str:
     return f"{loadavg[0]:.2f}, {loadavg[1]:.2f}, {loadavg[2]:.2f} (1, 5, 15 min; {os.cpu_count()} CPUs)"
 
 
+# ---------------------------------------------------------------- part 3: learning side by side
+
+LEARN_INSTRUCTION = "Reverse the digits."
+LEARN_TARGET = 0.07  # issue 46: greedy exact match of the two trainers within this
+LEARN_SHAPE = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64}
+
+
+def reverse_digit_records(n: int, seed: int, lengths=(3, 6), exclude=frozenset()) -> list[dict]:
+    """`n` distinct records of the synthetic task: ``input`` a random digit string, ``output`` the same reversed."""
+    import random
+
+    rng, seen, records = random.Random(seed), set(exclude), []
+    while len(records) < n:
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(*lengths)))
+        if digits not in seen:
+            seen.add(digits)
+            records.append({"instruction": LEARN_INSTRUCTION, "input": digits, "output": digits[::-1]})
+    return records
+
+
+def learn_tokenizer(template):
+    """Our ``llmsys train`` tokenizer (byte-level BPE, `train_bpe_tokenizer`) trained on tinyshakespeare and the
+    template's own words: the template text becomes a few tokens, every digit stays one byte token."""
+    from hf_llmsys.data.tokenizer import train_bpe_tokenizer
+
+    text = (SHARED_DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")[:300_000]
+    fixed = "".join(template.split({"instruction": LEARN_INSTRUCTION, "input": "", "output": ""}))
+    texts = [text[i : i + 2000] for i in range(0, len(text), 2000)] + [fixed] * 200
+    return train_bpe_tokenizer(texts, vocab_size=512)
+
+
+def learn_base(model_type: str, tokenizer, folder: Path, seed: int = 0) -> str:
+    """A randomly initialised tiny model of `model_type` (seeded), saved with its tokenizer: the one base both
+    trainers start from (a random base: the task is learnt from nothing, so the trainers alone make the difference)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    ids = {k: getattr(tokenizer, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **LEARN_SHAPE, **ids)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def learn_ours(base: str, train_file: str, val_file: str, out: Path, args, packing: bool):
+    """`llmsys sft` (the Python API, every default but the shared settings and ``--ours_option``): trained model."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_llmsys.training.sft import sft
+
+    options = dict(
+        validation_data=val_file, template=args.template, max_length=args.max_length, packing=packing,
+        per_device_train_batch_size=args.batch, max_steps=args.steps, learning_rate=args.learning_rate,
+        num_generation_examples=0, save_strategy="no", report_to="none", seed=args.seed, logging_steps=10**6,
+        overwrite_output_dir=True, disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    options.update(args.ours_option)
+    with contextlib.redirect_stdout(io.StringIO()):
+        results = sft(base, train_file, str(out), **options)
+    return AutoModelForCausalLM.from_pretrained(out), results["train_loss"]
+
+
+def learn_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool):
+    """TRL's ``SFTTrainer`` (its defaults but the shared settings and ``--trl_option``): trained model, loss."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTTrainer
+
+    config = trl_config(
+        str(out), args.max_length, packing=packing, per_device_train_batch_size=args.batch, max_steps=args.steps,
+        learning_rate=args.learning_rate, seed=args.seed, **args.trl_option,
+    )  # fmt: skip
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=AutoModelForCausalLM.from_pretrained(base), args=config, processing_class=tokenizer,
+            train_dataset=Dataset.from_dict(trl_rows(records, template)),
+        )  # fmt: skip
+        out = trainer.train()
+    return trainer.model, out.training_loss
+
+
+def decode_ours(model, tokenizer, template, records: list[dict], max_length: int) -> list[str]:
+    """Our decoding (`generate_responses`: the training prefix, left-padded batches, stop at the EOS)."""
+    from hf_llmsys.training.sft_generation import generate_responses
+
+    return generate_responses(model, tokenizer, template, records, max_new_tokens=16, max_length=max_length)
+
+
+@torch.no_grad()
+def decode_trl(model, tokenizer, template, records: list[dict], batch: int = 16) -> list[str]:
+    """A TRL user's decoding: the prompt text tokenized, left-padded batches, ``generate`` with
+    ``eos_token_id=tokenizer.eos_token_id`` (TRL's saved generation config need not stop there)."""
+    prompts = trl_rows(records, template)["prompt"]
+    left = copy.copy(tokenizer)
+    left.padding_side = "left"
+    model.eval()
+    answers = []
+    for first in range(0, len(prompts), batch):
+        enc = left(prompts[first : first + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        out = model.generate(**enc, max_new_tokens=16, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        answers += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return answers
+
+
+def learn_part(args, workdir: Path) -> dict:
+    """Part 3: the same base, records, steps, batch and learning rate trained by ``llmsys sft`` and by TRL's
+    ``SFTTrainer``; greedy exact match on held-out prompts, each model decoded by both decoders (so a difference
+    in decoding is told apart from one in training). Each side keeps its own defaults otherwise (schedule, warmup,
+    ...); ``--ours_option`` / ``--trl_option`` override them for controlled experiments."""
+    from hf_llmsys.training.sft_generation import exact_match
+
+    template = load_template(args.template)
+    tokenizer = learn_tokenizer(template)
+    train = reverse_digit_records(args.learn_records, seed=1)
+    held_out = reverse_digit_records(args.held_out, seed=2, exclude={r["input"] for r in train})
+    train_file = _write_records(train, workdir / "learn-train.json")
+    val_file = _write_records(held_out, workdir / "learn-held-out.json")
+    results = []
+    for model_type in args.learn_models:
+        base = learn_base(model_type, tokenizer, workdir / f"learn-base-{model_type}", seed=args.seed)
+        for mode in args.modes:
+            torch.manual_seed(args.seed)
+            start = time.perf_counter()
+            ours, ours_loss = learn_ours(base, train_file, val_file, workdir / "learn-ours", args, MODES[mode])
+            trl, trl_loss = learn_trl(base, train, tokenizer, template, workdir / "learn-trl", args, MODES[mode])
+            scores = {}
+            for side, model in (("ours", ours), ("trl", trl)):
+                scores[side] = {
+                    "ours_decoder": exact_match(decode_ours(model, tokenizer, template, held_out, args.max_length),
+                                                held_out),
+                    "trl_decoder": exact_match(decode_trl(model, tokenizer, template, held_out), held_out),
+                }  # fmt: skip
+            entry = {"model_type": model_type, "mode": mode, "ours": scores["ours"]["ours_decoder"],
+                     "trl": scores["trl"]["trl_decoder"], "cross": scores, "ours_train_loss": ours_loss,
+                     "trl_train_loss": trl_loss, "seconds": time.perf_counter() - start}  # fmt: skip
+            entry["gap"] = entry["trl"] - entry["ours"]
+            entry["within_target"] = abs(entry["gap"]) <= LEARN_TARGET
+            results.append(entry)
+            log(f"{model_type:12s} {mode:6s}: exact match ours {entry['ours']:.3f} / TRL {entry['trl']:.3f} (gap "
+                f"{entry['gap']:+.3f}, target |gap| <= {LEARN_TARGET}); cross-decoded: ours' model by TRL's decoding "
+                f"{scores['ours']['trl_decoder']:.3f}, TRL's by ours {scores['trl']['ours_decoder']:.3f}; train loss "
+                f"ours {ours_loss:.4f} / TRL {trl_loss:.4f}; {entry['seconds']:.0f} s")  # fmt: skip
+    import trl as trl_package
+
+    return {
+        "task": f"{LEARN_INSTRUCTION!r} of 3-6 digits", "template": args.template, "train_records": len(train),
+        "held_out": len(held_out), "steps": args.steps, "batch": args.batch, "learning_rate": args.learning_rate,
+        "max_length": args.max_length, "seed": args.seed, "shape": LEARN_SHAPE, "ours_options": args.ours_option,
+        "trl_options": args.trl_option, "trl_version": trl_package.__version__, "torch_version": torch.__version__,
+        "target": LEARN_TARGET, "runs": results,
+    }  # fmt: skip
+
+
 # ---------------------------------------------------------------- command line
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("masks", "speed", "all"), default="all")
+    parser.add_argument("--part", choices=("masks", "speed", "learn", "all"), default="all")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="Alpaca records (JSON / JSONL / folder)")
     parser.add_argument("--n", type=int, default=500, help="records compared in the mask part (0: all)")
     parser.add_argument("--tokenizer", default=None,
@@ -625,6 +1047,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "smollm2 with --model smollm2, else gpt2")  # fmt: skip
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
+    parser.add_argument("--chat_family", choices=(*CHAT_FAMILIES, "all"),
+                        help="masks part: chat template family (or all) on --chat_bases; Alpaca records as one-turn "
+                        "conversations and multi-turn conversations against TRL")  # fmt: skip
+    parser.add_argument(
+        "--chat_bases",
+        nargs="+",
+        choices=CHAT_BASES,
+        default=list(CHAT_BASES),
+        help="masks part with --chat_family: the tokenizers the family's tokens are added to",
+    )
+    parser.add_argument("--conversations", type=int, default=200,
+                        help="masks part with --chat_family: conversations built from Alpaca records (besides the "
+                        "fixture's)")  # fmt: skip
+    parser.add_argument("--markdown", metavar="OUT", help="masks part with --chat_family: also write a table here")
     parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
     parser.add_argument("--train_records", type=int, default=64, help="speed part: records trained (one epoch)")
     parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
@@ -636,7 +1072,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="speed part: an extra sft() option for our side (ablations), e.g. "
                         "logits_on_labels_only=false or packing_strategy=flatten; repeatable")  # fmt: skip
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
-                        help="speed part: padded and / or packed")  # fmt: skip
+                        help="speed and learn parts: padded and / or packed")  # fmt: skip
+    parser.add_argument(
+        "--trl_option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="learn part: an extra SFTConfig option for TRL's side (ablations); repeatable",
+    )
+    parser.add_argument("--steps", type=int, default=400, help="learn part: optimizer steps of each trainer")
+    parser.add_argument("--learn_records", type=int, default=4000, help="learn part: training records")
+    parser.add_argument("--held_out", type=int, default=200, help="learn part: held-out prompts scored")
+    parser.add_argument("--learn_models", nargs="+", default=["llmsys_llama", "llmsys_gpt3"],
+                        help="learn part: model types trained")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="learn part: seed of the base model and both trainers")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one measured run (speed part)
     args = parser.parse_args(argv)
@@ -644,16 +1093,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         return args
     if args.tokenizer is None:
         args.tokenizer = "smollm2" if args.model == "smollm2" else "gpt2"
-    options = {}
-    for item in args.ours_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--ours_option {item!r}: give KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    args.ours_option = options
+    for flag in ("ours_option", "trl_option"):
+        options = {}
+        for item in getattr(args, flag):
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                parser.error(f"--{flag} {item!r}: give KEY=VALUE")
+            try:
+                options[key] = json.loads(value)
+            except json.JSONDecodeError:
+                options[key] = value
+        setattr(args, flag, options)
     if args.n < 0 or args.max_length < 1 or args.threads < 1 or args.repeats < 1:
         parser.error("--n must be >= 0 (0: all records); --max_length, --threads and --repeats >= 1")
     return args
@@ -682,8 +1132,12 @@ def main(argv=None) -> dict:
             results["masks"] = masks_part(args, Path(tmp))
         if args.part in ("speed", "all"):
             results["speed"] = speed_part(args, Path(tmp))
+        if args.part == "learn":  # minutes of training: only when asked for
+            results["learn"] = learn_part(args, Path(tmp))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.markdown and "runs" in results.get("masks", {}):
+        Path(args.markdown).write_text(chat_masks_markdown(results["masks"]))
     return results
 
 
