@@ -163,12 +163,14 @@ def main(argv: list[str] | None = None) -> None:
     if message is not None and not message.strip():
         raise ValueError("--prompt -: stdin held no message")
 
-    from .loading import load_chat_model
+    from .loading import load_chat_model, resolve_chat_source
     from .session import ChatSession
     from .streaming import Sampling
 
-    chat = load_chat_model(args.model, args.template, args.device, args.trust_remote_code)
-    session = ChatSession(chat.prompt_format, system=args.system, context_length=chat.context_length)
+    resolved = resolve_chat_source(args.model, args.template, args.trust_remote_code)
+    session = ChatSession(resolved.prompt_format, system=args.system)  # checks --system before weights are read
+    chat = load_chat_model(resolved, args.device)
+    session.context_length = chat.context_length
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_p)
     if args.seed is not None:
         from transformers import set_seed

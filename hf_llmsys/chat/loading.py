@@ -7,10 +7,11 @@
   projections of earlier hf-llmsys models are rewritten first (`checkpoints.fused_adapters`); the tokenizer is the
   adapter folder's, else the base's.
 
-The prompt format (`prompt_formats.choose_format`) follows ``prompt_template.json`` when ``llmsys sft`` saved one
+`resolve_chat_source` checks MODEL and reads everything but the weights (so a bad folder or flag is refused before
+any weight is read); `load_chat_model` loads them. The prompt format (`prompt_formats.choose_format`) follows ``prompt_template.json`` when ``llmsys sft`` saved one
 beside the model, else the tokenizer's chat template. Generation stops at the union of the model's
 ``generation_config.eos_token_id`` (``llmsys sft`` saves the chat template's end-of-turn there), the tokenizer's EOS
-and the format's own stop ids. Every check on the folder runs before any weight is read.
+and the format's own stop ids.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ from ..data.prompt_templates import TEMPLATE_FILE
 from .prompt_formats import choose_format
 
 ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass
+class ChatSource:
+    """What MODEL names, checked and read without its weights: tokenizer, prompt format, config, adapter base."""
+
+    source: str
+    tokenizer: object
+    prompt_format: object
+    config: object
+    base: str | None  # the base model of an adapter folder (None: a model folder or Hub id)
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -96,13 +109,11 @@ def stop_ids(model, tokenizer, prompt_format) -> list[int]:
     return list(dict.fromkeys(i for i in ids if i is not None))
 
 
-def load_chat_model(source: str, template: str = "auto", device: str = "auto", trust_remote_code: bool = False):
-    """A `ChatModel` for `source` (see the module docstring); ValueError for what the user must fix."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def resolve_chat_source(source: str, template: str = "auto", trust_remote_code: bool = False) -> ChatSource:
+    """Check MODEL and read its config, tokenizer and prompt format (no weights); ValueError for what to fix."""
+    from transformers import AutoConfig, AutoTokenizer
 
     import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
-    from ..evaluation.model_limits import model_context_length
 
     check_source(source, "MODEL", needs=("config.json", ADAPTER_CONFIG))
     adapter = _read_json(source, ADAPTER_CONFIG)
@@ -112,13 +123,24 @@ def load_chat_model(source: str, template: str = "auto", device: str = "auto", t
     check_causal(config, base or source)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=trust_remote_code)
     prompt_format = choose_format(tokenizer, template, _read_json(source, TEMPLATE_FILE), source=source)
-    if adapter is not None and (folder := _local_folder(source)) is not None:
+    return ChatSource(source, tokenizer, prompt_format, config, base, trust_remote_code)
+
+
+def load_chat_model(resolved: ChatSource, device: str = "auto") -> ChatModel:
+    """The model of a resolved MODEL on `device` (``auto``: the GPU when there is one), in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    from ..evaluation.model_limits import model_context_length
+
+    source, base, target = resolved.source, resolved.base, _device(device)
+    if base is not None and (folder := _local_folder(source)) is not None:
         from ..checkpoints.fused_adapters import upgrade_fused_adapter
 
         upgrade_fused_adapter(folder)
-    model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code)
-    model.to(_device(device)).eval()
-    what = f"LoRA adapter over {base}" if adapter is not None else config.model_type
+    model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=resolved.trust_remote_code)
+    model.to(target).eval()
+    tokenizer, prompt_format = resolved.tokenizer, resolved.prompt_format
+    what = f"LoRA adapter over {base}" if base is not None else resolved.config.model_type
     return ChatModel(
         model, tokenizer, prompt_format, stop_ids(model, tokenizer, prompt_format), model_context_length(model),
         f"{source} ({what}, {model.device}); prompts: {prompt_format.description}",
@@ -126,11 +148,18 @@ def load_chat_model(source: str, template: str = "auto", device: str = "auto", t
 
 
 def _device(name: str) -> str:
-    """``auto``: the GPU when there is one, else the CPU."""
+    """``auto``: the GPU when there is one, else the CPU; ValueError for a device this machine does not have."""
     import torch
 
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()):
+        raise ValueError(f"--device {name}: choose auto, cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {name}: no CUDA device here; use --device cpu")
+    if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: no MPS device here; use --device cpu")
     return name
