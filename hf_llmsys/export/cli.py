@@ -40,8 +40,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> str:
     """Run the export; prints and returns the path written."""
     args = parse_args(argv)
+    from transformers.utils import logging
+
     from . import export
 
-    out = export(args.src, args.out, format=args.format, dtype=args.dtype, overwrite=args.overwrite)
+    logging.disable_progress_bar()  # per-file load / save bars of a few tiny files; the one line below says it all
+    try:
+        out = export(args.src, args.out, format=args.format, dtype=args.dtype, overwrite=args.overwrite)
+    finally:
+        logging.enable_progress_bar()
     print(f"exported {args.src} ({args.format}) to {out}")
     return str(out)
