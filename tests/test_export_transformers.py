@@ -87,23 +87,48 @@ def exportable_variants(vocab: int, eos: int = 2) -> dict[str, tuple[object, str
         "llama MHA, tied head": (llama(vocab, tie_word_embeddings=True), "LlamaForCausalLM"),
         "llama GQA": (llama(vocab, num_key_value_heads=2, bos_token_id=eos, eos_token_id=eos), "LlamaForCausalLM"),
         "llama interleaved RoPE, scale 0.2, q/k/v + MLP biases, GeGLU": (
-            llama(vocab, rope_interleaved=True, attention_scale=0.2, attention_bias=True, attention_out_bias=False,
-                  mlp_bias=True, hidden_act="geglu"), "LlamaForCausalLM"),  # fmt: skip
+            llama(
+                vocab,
+                rope_interleaved=True,
+                attention_scale=0.2,
+                attention_bias=True,
+                attention_out_bias=False,
+                mlp_bias=True,
+                hidden_act="geglu",
+            ),
+            "LlamaForCausalLM",
+        ),  # fmt: skip
         "mistral (all local, window 4)": (
-            llama(vocab, num_key_value_heads=2, attention_layout=["local"], sliding_window=4), "MistralForCausalLM"),
+            llama(vocab, num_key_value_heads=2, attention_layout=["local"], sliding_window=4),
+            "MistralForCausalLM",
+        ),
         "ministral (dense + local)": (
-            llama(vocab, attention_layout=["dense", "local"], sliding_window=4), "MinistralForCausalLM"),
+            llama(vocab, attention_layout=["dense", "local"], sliding_window=4),
+            "MinistralForCausalLM",
+        ),
         "gpt2": (gpt3(vocab, attention_layout=["dense"]), "GPT2LMHeadModel"),
         "gpt2 without biases, scale 0.5, untied": (
-            gpt3(vocab, attention_layout=["dense"], attention_bias=False, mlp_bias=False, norm_bias=False,
-                 attention_scale=0.5, tie_word_embeddings=False), "GPT2LMHeadModel"),  # fmt: skip
+            gpt3(
+                vocab,
+                attention_layout=["dense"],
+                attention_bias=False,
+                mlp_bias=False,
+                norm_bias=False,
+                attention_scale=0.5,
+                tie_word_embeddings=False,
+            ),
+            "GPT2LMHeadModel",
+        ),  # fmt: skip
         "gpt_neo dense + local, k/v biases folded": (gpt_neo_with_foldable_biases(vocab), "GPTNeoForCausalLM"),
         "gpt_neo all local, no q/k/v bias": (
             gpt3(vocab, attention_layout=["local"], sliding_window=4, attention_bias=False, attention_out_bias=True),
-            "GPTNeoForCausalLM"),  # fmt: skip
+            "GPTNeoForCausalLM",
+        ),  # fmt: skip
         "t5 v1.0 (ReLU, tied, scaled)": (t5(vocab), "T5ForConditionalGeneration"),
         "t5 v1.1 (gated-GELU, untied)": (
-            t5(vocab, feed_forward_proj="gated-gelu", tie_word_embeddings=False), "T5ForConditionalGeneration"),
+            t5(vocab, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+            "T5ForConditionalGeneration",
+        ),
         "t5 tied, unscaled": (t5(vocab, scale_decoder_outputs=False), "T5ForConditionalGeneration"),
     }
     for kind, rope in ROPE_SCALINGS.items():
@@ -203,8 +228,11 @@ REFUSED = {
     "plain mlp with rope": (lambda v: llama(v, mlp_gated=False, hidden_act="gelu"), "ungated", "llama"),
     "gated mlp with learned": (lambda v: gpt3(v, mlp_gated=True), "a gated MLP with learned positions", "gpt2"),
     "gqa on gpt2": (lambda v: gpt3(v, num_key_value_heads=2), "grouped-query attention", "gpt2"),
-    "biases on mistral": (lambda v: llama(v, attention_layout=["local"], sliding_window=4, attention_bias=True),
-                          "attention_bias", "llama"),  # fmt: skip
+    "biases on mistral": (
+        lambda v: llama(v, attention_layout=["local"], sliding_window=4, attention_bias=True),
+        "attention_bias",
+        "llama",
+    ),  # fmt: skip
     "q bias on gpt_neo": (lambda v: gpt3(v, sliding_window=4), "non-zero query bias", "gpt_neo"),
     "gated exact gelu on t5": (lambda v: t5(v, hidden_act="gelu", mlp_gated=True), "exact gelu", "t5"),
 }
@@ -245,7 +273,13 @@ def test_lora_adapter_folder_exports_merged(tmp_path, saved_llama, tokenizer):
     export(tmp_path / "adapter", tmp_path / "exported")
     ids = torch.randint(0, len(tokenizer), (1, IDS_LENGTH), generator=torch.Generator().manual_seed(2))
     plain = hf_llmsys.LlmsysLlamaForCausalLM.from_pretrained(base_folder).eval()
-    case = {"folder": str(tmp_path / "exported"), "ids": ids, "seq2seq": False, "text": "Hello", **our_outputs(merged, ids)}
+    case = {
+        "folder": str(tmp_path / "exported"),
+        "ids": ids,
+        "seq2seq": False,
+        "text": "Hello",
+        **our_outputs(merged, ids),
+    }
     assert (case["logits"] - plain(ids).logits).abs().max() > 1e-3  # the adapter matters
     row = check_without_the_package({"lora": case}, tmp_path)["lora"]
     assert row["class"] == "LlamaForCausalLM" and row["max_abs_diff"] <= TOLERANCE and row["greedy_equal"], row
@@ -271,8 +305,10 @@ def test_cli_exports_a_saved_folder_and_refuses_bad_input_with_one_line(tmp_path
     bad = {
         "existing OUT": ([folder, out, "--format", "transformers"], "--overwrite"),
         "missing SRC": ([tmp_path / "nowhere", tmp_path / "o1", "--format", "transformers"], "no such folder"),
-        "--dtype on transformers": ([folder, tmp_path / "o2", "--format", "transformers", "--dtype", "f16"],
-                                    "--dtype f16 applies to --format gguf only"),  # fmt: skip
+        "--dtype on transformers": (
+            [folder, tmp_path / "o2", "--format", "transformers", "--dtype", "f16"],
+            "--dtype f16 applies to --format gguf only",
+        ),  # fmt: skip
         "gguf OUT not a file": ([folder, tmp_path / "o3", "--format", "gguf"], "ending in .gguf"),
         "not a model folder": ([tmp_path, tmp_path / "o4", "--format", "transformers"], "no config.json"),
     }
