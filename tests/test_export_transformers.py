@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from chat_template_fixtures import chat_tokenizer
+from hub_fixtures import client, hub  # noqa: F401 (fixtures: the loopback Hub and a client process)
 from remote_code import BLOCK_THE_PACKAGE
 
 import hf_llmsys
@@ -361,3 +362,42 @@ def test_smollm2_exports_to_llama_with_equal_logits(tmp_path):
     row = check_without_the_package({"smollm2": case}, tmp_path)["smollm2"]
     print(f"\nSmolLM2-135M export: max |logit difference| {row['max_abs_diff']:.2e}")
     assert row["class"] == "LlamaForCausalLM" and row["max_abs_diff"] <= TOLERANCE and row["greedy_equal"], row
+
+
+def test_push_format_transformers_pushes_the_native_export(client, hub, tmp_path):  # noqa: F811
+    """`llmsys push FOLDER REPO --format transformers` against the loopback Hub: the repo holds the export (a llama
+    config, no remote code), its card says so and names the repo, and transformers' LlamaForCausalLM loads it from
+    the Hub with our logits; a model no class expresses is refused before the repo is created."""
+    folder, refused = tmp_path / "ours", tmp_path / "alibi"
+    answer = client.call(
+        f"""
+        import torch, hf_llmsys
+        from huggingface_hub import HfApi, hf_hub_download
+        from transformers import AutoModelForCausalLM
+        from hf_llmsys.cli import main as llmsys
+        torch.manual_seed(0)
+        config = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      intermediate_size=32)
+        model = hf_llmsys.LlmsysLlamaForCausalLM(hf_llmsys.LlmsysLlamaConfig(**config)).eval()
+        model.save_pretrained({str(folder)!r})
+        assert llmsys(["push", {str(folder)!r}, "alice/native-export", "--format", "transformers"]) == 0
+        back = AutoModelForCausalLM.from_pretrained("alice/native-export").eval()
+        ids = torch.tensor([[1, 5, 9, 3, 7]])
+        with torch.no_grad():
+            diff = (back(ids).logits - model(ids).logits).abs().max().item()
+        hf_llmsys.LlmsysLlamaForCausalLM(hf_llmsys.LlmsysLlamaConfig(**config, position_embedding_type="alibi")
+                                         ).save_pretrained({str(refused)!r})
+        code = llmsys(["push", {str(refused)!r}, "alice/refused-export", "--format", "transformers"])
+        result = {{"class": type(back).__name__, "diff": diff, "files": HfApi().list_repo_files("alice/native-export"),
+                   "card": open(hf_hub_download("alice/native-export", "README.md")).read(), "refused_code": code,
+                   "refused_repo_exists": HfApi().repo_exists("alice/refused-export")}}
+        """
+    )
+    assert "error" not in answer, answer
+    result = answer["result"]
+    assert result["class"] == "LlamaForCausalLM" and result["diff"] <= TOLERANCE, result
+    assert not any(name.endswith(".py") for name in result["files"]), result["files"]
+    assert "transformers-native export" in result["card"] and "alice/native-export" in result["card"]
+    assert result["refused_code"] == 2 and not result["refused_repo_exists"]
+    assert "position_embedding_type='alibi'" in answer["stderr"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".llmsys-push-export-")]  # staging removed
