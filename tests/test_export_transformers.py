@@ -401,3 +401,23 @@ def test_push_format_transformers_pushes_the_native_export(client, hub, tmp_path
     assert result["refused_code"] == 2 and not result["refused_repo_exists"]
     assert "position_embedding_type='alibi'" in answer["stderr"]
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".llmsys-push-export-")]  # staging removed
+
+
+def test_lora_adapter_over_a_transformers_llama_base_exports_merged(tmp_path):
+    """An adapter trained over transformers' LlamaForCausalLM (as `llmsys sft --lora` on SmolLM2): the export equals
+    PEFT's own merge of it into transformers' class."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64)  # fmt: skip
+    randomized(LlamaForCausalLM(config)).save_pretrained(tmp_path / "base")
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "up_proj"], init_lora_weights=False)
+    get_peft_model(LlamaForCausalLM.from_pretrained(tmp_path / "base"), lora).save_pretrained(tmp_path / "adapter")
+    reference = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(tmp_path / "base"), tmp_path / "adapter")
+    reference = reference.merge_and_unload().eval()
+    export(tmp_path / "adapter", tmp_path / "exported")
+    exported = LlamaForCausalLM.from_pretrained(tmp_path / "exported").eval()
+    ids = torch.randint(0, 64, (1, IDS_LENGTH), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (exported(ids).logits - reference(ids).logits).abs().max() <= TOLERANCE

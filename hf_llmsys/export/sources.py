@@ -4,8 +4,9 @@
 config, a name for the card):
 - a folder saved by hf-llmsys (``config.json`` of ``llmsys_llama`` / ``llmsys_gpt3`` / ``llmsys_t5``): loaded
   through the Auto classes, with its tokenizer and ``generation_config.json`` when present;
-- a PEFT adapter folder (``adapter_config.json``, e.g. ``llmsys sft --lora``) over one of our bases: the base
-  from ``base_model_name_or_path``, the adapter on top, merged (PEFT's ``merge_and_unload``); the tokenizer and
+- a PEFT adapter folder (``adapter_config.json``, e.g. ``llmsys sft --lora``) over one of our bases, or over a
+  transformers ``llama`` folder (read by our llama class: same module names): the base from
+  ``base_model_name_or_path``, the adapter on top, merged (PEFT's ``merge_and_unload``); the tokenizer and
   generation config of the adapter folder when it has them, else the base's;
 - an in-memory model of ours (or a ``PeftModel`` over one: merged on a copy, the caller's model is untouched)
   with the ``tokenizer`` passed beside it.
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OUR_MODEL_TYPES = ("llmsys_llama", "llmsys_gpt3", "llmsys_t5")
+# transformers model types whose folders one of our classes reads with the same module names, so that a PEFT adapter
+# trained over transformers' class applies to ours (e.g. `llmsys sft --lora` on SmolLM2, a `llama` folder)
+ADAPTER_BASE_TYPES = {"llama": "LlmsysLlamaForCausalLM"}
 
 
 @dataclass
@@ -112,8 +116,18 @@ def merged_adapter_folder(folder: Path) -> tuple[object, Path | None]:
     if not (base_folder / "config.json").is_file():
         raise ValueError(f"SRC {folder}: the adapter's base {base_name!r} is not a local model folder; set "
                          "base_model_name_or_path in adapter_config.json to the base model's folder.")  # fmt: skip
-    base = load_model_folder(base_folder)
+    base = load_adapter_base(base_folder)
     return PeftModel.from_pretrained(base, folder).merge_and_unload(), base_folder
+
+
+def load_adapter_base(folder: Path):
+    """An adapter's base in one of our classes (a transformers type our class reads with the same module names)."""
+    model_type = read_json(folder / "config.json").get("model_type")
+    if model_type in ADAPTER_BASE_TYPES:
+        import hf_llmsys
+
+        return getattr(hf_llmsys, ADAPTER_BASE_TYPES[model_type]).from_pretrained(folder)
+    return load_model_folder(folder)
 
 
 def load_source(model_or_dir, tokenizer=None) -> ExportSource:
