@@ -301,6 +301,8 @@ def test_cli_exports_a_saved_folder_and_refuses_bad_input_with_one_line(tmp_path
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
     assert {"model.safetensors", "tokenizer.json", "generation_config.json", "README.md"} <= set(os.listdir(out))
     assert f"exported {folder}" in capsys.readouterr().out
+    (tmp_path / "made_by_mkdir").mkdir()
+    assert out.stat().st_mode == (tmp_path / "made_by_mkdir").stat().st_mode  # the umask's mode, not a temp dir's 0700
     stamp = (out / "config.json").stat().st_mtime_ns
 
     bad = {

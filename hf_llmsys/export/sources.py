@@ -25,6 +25,7 @@ import copy
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +173,8 @@ def staged_output(out: Path, overwrite: bool = False, file: bool = False) -> Ite
     out = Path(out).expanduser()
     check_output(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    staging = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()  # not mkdtemp: its mode 0700 would become OUT's; mkdir honours the umask like save_pretrained
     try:
         written = staging / out.name if file else staging
         yield written
