@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -156,11 +157,19 @@ def test_perplexity_rows_per_token_and_figures_equal_the_toolkit(served):
 def test_zoo_curves_and_paper_table(served):
     import json
 
+    from hf_llmsys.demo.perplexity_tab import zoo_figure
+    from hf_llmsys.demo.plots import legend_labels, legend_texts
+
     client, ctx = served
     zoo_curve, paper = client.predict(api_name="/zoo_curves")
+    assert_plot(zoo_curve)  # a matplotlib picture: its legend is checked where it is built
     report = json.loads((ctx.zoo.zoo.folder / "zoo.json").read_text())
-    df = frame(zoo_curve)
-    assert set(df["series"]) == {run["name"] for run in report["runs"]}
+    runs = [run["name"] for run in report["runs"]]
+    assert "rope+yarn" in runs
+    figure = zoo_figure(report)
+    assert legend_labels(figure) == legend_texts(figure) == [runs]  # every line drawn and named in the legend
+    for line, run in zip(figure.axes[0].get_lines(), report["runs"], strict=True):
+        assert list(line.get_ydata()) == [r["ppl"] for r in run["results"] if r["ppl"] is not None]
     paper = frame(paper)
     assert set(paper["series"]) == {"sinusoidal", "rotary", "T5 bias", "ALiBi"}
     assert paper[paper.series == "ALiBi"]["y"].tolist() == [19.73, 18.73, 18.41, 18.34, 18.31]
@@ -180,23 +189,30 @@ def test_rope_scaling_past_the_training_context(served):
 
 
 def test_sparse_layouts_keys_and_memory(served):
+    """Keys per query from the layouts; memory measured for four implementations of each layout, against the
+    Sparse Transformer's accounting derived beside it."""
     from hf_llmsys.layout_views import attended_counts
 
-    figure, keys, memory, bench = served[0].predict(64, 8, 16, 2, 4, 16, api_name="/sparse")
+    figure, keys, measured, derived, bench_note, bench = served[0].predict(256, 8, 16, 2, 4, 16, api_name="/sparse")
     assert_plot(figure)
     keys = frame(keys).set_index("layout")
-    assert keys.loc["dense", "max keys per query"] == 64
-    local = attended_counts("local", 64, num_heads=4, sliding_window=16)
+    assert keys.loc["dense", "max keys per query"] == 256
+    local = attended_counts("local", 256, num_heads=4, sliding_window=16)
     assert keys.loc["local", "mean keys per query"] == pytest.approx(float(local.float().mean()))
-    memory = frame(memory).set_index("layout")
-    qkv_mb = 3 * 4 * 64 * 16 * 4 / 2**20
-    assert memory.loc["dense", "stored probs, masked dense (MB)"] == pytest.approx(4 * 64 * 64 * 4 / 2**20)
-    assert memory["recomputed: q, k, v only (MB)"].tolist() == pytest.approx([qkv_mb] * 4)
-    for kind in ("local", "strided", "fixed"):  # recomputation keeps no more than q, k, v (plus small buffers)
-        assert (
-            memory.loc[kind, "measured saved, recompute (MB)"] <= memory.loc[kind, "measured saved, no recompute (MB)"]
-        )
-    assert "note" in frame(bench).columns  # no benchmark JSON configured in this app
+    measured, derived = frame(measured).set_index("layout"), frame(derived).set_index("layout")
+    qkv_mb, probs_mb = 3 * 4 * 256 * 16 * 4 / 2**20, 4 * 256 * 256 * 4 / 2**20
+    assert derived["q, k, v"].tolist() == pytest.approx([qkv_mb] * 4)
+    assert derived["S x S probabilities"].tolist() == pytest.approx([probs_mb] * 4)
+    assert derived.loc["local", "kept-pair probabilities"] == pytest.approx(int(local.sum()) * 4 / 2**20)
+    # masked dense keeps q, k, v and the S x S probabilities, whatever the layout; recomputation keeps q, k, v
+    assert measured["masked dense"].tolist() == pytest.approx([qkv_mb + probs_mb] * 4)
+    assert measured["kept blocks + recompute"].tolist() == pytest.approx([qkv_mb] * 4)
+    for kind in ("local", "strided"):  # the kept blocks' probabilities shrink with the layout
+        assert qkv_mb < measured.loc[kind, "kept blocks"] < measured.loc[kind, "masked dense"] / 2
+    # the flash blocks keep q, k, v, the output and the log-sum-exp: the same for every layout, O(S D)
+    flash = measured["flash blocks (runs here)"]
+    assert flash.nunique() == 1 and qkv_mb < flash.iloc[0] < qkv_mb * 4 / 3 + 0.01
+    assert "scripts/bench/sparse_attention.py" in bench_note and bench.get("visible") is False  # a hint, no table
 
 
 def generate(client, prompt="A hacker is", names=("rope",), strategy="greedy", max_new=8, beams=2,
@@ -206,14 +222,16 @@ def generate(client, prompt="A hacker is", names=("rope",), strategy="greedy", m
 
 
 def test_generation_greedy_equals_generate_and_models_side_by_side(served):
+    from hf_llmsys.demo.token_text import visible_whitespace
+
     client, ctx = served
     zoo = ctx.zoo.zoo
     df = frame(generate(client, names=TINY_ENCODINGS))
     assert df["model"].tolist() == TINY_ENCODINGS
     ids = zoo.tokenizer("A hacker is", return_tensors="pt", add_special_tokens=False)["input_ids"]
     out = zoo.models["rope"].generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=zoo.tokenizer.pad_token_id)
-    assert df.set_index("model").loc["rope", "output"] == zoo.tokenizer.decode(out[0, ids.shape[1] :],
-                                                                               skip_special_tokens=True)  # fmt: skip
+    decoded = zoo.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert df.set_index("model").loc["rope", "output"] == visible_whitespace(decoded)
     a = frame(generate(client, strategy="sampling", seed=3))
     b = frame(generate(client, strategy="sampling", seed=3))
     assert a["output"].tolist() == b["output"].tolist()  # seeded sampling is reproducible
@@ -386,6 +404,8 @@ def test_background_training_reports_progress_then_loads(tmp_path, capfd):
     assert "'loss'" not in printed and "'train_runtime'" not in printed  # no Trainer log dicts
     assert "demo zoo: 0/" in printed and "demo zoo: trained" in printed  # the progress line, one per stage
     assert "{'loss'" not in printed and "{'train_runtime'" not in printed
+    lines = [line for line in printed.splitlines() if line.strip()]
+    assert lines and all(line.startswith("demo zoo: ") for line in lines), lines  # no bars, warnings, result lines
     second = ZooManager(cache_dir=tmp_path / "cache" / "zoo", skip_folders=manager.skip_folders)
     second.start()  # the cache is found: no training
     assert second.zoo is not None and second._thread is None
@@ -454,7 +474,8 @@ def test_page_load_renders_every_tabs_default_view(served, demo_server):  # noqa
             loaded.update(dependency["outputs"])
     labels = {c["id"]: c["props"].get("label") or c["props"].get("elem_id") for c in demo.config["components"]}
     expected = {"picture", "numbers", "next-token distributions compared", "surprisal per token", "perplexity per model",
-                "zoo", "RoPE perplexity on the text", "layouts (query rows, key columns)", "keys per query",
+                "zoo", "RoPE runs of zoo.json (perplexity at each evaluation length)", "layouts (query rows, key columns)",
+                "keys per query", "memory measured: MB saved for backward by one attention call",
                 "outputs side by side", "verdict", "steps"}  # fmt: skip
     assert expected <= {labels[i] for i in loaded}, expected - {labels[i] for i in loaded}
 
@@ -504,3 +525,86 @@ def test_user_models_join_the_perplexity_and_generation_tabs(tiny_zoo, tmp_path)
         demo.close()
     with pytest.raises(ValueError, match="--model .*no such folder"):
         launch_demo(["--zoo", str(tiny_zoo), "--no-train", "--model", str(tmp_path / "missing")])
+
+
+WHITESPACE_BYTES = {"⏎": b"\n", "␣": b" ", "⇥": b"\t"}
+
+
+def label_bytes(label: str) -> bytes:
+    """The bytes a token label stands for: ``⏎×2`` runs, ``\\xNN`` escapes and plain text read back."""
+    runs = [re.fullmatch(r"([⏎␣⇥])(?:×(\d+))?", run) for run in label.split(" ")]
+    if all(runs):
+        return b"".join(WHITESPACE_BYTES[run[1]] * int(run[2] or 1) for run in runs)
+    parts = re.split(r"(\\x[0-9a-f]{2})", label)
+    return b"".join(bytes.fromhex(part[2:]) if re.fullmatch(r"\\x[0-9a-f]{2}", part) else part.encode()
+                    for part in parts)  # fmt: skip
+
+
+def test_tokens_show_whole_characters_as_text_and_partial_bytes_as_escapes(tiny_zoo):  # noqa: F811
+    """Byte-level BPE splits 床 (E5 BA 8A) across tokens: each label is its text when its bytes are whole UTF-8
+    characters, else ``\\xNN`` escapes; the labels, read back as bytes, spell the text exactly."""
+    from transformers import AutoTokenizer
+
+    from hf_llmsys.demo.permutation import untrained_pair
+    from hf_llmsys.demo.token_text import token_label
+
+    text = "床前明月 the\n\n fox"
+    for tokenizer in (untrained_pair()[0], AutoTokenizer.from_pretrained(tiny_zoo / "tokenizer")):
+        labels = [token_label(tokenizer, i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+        assert any(label.startswith("\\x") for label in labels) and "\ufffd" not in "".join(labels)
+        assert b"".join(label_bytes(label) for label in labels) == text.encode()
+
+
+def test_whitespace_only_output_is_shown_visibly():
+    from hf_llmsys.demo.token_text import visible_whitespace
+
+    assert visible_whitespace("\n" * 24) == "⏎×24"
+    assert visible_whitespace(" \n\n\t") == "␣ ⏎×2 ⇥"
+    assert visible_whitespace("") == "∅ (no text)"
+    assert visible_whitespace(" a\n") == " a\n"  # text with anything visible is shown as it is
+
+
+def test_figures_label_every_line_and_mask_future_keys():
+    """Checked on the matplotlib artists (the page shows pictures): each legend names every line of its axes; the
+    causal views (T5 decoder, ALiBi) draw future keys as masked (NaN), past keys as their values."""
+    import numpy as np
+
+    from hf_llmsys.demo import positions_tab
+    from hf_llmsys.demo.plots import legend_labels, legend_texts, line_figure
+    from hf_llmsys.models.position_biases import relative_distance, t5_relative_position_bucket
+
+    params = positions_tab.EncodingParams(length=24, heads=4)
+    for kind, view in positions_tab.ENCODING_VIEWS.items():
+        shown = view(params)
+        curve = line_figure(shown.curve, xlabel=shown.x_title, ylabel=shown.y_title)
+        assert legend_texts(curve) == legend_labels(curve) == [list(dict.fromkeys(shown.curve["series"]))], kind
+        for ax in shown.figure.axes:
+            if ax.get_legend():
+                assert [t.get_text() for t in ax.get_legend().get_texts()] == [line.get_label() for line in ax.lines]
+    t5 = positions_tab.view_t5(params).figure.axes[0].images[0].get_array()  # the causal (decoder) panel
+    future = np.triu(np.ones((24, 24), dtype=bool), k=1)
+    assert np.ma.getmaskarray(np.ma.masked_invalid(t5))[future].all()
+    positions = torch.arange(24)[None]
+    buckets = t5_relative_position_bucket(relative_distance(positions, positions)[0], False, 32, 128).numpy()
+    assert (np.asarray(t5)[~future] == buckets[~future]).all()
+    alibi = positions_tab.view_alibi(params).figure.axes[0].images[0].get_array()
+    assert np.isnan(np.asarray(alibi, dtype=float))[future].all()
+
+
+def test_zoo_not_ready_is_a_message_without_traceback(tmp_path, capfd):
+    """No zoo (none cached, --no-train): zoo-free tabs work, zoo tabs answer one message, the console shows no
+    traceback; without SmolLM2 the page says how to fetch it."""
+    demo, url, ctx = launch_demo(["--no-train", "--cache-dir", str(tmp_path / "no-zoo"), "--quick"])
+    try:
+        client = gradio_client.Client(url, verbose=False)
+        with pytest.raises(AppError, match="The zoo is not ready yet"):
+            client.predict(TEXT, "yarn", 64, api_name="/rope_scaling")
+        with pytest.raises(AppError, match="not loaded yet"):
+            generate(client, names=["rope"])
+        texts = " ".join(str(c.get("props", {}).get("value", "")) for c in client.config["components"])
+        assert "python scripts/fetch_smollm2.py" in texts and "The zoo is 7 tiny" in texts
+        client.close()
+    finally:
+        demo.close()
+    console = capfd.readouterr()
+    assert "Traceback" not in console.out + console.err

@@ -1,7 +1,9 @@
 """The demo in a real browser: Debian's chromium driven by playwright loads the page, finds every tab's default
 view rendered without a click, checks the Chinese permutation example is drawn with real glyphs (not tofu) and
-the tables show rounded numbers, then switches every tab, enters text, clicks, waits for each result and takes a
-screenshot that must not be blank."""
+reads what is drawn: the cells of the tables (rounded numbers, the memory columns, token labels), that no table is
+wider than its box, the legend and lines of the paper's plot; an error message closes when another tab opens.
+Then it switches every tab, enters text, clicks, waits for each result and takes a screenshot that must not be
+blank. (The matplotlib pictures are images here; their legends are checked where they are built, test_demo.py.)"""
 
 from __future__ import annotations
 
@@ -110,9 +112,41 @@ def legend_shows(page, plot: str, series: list[str]) -> None:
         raise AssertionError(f"{plot}: wanted the series {series} drawn, the page shows {got}") from error
 
 
-def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the imported session fixture)
-    from hf_llmsys.demo.perplexity_tab import zoo_curves
+TABLES = """() => Array.from(document.querySelectorAll("[role=grid].table-wrap"))
+    .filter((grid) => grid.offsetParent !== null)  // tables of the open tab
+    .map((grid) => {
+        const viewport = grid.querySelector(".virtual-table-viewport") || grid;
+        return {
+            label: grid.getAttribute("aria-label"),
+            overflow: Math.max(grid.scrollWidth - grid.clientWidth, viewport.scrollWidth - viewport.clientWidth),
+            headers: Array.from(grid.querySelectorAll("th")).map((th) => th.getAttribute("title") || th.innerText),
+            rows: Array.from(grid.querySelectorAll(".virtual-body [role=row]")).map(
+                (row) => Array.from(row.querySelectorAll("[role=gridcell], td")).map((td) => td.innerText.trim())),
+        };
+    })"""
 
+
+def tables(page) -> dict[str, dict]:
+    """The open tab's tables as drawn: label -> {"headers", "rows" (cell texts), "overflow" (px past the box)}."""
+    return {table["label"]: table for table in page.evaluate(TABLES)}
+
+
+def table_fits(page, label: str, cell: str) -> dict:
+    """The table `label` of the open tab once a cell shows `cell`, after checking that none of the tab's tables is
+    cut at the right."""
+    page.locator(f'[role=grid][aria-label="{label}"] .virtual-body [role=row]', has_text=cell).first.wait_for()
+    drawn = tables(page)
+    cut = {name: t["overflow"] for name, t in drawn.items() if t["overflow"] > 1}
+    assert not cut, f"tables wider than their box (px): {cut}"
+    return drawn[label]
+
+
+def column(table: dict, header: str) -> list[str]:
+    index = table["headers"].index(header)
+    return [row[index] for row in table["rows"] if len(row) > index]
+
+
+def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the imported session fixture)
     shots = Path(os.environ.get("LLMSYS_DEMO_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     page.get_by_text("Zoo loaded from").wait_for()
@@ -126,6 +160,10 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     glyphs_render(page, "#permutation-a textarea")
     glyphs_render(page, "#permutation-b textarea")
     page.locator("#permutation-a").screenshot(path=str(shots / "permutation-text.png"))
+    order = table_fits(page, "next-token distributions compared", "NoPE")
+    top = column(order, next(h for h in order["headers"] if h.startswith("top-3 after")))
+    byte_symbols = [c for cell in top for c in cell if "\u0100" <= c <= "\u0143" or c == "\ufffd"]
+    assert top and not byte_symbols, f"top tokens shown as byte-level BPE symbols, not text or \\xNN: {top}"
     open_tab(page, "Perplexity")
     page.locator("#surprisal .surprisal-row").first.wait_for()
     assert page.locator("#surprisal .surprisal-row").count() == 3
@@ -133,14 +171,32 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     summary.get_by_text("bits per byte").wait_for()
     numbers = re.findall(r"\d+\.\d+", summary.inner_text())
     assert numbers and all(len(n.replace(".", "").lstrip("0")) <= 4 for n in numbers), numbers  # 4 significant
-    zoo_series = list(dict.fromkeys(zoo_curves(demo_server[1].zoo.zoo.report)["series"]))  # every run of zoo.json
-    assert set(TINY_ENCODINGS) <= set(zoo_series)
-    legend_shows(page, "#zoo-curves", zoo_series)  # both perplexity-vs-length plots are drawn on load
+    summary_table = table_fits(page, "perplexity per model", "alibi")
+    assert summary_table["headers"][:2] == ["model", "bits per byte"]  # the figure that compares tokenizers first
+    assert column(summary_table, "model") == TINY_ENCODINGS
+    page.locator("#zoo-curves img").wait_for()  # drawn on load (its legend: test_demo.py, on the figure)
     legend_shows(page, "#paper-curves", ["sinusoidal", "rotary", "T5 bias", "ALiBi"])
+    rope_runs = table_fits(page, "RoPE runs of zoo.json (perplexity at each evaluation length)", "rope+yarn")
+    assert column(rope_runs, "run (zoo.json, held-out text)") == ["rope", "rope+yarn"]
     open_tab(page, "Sparse attention")
-    page.get_by_text("measured saved, recompute (MB)").wait_for()
+    page.get_by_text("kept blocks + recompute", exact=True).wait_for()
+    measured = table_fits(page, "memory measured: MB saved for backward by one attention call", "fixed")
+    assert measured["headers"] == ["layout", "masked dense", "kept blocks", "kept blocks + recompute",
+                                   "flash blocks (runs here)"]  # fmt: skip
+    assert len(set(column(measured, "flash blocks (runs here)"))) == 1  # O(S D) whatever the layout
+    assert len(set(column(measured, "kept blocks"))) > 1  # the kept blocks shrink with the layout
+    page.get_by_text("No benchmark file configured").wait_for()  # a sentence, not a cut table cell
     open_tab(page, "Generation")
     page.get_by_text("prompt tokens").wait_for()
+    outputs = table_fits(page, "outputs side by side", "alibi")
+    assert column(outputs, "model") == ["rope", "alibi"] and all(column(outputs, "output")), outputs  # none blank
+
+    open_tab(page, "Perplexity")  # an error message of one tab closes when another tab opens
+    page.locator("#ppl-text textarea").fill(" ")
+    page.locator("#score").click()
+    page.get_by_text("text: paste some text first").wait_for()
+    open_tab(page, "Cleaning")
+    page.get_by_text("text: paste some text first").wait_for(state="hidden", timeout=5_000)
     open_tab(page, "Cleaning")
     page.locator("#verdict").get_by_text("Dropped").wait_for()
 
@@ -165,7 +221,7 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
 
     open_tab(page, "Sparse attention")
     page.locator("#draw-layouts").click()
-    page.get_by_text("measured saved, recompute (MB)").wait_for()
+    page.get_by_text("kept blocks + recompute", exact=True).wait_for()
     screenshot_is_not_blank(page, shots / "sparse.png")
 
     open_tab(page, "Generation")

@@ -3,6 +3,11 @@
 Every event has an ``api_name`` (``/show_encoding``, ``/permutation``, ``/perplexity``, ``/rope_scaling``,
 ``/sparse``, ``/generate``, ``/clean``, ``/zoo_status``) so gradio_client can drive it. No input names a server
 path: models, zoo and benchmark files are fixed when the app is built (``DemoContext``), never chosen in the page.
+
+Each tab's default view is computed when the page opens (``demo.load``); the views that need the zoo are computed
+again once when background training ends (``REFILL``), so a page opened during training fills in by itself.
+Figures are matplotlib images without a block label (the label tag would cover their titles); tables wrap their
+cells to fit the page; an error message closes when another tab is opened.
 """
 
 from __future__ import annotations
@@ -13,16 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gradio as gr
+import pandas as pd
 
 from ..models.positions import POSITIONAL_ENCODINGS
 from . import cleaning_tab, generation_tab, permutation, perplexity_tab, positions_tab, sparse_tab
+from .console import quiet_libraries
 from .limits import Limits
 from .plots import line_figure
-from .tables import readable_outputs
+from .tables import readable, readable_outputs
 from .zoo import RealModel, ZooManager
 
 OFFLINE_ENV = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1"}
 PERMUTATION_EXAMPLE = ("床前明月", "前床明月")
+CLOSE_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach((b) => b.click())"
+FETCH_SMOLLM2 = ("SmolLM2-135M-Instruct is not fetched, so only the zoo scores and generates: run "
+                 "`python scripts/fetch_smollm2.py` (or `bash scripts/setup.sh`) and restart the demo.")  # fmt: skip
 DEFAULT_TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the foolish their lack of "
                 "understanding. A hacker is a person who enjoys exploring the details of programmable systems.")  # fmt: skip
 
@@ -41,7 +51,7 @@ class DemoContext:
     def require_zoo(self):
         zoo = self.zoo.zoo
         if zoo is None:
-            raise gr.Error(f"The zoo is not ready yet. {self.zoo.status()}")
+            raise gr.Error(f"The zoo is not ready yet. {self.zoo.status()}", print_exception=False)
         return zoo
 
     def generation_models(self) -> dict[str, generation_tab.GenerationModel]:
@@ -58,6 +68,11 @@ class DemoContext:
         entries.update({entry.name: entry for entry in self.seq2seq})
         return entries
 
+    def generation_defaults(self) -> list[str]:
+        """What the generation tab runs on load: the pretrained model first, then two zoo runs."""
+        return [name for name in (self.real_model.name if self.real_model else None, "rope", "alibi")
+                if name in self.generation_choices()]  # fmt: skip
+
     def generation_choices(self) -> list[str]:
         """Every name the tab can offer (zoo runs appear as soon as the zoo is loaded)."""
         names = list(POSITIONAL_ENCODINGS)
@@ -67,17 +82,18 @@ class DemoContext:
 
 
 def user_errors(fn):
-    """Run an event; a ValueError (limits, bad choices) becomes gr.Error carrying its message. Tables come back as
-    `tables.readable` Stylers: shown rounded, exact underneath."""
+    """Run an event quietly (``console.quiet_libraries``); a ValueError (limits, bad choices) becomes gr.Error
+    carrying its message. Tables come back as `tables.readable` Stylers: shown rounded, exact underneath."""
 
     @functools.wraps(fn)
     def wrapper(*args):
         try:
-            return readable_outputs(fn(*args))
+            with quiet_libraries():  # no library progress bars or warnings on the console per request
+                return readable_outputs(fn(*args))
         except gr.Error:
             raise
-        except ValueError as error:
-            raise gr.Error(str(error)) from error
+        except ValueError as error:  # the user's to fix: a message in the page, no traceback on the console
+            raise gr.Error(str(error), print_exception=False) from error
 
     return wrapper
 
@@ -150,9 +166,8 @@ def perplexity_events(ctx: DemoContext):
     @user_errors
     def curves():
         zoo = ctx.zoo.zoo  # also runs on page load: no zoo yet gives an empty zoo plot, not an error
-        empty = perplexity_tab.series_frame({})
-        ours = perplexity_tab.zoo_curves(zoo.report) if zoo else empty
-        return gr.LinePlot(value=ours), gr.LinePlot(value=perplexity_tab.paper_curves())  # plots, not tables
+        ours = perplexity_tab.zoo_figure(zoo.report if zoo else None)
+        return ours, gr.LinePlot(value=perplexity_tab.paper_curves())  # the paper's: a plot, not a table
 
     @user_errors
     def rope_scaling(text, scaling, context):
@@ -171,12 +186,12 @@ def perplexity_events(ctx: DemoContext):
             return "", None, None
         return score(text, include_real)
 
-    def rope_scaling_on_load(text, scaling, context):
-        """The default RoPE-scaling table when the page opens, once a zoo with a RoPE run is loaded."""
+    def rope_report():
+        """The zoo's own RoPE-scaling results (zoo.json, held-out text) when the page opens, once it is loaded."""
         zoo = ctx.zoo.zoo
-        return rope_scaling(text, scaling, context) if zoo is not None and "rope" in zoo.models else None
+        return readable(perplexity_tab.rope_report_table(zoo.report)) if zoo is not None else None
 
-    return score, curves, rope_scaling, score_on_load, rope_scaling_on_load
+    return score, curves, rope_scaling, score_on_load, rope_report
 
 
 def sparse_events(ctx: DemoContext):
@@ -192,9 +207,12 @@ def sparse_events(ctx: DemoContext):
         heads = limits.check_int(heads, "heads", 2, limits.max_heads)
         head_dim = limits.check_int(head_dim, "head dim", 8, 128)
         figure = sparse_tab.layout_figure(min(length, 256), min(stride, 256), min(window, 256), min(summary, stride))
+        sizes = (length, heads, head_dim, stride, window, summary)
+        bench = sparse_tab.bench_table(ctx.sparse_bench)
+        bench_view = gr.Dataframe(visible=False) if bench is None else gr.Dataframe(readable(bench), visible=True)
         return (figure, sparse_tab.keys_per_query(length, heads, stride, window, summary),
-                sparse_tab.memory_table(length, heads, head_dim, stride, window, summary),
-                sparse_tab.bench_table(ctx.sparse_bench))  # fmt: skip
+                sparse_tab.measured_memory(*sizes), sparse_tab.derived_memory(*sizes),
+                sparse_tab.BENCH_HINT if bench is None else "", bench_view)  # fmt: skip
 
     return (sparse,)
 
@@ -223,7 +241,20 @@ def generation_events(ctx: DemoContext):
     return generate, generate_on_load
 
 
-def build_positions_tab(ctx: DemoContext) -> None:
+def table(label: str, **kwargs) -> gr.Dataframe:
+    """A table that fits the page: long cells and headers wrap instead of widening it past the screen."""
+    return gr.Dataframe(label=label, wrap=True, **kwargs)
+
+
+def figure(label: str, **kwargs) -> gr.Plot:
+    """A matplotlib picture; its label stays in the config (tests, API) but no tag is drawn over its title."""
+    return gr.Plot(label=label, show_label=False, **kwargs)
+
+
+Loader = tuple  # (fn, inputs, outputs, refill): a default view computed on page load; refill: again once the zoo is in
+
+
+def build_positions_tab(ctx: DemoContext) -> list[Loader]:
     show_encoding, compare_orders = positions_events(ctx)
     gr.Markdown("Each picture comes from the package's own functions (`hf_llmsys.models.position_biases`, "
                 "`hf_llmsys.models.rotary`).")  # fmt: skip
@@ -241,67 +272,76 @@ def build_positions_tab(ctx: DemoContext) -> None:
             rope_offset = gr.Slider(1, 10000, value=default.rope_offset, step=1, label="RoPE second offset n")
     show = gr.Button("Show", variant="primary", elem_id="show-encoding")
     caption = gr.Markdown(elem_id="encoding-caption")
+    picture = figure("picture", elem_id="encoding-picture")  # full width: ALiBi draws one panel per head
     with gr.Row():
-        figure = gr.Plot(label="picture")
-        curve_plot = gr.Plot(label="curve", elem_id="encoding-curve")
-    table = gr.Dataframe(label="numbers", max_height=300)
+        curve_plot = figure("curve", elem_id="encoding-curve")
+        numbers = table("numbers", max_height=360)
     with gr.Accordion("curve data (x, y, series)", open=False):
-        curve = gr.Dataframe(label="curve data", max_height=300)
+        curve = table("curve data", max_height=300)
     inputs = [encoding, length, heads, dim, t5_buckets, t5_max_distance, shaw_k, rope_offset]
-    outputs = [figure, curve, table, caption, curve_plot]
+    outputs = [picture, curve, numbers, caption, curve_plot]
     show.click(show_encoding, inputs, outputs, api_name="show_encoding")
 
-    loaders = [(show_encoding, inputs, outputs)]
     gr.Markdown("### Permutation: no positions, no order\nThe next-token distribution after two orders of the "
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "
                 "NoPE recover some order (an earlier token's state depends on what precedes it), so the full-depth "
-                "rows differ for both.")  # fmt: skip
+                "rows differ for both. Top tokens that end inside a character show its bytes (`\\xe5`).")  # fmt: skip
     with gr.Row():
         text_a = gr.Textbox(PERMUTATION_EXAMPLE[0], label="text A", max_length=200, elem_id="permutation-a")
         text_b = gr.Textbox(PERMUTATION_EXAMPLE[1], label="text B", max_length=200, elem_id="permutation-b")
     compare = gr.Button("Compare orders", elem_id="compare-orders")
     order_note = gr.Markdown()
-    order_table = gr.Dataframe(label="next-token distributions compared")
+    order_table = table("next-token distributions compared", elem_id="order-table")
     compare.click(compare_orders, [text_a, text_b], [order_table, order_note], api_name="permutation")
-    return [*loaders, (compare_orders, [text_a, text_b], [order_table, order_note])]
+    return [(show_encoding, inputs, outputs, False),
+            (compare_orders, [text_a, text_b], [order_table, order_note], True)]  # trained models once loaded
 
 
-def build_perplexity_tab(ctx: DemoContext):
-    score, curves, rope_scaling, score_on_load, rope_scaling_on_load = perplexity_events(ctx)
+def build_perplexity_tab(ctx: DemoContext) -> list[Loader]:
+    score, curves, rope_scaling, score_on_load, rope_report = perplexity_events(ctx)
+    about = gr.Markdown(ctx.zoo.limits() + " " + (f"**{ctx.real_model.name}** (a real pretrained model) is "
+                        "scored beside it." if ctx.real_model else FETCH_SMOLLM2), elem_id="ppl-about")  # fmt: skip
     text = gr.Textbox(DEFAULT_TEXT, lines=6, label="text", max_length=ctx.limits.max_chars, elem_id="ppl-text")
     include_real = gr.Checkbox(ctx.real_model is not None, label="include the pretrained model "
                                + (f"({ctx.real_model.name})" if ctx.real_model else "(not fetched)"),
                                interactive=ctx.real_model is not None)  # fmt: skip
     run = gr.Button("Score", variant="primary", elem_id="score")
     coloured = gr.HTML(label="surprisal per token", elem_id="surprisal")
-    summary = gr.Dataframe(label="perplexity per model", elem_id="ppl-summary")
-    tokens = gr.Dataframe(label="surprisal per token (bits)", max_height=300)
+    summary = table("perplexity per model", elem_id="ppl-summary")
+    gr.Markdown(perplexity_tab.SUMMARY_NOTE, elem_id="ppl-note")
+    tokens = table("surprisal per token (bits)", max_height=300)
     run.click(score, [text, include_real], [coloured, tokens, summary], api_name="perplexity")
     gr.Markdown("### Perplexity against context length\nLeft: this zoo (zoo.json). Right: the ALiBi paper's "
                 "Table 2 (WikiText-103, 247M parameters, trained at L = 512, non-overlapping windows).")  # fmt: skip
     show_curves = gr.Button("Show curves", elem_id="show-curves")
     with gr.Row():
-        zoo_plot = gr.LinePlot(x="x", y="y", color="series", x_title="evaluation length", y_title="perplexity",
-                               label="zoo", elem_id="zoo-curves")  # fmt: skip
+        zoo_plot = figure("zoo", elem_id="zoo-curves")
         paper_plot = gr.LinePlot(x="x", y="y", color="series", x_title="evaluation length", y_title="perplexity",
                                  label="ALiBi paper, Table 2", elem_id="paper-curves")  # fmt: skip
     show_curves.click(curves, None, [zoo_plot, paper_plot], api_name="zoo_curves")
-    gr.Markdown("### RoPE scaling past the trained context")
+    gr.Markdown("### RoPE scaling past the trained context\nThe zoo's RoPE model read past its training length, "
+                "unscaled and with each inference-time scaling, on its held-out text (zoo.json); below, on the "
+                "text above with disjoint windows of the chosen length.")  # fmt: skip
+    report = table("RoPE runs of zoo.json (perplexity at each evaluation length)", elem_id="rope-report")
     with gr.Row():
         scaling = gr.Radio(["none", "linear", "dynamic", "yarn"], value="yarn", label="RoPE scaling")
         context = gr.Slider(16, 1024, value=256, step=1, label="context length (tokens)")
     run_scaling = gr.Button("Evaluate RoPE", elem_id="rope-scaling")
-    scaling_table = gr.Dataframe(label="RoPE perplexity on the text")
+    scaling_table = table("RoPE perplexity on the text", value=pd.DataFrame(columns=perplexity_tab.ROPE_COLUMNS))
     run_scaling.click(rope_scaling, [text, scaling, context], scaling_table, api_name="rope_scaling")
+    zoo_about = lambda: ctx.zoo.limits() + " " + (  # noqa: E731
+        f"**{ctx.real_model.name}** (a real pretrained model) is scored beside it." if ctx.real_model else FETCH_SMOLLM2
+    )
     return [
-        (curves, None, [zoo_plot, paper_plot]),
-        (score_on_load, [text, include_real], [coloured, tokens, summary]),
-        (rope_scaling_on_load, [text, scaling, context], scaling_table),
+        (curves, None, [zoo_plot, paper_plot], True),
+        (score_on_load, [text, include_real], [coloured, tokens, summary], True),
+        (rope_report, None, report, True),
+        (zoo_about, None, about, True),
     ]
 
 
-def build_sparse_tab(ctx: DemoContext) -> None:
+def build_sparse_tab(ctx: DemoContext) -> list[Loader]:
     (sparse,) = sparse_events(ctx)
     with gr.Row():
         length = gr.Slider(8, ctx.limits.max_length, value=64, step=1, label="length S (images up to 256)")
@@ -311,22 +351,27 @@ def build_sparse_tab(ctx: DemoContext) -> None:
         heads = gr.Slider(2, ctx.limits.max_heads, value=8, step=1, label="heads")
         head_dim = gr.Slider(8, 128, value=64, step=8, label="head dim")
     run = gr.Button("Draw layouts", variant="primary", elem_id="draw-layouts")
-    figure = gr.Plot(label="layouts (query rows, key columns)")
-    keys = gr.Dataframe(label="keys per query")
+    picture = figure("layouts (query rows, key columns)")
+    keys = table("keys per query")
     gr.Markdown(sparse_tab.__doc__.split("\n\n", 1)[1])
-    memory = gr.Dataframe(label="memory per layer: stored vs recomputed")
-    bench = gr.Dataframe(label="scripts/bench/sparse_attention.py measured figures", max_height=300)
-    run.click(sparse, [length, stride, window, summary, heads, head_dim], [figure, keys, memory, bench],
-              api_name="sparse")  # fmt: skip
-    return [(sparse, [length, stride, window, summary, heads, head_dim], [figure, keys, memory, bench])]
+    measured = table("memory measured: MB saved for backward by one attention call", elem_id="memory-measured")
+    derived = table("memory derived from the layout (MB)", elem_id="memory-derived")
+    bench_note = gr.Markdown(elem_id="bench-note")
+    bench = table("scripts/bench/sparse_attention.py figures", max_height=300, visible=False)
+    outputs = [picture, keys, measured, derived, bench_note, bench]
+    inputs = [length, stride, window, summary, heads, head_dim]
+    run.click(sparse, inputs, outputs, api_name="sparse")
+    return [(sparse, inputs, outputs, False)]
 
 
-def build_generation_tab(ctx: DemoContext) -> None:
+def build_generation_tab(ctx: DemoContext) -> list[Loader]:
     generate, generate_on_load = generation_events(ctx)
     limits = ctx.limits
+    gr.Markdown("The zoo's models trained for two minutes on 64-token windows: their continuations are mostly "
+                "noise (often only newlines, shown as ⏎×n) and show nothing about positional encodings. "
+                + (f"{ctx.real_model.name} shows what a real model does." if ctx.real_model else FETCH_SMOLLM2))
     prompt = gr.Textbox("A hacker is", label="prompt", max_length=limits.max_chars, elem_id="prompt")
-    choices = ctx.generation_choices()
-    names = gr.CheckboxGroup(choices, value=[c for c in ("rope", "alibi") if c in choices], label="models")
+    names = gr.CheckboxGroup(ctx.generation_choices(), value=ctx.generation_defaults(), label="models")
     with gr.Row():
         strategy = gr.Radio(list(generation_tab.STRATEGIES), value="greedy", label="decoding")
         max_new = gr.Slider(1, limits.max_new_tokens, value=24, step=1, label="max new tokens")
@@ -339,19 +384,19 @@ def build_generation_tab(ctx: DemoContext) -> None:
         penalty_type = gr.Radio(list(generation_tab.LENGTH_PENALTY_TYPES), value="transformers",
                                 label="length penalty (GNMT: Wu et al. 2016)")  # fmt: skip
     run = gr.Button("Generate", variant="primary", elem_id="generate")
-    outputs = gr.Dataframe(label="outputs side by side", wrap=True)
+    outputs = table("outputs side by side", elem_id="generation-outputs", column_widths=["18%", "9%", "9%", "64%"])
     inputs = [prompt, names, strategy, max_new, temperature, top_p, beams, length_penalty, penalty_type, seed]
     run.click(generate, inputs, outputs, api_name="generate")
-    return [(generate_on_load, inputs, outputs)]
+    return [(generate_on_load, inputs, outputs, True)]
 
 
-def build_cleaning_tab(ctx: DemoContext) -> None:
+def build_cleaning_tab(ctx: DemoContext) -> list[Loader]:
     recipe = gr.Dropdown(cleaning_tab.RECIPE_NAMES, value="fineweb-like", label="recipe")
     document = gr.Textbox(lines=8, label="document", max_length=ctx.limits.max_chars, elem_id="document",
                           value="<html><body><p>Click here!!!</p><p>Buy now</p></body></html>")  # fmt: skip
     run = gr.Button("Check", variant="primary", elem_id="check-document")
     verdict = gr.Markdown(elem_id="verdict")
-    trace = gr.Dataframe(label="steps")
+    trace = table("steps")
     normalised = gr.Textbox(label="normalised text", lines=6)
 
     @user_errors
@@ -359,7 +404,7 @@ def build_cleaning_tab(ctx: DemoContext) -> None:
         return cleaning_tab.explain(text, name, ctx.limits)
 
     run.click(check, [document, recipe], [verdict, trace, normalised], api_name="clean")
-    return [(check, [document, recipe], [verdict, trace, normalised])]
+    return [(check, [document, recipe], [verdict, trace, normalised], False)]
 
 
 TABS = {
@@ -371,6 +416,17 @@ TABS = {
 }
 
 
+def refill_once_loaded(fn, n_outputs: int):
+    """``fn`` run when the zoo has just been loaded in this page (phase "loaded now"), else nothing changed."""
+
+    def run(phase, *inputs):
+        if phase != "loaded now":
+            return gr.skip() if n_outputs == 1 else tuple(gr.skip() for _ in range(n_outputs))
+        return fn(*inputs)
+
+    return run
+
+
 def build_app(ctx: DemoContext) -> gr.Blocks:
     """The Blocks app for ``ctx``, its queue bounded by ``ctx.limits``."""
     for key, value in OFFLINE_ENV.items():
@@ -379,17 +435,27 @@ def build_app(ctx: DemoContext) -> gr.Blocks:
         gr.Markdown("# hf-llmsys: positional encodings, perplexity and sparse attention side by side")
         status = gr.Markdown(ctx.zoo.status(), elem_id="zoo-status")
         gr.Markdown(ctx.limits.markdown(), elem_id="limits")
-        on_load = []  # (fn, inputs, outputs): every tab's default view, rendered when the page opens
+        loaders: list[Loader] = []  # every tab's default view, rendered when the page opens
         for name, build in TABS.items():
-            with gr.Tab(name):
-                on_load += build(ctx) or []
+            with gr.Tab(name) as tab:
+                loaders += build(ctx)
+            tab.select(None, None, None, js=CLOSE_MESSAGES)  # an error of one tab does not stay over the next
         timer = gr.Timer(2.0)
+        phase = gr.State("waiting")  # the zoo in this page: "waiting", "loaded now" (refill), "loaded"
 
-        def tick():  # polls until the zoo is loaded (or training failed), then stops
-            return ctx.zoo.status(), gr.Timer(active=ctx.zoo.zoo is None and ctx.zoo.training)
+        def tick(current):  # polls until the zoo is loaded (or training failed), then stops
+            loaded = ctx.zoo.zoo is not None
+            new_phase = ("loaded now" if current == "waiting" else "loaded") if loaded else "waiting"
+            return ctx.zoo.status(), gr.Timer(active=not loaded and ctx.zoo.training), new_phase
 
-        timer.tick(tick, None, [status, timer], api_name="zoo_status", queue=False, show_progress="hidden")
-        for fn, inputs, outputs in on_load:
+        ticked = timer.tick(tick, phase, [status, timer, phase], api_name="zoo_status", queue=False,
+                            show_progress="hidden")  # fmt: skip
+        demo.load(lambda: "waiting" if ctx.zoo.zoo is None else "loaded", None, phase, api_name=False)
+        for fn, inputs, outputs, refill in loaders:
             demo.load(fn, inputs, outputs, api_name=False)
+            if refill:
+                listed = outputs if isinstance(outputs, list) else [outputs]
+                ticked.then(refill_once_loaded(fn, len(listed)), [phase, *(inputs or [])], outputs, api_name=False,
+                            show_progress="hidden")  # fmt: skip
     demo.queue(max_size=ctx.limits.max_queue_size, default_concurrency_limit=ctx.limits.concurrency_limit)
     return demo

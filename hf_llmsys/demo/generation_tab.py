@@ -15,6 +15,7 @@ import torch
 
 from ..generation import beam_search
 from .limits import LimitError, Limits
+from .token_text import visible_whitespace
 
 LENGTH_PENALTY_TYPES = ("transformers", "gnmt")
 
@@ -76,7 +77,8 @@ def generate_kwargs(entry: GenerationModel, options: DecodingOptions) -> dict:
 
 @torch.no_grad()
 def generate_one(entry: GenerationModel, prompt: str, options: DecodingOptions, limits: Limits) -> dict:
-    """The continuation of ``prompt`` by one model, with the number of prompt and new tokens."""
+    """The continuation of ``prompt`` by one model (whitespace-only text made visible: ``⏎×24``), with the number
+    of prompt and new tokens."""
     tokenizer = entry.tokenizer
     if entry.chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
@@ -92,7 +94,7 @@ def generate_one(entry: GenerationModel, prompt: str, options: DecodingOptions, 
                                **generate_kwargs(entry, options))  # fmt: skip
     new = out[0] if entry.seq2seq else out[0, ids.shape[1] :]
     return {"model": entry.name, "prompt tokens": ids.shape[1], "new tokens": int((new != pad).sum()),
-            "output": tokenizer.decode(new, skip_special_tokens=True)}  # fmt: skip
+            "output": visible_whitespace(tokenizer.decode(new, skip_special_tokens=True))}  # fmt: skip
 
 
 def generate_all(entries: list[GenerationModel], prompt: str, options: DecodingOptions, limits: Limits) -> pd.DataFrame:

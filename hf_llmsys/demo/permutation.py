@@ -18,6 +18,7 @@ import torch
 
 from ..models.configuration_llmsys_llama import LlmsysLlamaConfig
 from ..models.modeling_llmsys_llama import LlmsysLlamaForCausalLM
+from .token_text import token_label
 
 
 def first_layers(model: LlmsysLlamaForCausalLM, n: int) -> LlmsysLlamaForCausalLM:
@@ -61,7 +62,7 @@ def compare_orders(models: dict, tokenizer, text_a: str, text_b: str, trained: b
         for depth in depths:
             m = model if depth == model.config.num_hidden_layers else first_layers(model, depth)
             p, q = next_token_probs(m, tokenizer, text_a), next_token_probs(m, tokenizer, text_b)
-            top = tokenizer.convert_ids_to_tokens(p.topk(3).indices.tolist())
+            top = [token_label(tokenizer, i) for i in p.topk(3).indices.tolist()]  # partial UTF-8 bytes as \xNN
             rows.append({
                 "model": {"none": "NoPE", "rope": "RoPE"}[kind] + ("" if trained else " (untrained)"),
                 "layers": depth, "total variation": 0.5 * float((p - q).abs().sum()),

@@ -16,7 +16,8 @@ import pandas as pd
 
 from ..evaluation.perplexity import PerplexityResult, corpus_perplexity
 from .limits import Limits
-from .plots import series_frame
+from .plots import line_figure, series_frame
+from .token_text import token_label
 
 # Press et al. 2022 ("Train Short, Test Long"), Table 2: WikiText-103, 247M parameters trained at L = 512,
 # non-overlapping evaluation windows. Reference figures quoted from the paper (None: out of memory).
@@ -28,6 +29,7 @@ ALIBI_PAPER_TABLE2 = {
     "ALiBi": [19.73, 18.73, 18.41, 18.34, 18.31],
 }
 BITS_PER_NAT = 1 / math.log(2)
+ROPE_COLUMNS = ["rope scaling", "context", "tokens", "token ppl", "note"]  # rope_scaling_table, also shown empty
 
 
 @dataclass
@@ -41,11 +43,12 @@ class TextScore:
 
 
 def token_spans(tokenizer, text: str) -> tuple[list[int], list[str]]:
-    """Token ids of ``text`` (no special tokens) and the text span of each (decoded when offsets overlap)."""
+    """Token ids of ``text`` (no special tokens) and the text span of each (``token_text.token_label`` when a token
+    adds no new character: the rest of a character split across byte-level tokens)."""
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans, previous_end = [], 0
     for token_id, (_, end) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True):
-        span = text[previous_end:end] if end > previous_end else tokenizer.decode([token_id])
+        span = text[previous_end:end] if end > previous_end else token_label(tokenizer, token_id)
         spans.append(span)
         previous_end = max(previous_end, end)
     return encoded["input_ids"], spans
@@ -100,12 +103,19 @@ def token_table(scores: list[TextScore]) -> pd.DataFrame:
 
 
 def summary_table(scores: list[TextScore]) -> pd.DataFrame:
-    """Token / word / byte perplexity and bits per byte per model (only the byte figures compare across
-    tokenizers)."""
+    """Bits per byte first (the figure that compares models with different tokenizers), then byte, token and word
+    perplexity per model."""
     return pd.DataFrame([{
-        "model": s.name, "tokens": s.result.tokens, "token ppl": s.result.ppl, "word ppl": s.result.word_ppl,
-        "byte ppl": s.result.byte_ppl, "bits per byte": s.result.bits_per_byte,
+        "model": s.name, "bits per byte": s.result.bits_per_byte, "byte ppl": s.result.byte_ppl,
+        "tokens": s.result.tokens, "token ppl": s.result.ppl, "word ppl": s.result.word_ppl,
     } for s in scores])  # fmt: skip
+
+
+SUMMARY_NOTE = ("Models with different tokenizers compare only in **bits per byte** (or byte perplexity): a token "
+                "or word perplexity depends on how much text a token holds. Word perplexity is per "
+                "whitespace-separated word, so a byte-level model that spells each word from several pieces and "
+                "has seen a few megabytes of text (the zoo) reaches thousands where a pretrained model reaches "
+                "tens to hundreds.")  # fmt: skip
 
 
 def zoo_curves(report: dict) -> pd.DataFrame:
@@ -116,6 +126,26 @@ def zoo_curves(report: dict) -> pd.DataFrame:
         if points:
             series[run["name"]] = tuple(zip(*points, strict=True))
     return series_frame(series)
+
+
+def zoo_figure(report: dict | None):
+    """``zoo_curves`` drawn with matplotlib (one labelled line per run, log-2 length axis), or an empty frame
+    saying the zoo is still training."""
+    curves = zoo_curves(report) if report else series_frame({})
+    title = "this zoo (zoo.json)" if report else "this zoo: not trained yet"
+    return line_figure(curves, xlabel="evaluation length (tokens)", ylabel="perplexity", title=title, logx=True)
+
+
+def rope_report_table(report: dict) -> pd.DataFrame:
+    """The zoo's RoPE runs (unscaled and each scaling) as recorded in zoo.json on its held-out text: one row per
+    run, one column per evaluation length (perplexity)."""
+    rows = []
+    for run in report["runs"]:
+        if run["name"] == "rope" or run.get("rope_scaling"):
+            row = {"run (zoo.json, held-out text)": run["name"]}
+            row.update({f"ppl at {r['eval_length']}": r["ppl"] for r in run["results"]})
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def paper_curves() -> pd.DataFrame:
@@ -145,7 +175,6 @@ def rope_scaling_table(zoo, text: str, scaling: str, context: int, limits: Limit
                 warnings.simplefilter("ignore")
                 result = corpus_perplexity(model, zoo.tokenizer, text, max_length=length, stride=length,
                                            show_progress=False)  # fmt: skip
-            note = "" if len(ids) >= length else f"text has {len(ids)} tokens: paste more to fill {length}"
-            rows.append({"rope scaling": name, "context": length, "tokens": result.tokens, "token ppl": result.ppl,
-                         "note": note})  # fmt: skip
+            note = "" if len(ids) >= length else f"one {len(ids)}-token window: paste over {length} tokens to test it"
+            rows.append(dict(zip(ROPE_COLUMNS, (name, length, result.tokens, result.ppl, note), strict=True)))
     return pd.DataFrame(rows)

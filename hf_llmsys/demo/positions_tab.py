@@ -131,7 +131,8 @@ def view_alibi(p: EncodingParams) -> EncodingView:
     table = pd.DataFrame({"head": range(p.heads), "slope m_h": slopes.tolist(),
                           "log2 m_h": torch.log2(slopes).tolist()})  # fmt: skip
     kind = "a power of two" if p.heads & (p.heads - 1) == 0 else "not a power of two: the extra heads interleave"
-    caption = f"ALiBi adds m_h·(j − i) to the causal scores; {p.heads} heads ({kind}); slopes start at 2^(−8/n)."
+    caption = (f"ALiBi adds m_h·(j − i) to the causal scores (future keys masked, grey); {p.heads} heads ({kind}); "
+               "slopes start at 2^(−8/n).")  # fmt: skip
     return EncodingView(fig, curve, table, caption, "i - j", "bias")
 
 
@@ -141,14 +142,17 @@ def view_t5(p: EncodingParams) -> EncodingView:
     distance = relative_distance(positions, positions)[0]  # (S, S)
     causal = t5_relative_position_bucket(distance, False, p.t5_buckets, p.t5_max_distance)
     both = t5_relative_position_bucket(distance, True, p.t5_buckets, p.t5_max_distance)
-    fig = heatmaps([("causal (decoder)", causal), ("bidirectional (encoder)", both)], cmap="tab20c")
+    future = ~torch.ones(p.length, p.length, dtype=torch.bool).tril()  # key j > query i
+    shown = causal.float().masked_fill(future, float("nan"))  # a decoder never scores future keys: masked
+    fig = heatmaps([("causal (decoder)", shown), ("bidirectional (encoder)", both)], cmap="viridis")
     far = torch.arange(0, max(p.length, p.t5_max_distance * 2))
     curve = series_frame({"causal": (far.tolist(), t5_relative_position_bucket(-far, False, p.t5_buckets,
                                                                                p.t5_max_distance).tolist())})  # fmt: skip
     counts = pd.Series(causal[-1].tolist()).value_counts().sort_index()
     table = pd.DataFrame({"bucket": counts.index, "distances in bucket (last query)": counts.values})
     caption = (f"{p.t5_buckets} buckets: exact for small distances, log-spaced up to {p.t5_max_distance}; farther "
-               "keys share the last bucket. Bidirectional stacks split the buckets between the two signs.")  # fmt: skip
+               "keys share the last bucket. Bidirectional stacks split the buckets between the two signs. In the "
+               "causal map future keys are masked (grey): their bucket exists but the decoder's mask removes them.")  # fmt: skip
     return EncodingView(fig, curve, table, caption, "i - j", "bucket")
 
 

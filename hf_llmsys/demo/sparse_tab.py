@@ -1,29 +1,41 @@
 """Tab 3, sparse attention: the GPT-3-style model's layouts (``hf_llmsys.models.sparse_layouts``) drawn at a chosen
-length, keys per query, and the Sparse Transformer's stored-vs-recomputed memory, derived and measured.
+length, keys per query, and the memory one attention call keeps for backward, derived from the layout and measured.
 
-Memory per layer and sequence (batch 1, H heads, head dim D, float32): an eager / math kernel keeps the attention
-probabilities for backward: H x S x S values for a dense masked matrix, H x (kept pairs) for a kernel that only
-forms the kept blocks; with recomputation (Child et al. 2019, sec. 5.4) only q, k, v (3 x H x S x D) are kept and
-the probabilities are recomputed in backward. "measured" is the bytes autograd actually saves for backward when
-``hf_llmsys.kernels.sparse_attention`` runs at this length (saved-tensor hooks), with and without
-``recompute``.
+Memory per layer and sequence (batch 1, H heads, head dim D, float32). Derived: attention probabilities stored for
+backward are H x S x S values for a masked dense matrix, H x (kept pairs) for a kernel that forms only the kept
+blocks; with recomputation (Child et al. 2019, sec. 5.4) only q, k, v (3 x H x S x D) are kept. Measured: the bytes
+autograd saves for backward (distinct storages, ``torch.autograd.graph.saved_tensors_hooks``) in one call on
+(1, H, S, D) tensors, for four implementations of the same layout (``MEASURED``):
+
+- masked dense: ``layout_views.masked_dense_reference`` (SDPA with the (H, S, S) mask) on SDPA's math backend, as
+  an eager kernel runs it: keeps the S x S probabilities whatever the layout;
+- kept blocks: the autograd block kernels of ``hf_llmsys.kernels.sparse_blocks`` (what the speed layer runs under
+  dropout or torch.compile): keep the probabilities of the kept blocks, so they shrink with the layout;
+- kept blocks + recompute: the same under ``torch.utils.checkpoint`` (what ``recompute=True`` does): q, k, v only;
+- flash blocks: ``hf_llmsys.kernels.sparse_attention`` as it runs here (``flash_blocks.py`` on the CPU without
+  dropout, dense: SDPA): q, k, v, the output and the log-sum-exp, O(S D) whatever the layout.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
 
 from ..kernels import sparse_attention
-from ..kernels.layout_kernels import BLOCK_LAYOUTS
-from ..layout_views import attended_counts, dense_layout_mask
+from ..kernels.sparse_blocks import fixed_attention, local_attention, strided_attention
+from ..layout_views import attended_counts, dense_layout_mask, masked_dense_reference
 from ..models.sparse_layouts import LAYOUTS
 from .plots import heatmaps
 
 MB = 2**20
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (q, k, v) -> output, (B, H, S, D)
 
 
 def kinds() -> list[str]:
@@ -63,8 +75,8 @@ def keys_per_query(length: int, heads: int, stride: int, window: int, summary: i
     return pd.DataFrame(rows)
 
 
-def saved_bytes(kind: str, length: int, heads: int, head_dim: int, recompute: bool, **params) -> int:
-    """Bytes autograd keeps for backward (distinct storages) in one sparse_attention call on (1, H, S, D) fp32."""
+def saved_bytes(attention: Attention, length: int, heads: int, head_dim: int) -> int:
+    """Bytes autograd keeps for backward (distinct storages) when ``attention`` runs on (1, H, S, D) fp32."""
     q, k, v = (torch.randn(1, heads, length, head_dim, requires_grad=True) for _ in range(3))
     storages: dict[int, int] = {}
 
@@ -74,42 +86,88 @@ def saved_bytes(kind: str, length: int, heads: int, head_dim: int, recompute: bo
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        sparse_attention(kind, q, k, v, scale=head_dim**-0.5, recompute=recompute, **params)
+        attention(q, k, v)
     return sum(storages.values())
 
 
-def measured(kind: str, length: int, heads: int, head_dim: int, recompute: bool, params: dict) -> float:
-    """``saved_bytes`` in MB, or NaN for a layout without a block kernel (it runs as a mask)."""
-    if kind not in BLOCK_LAYOUTS:
-        return float("nan")
-    return saved_bytes(kind, length, heads, head_dim, recompute, **params) / MB
+def masked_dense(kind: str, scale: float, params: dict) -> Attention:
+    """The layout as a full (H, S, S) mask on SDPA's math backend (an eager kernel: probabilities kept)."""
+
+    def run(q, k, v):
+        with sdpa_kernel(SDPBackend.MATH):
+            return masked_dense_reference(kind, q, k, v, scale=scale, **params)
+
+    return run
 
 
-def memory_table(length: int, heads: int, head_dim: int, stride: int, window: int, summary: int) -> pd.DataFrame:
-    """Stored vs recomputed memory per layer for this length: derived from the layout, and measured."""
-    qkv = 3 * heads * length * head_dim * 4
+def kept_blocks(kind: str, scale: float, params: dict, recompute: bool = False) -> Attention:
+    """The autograd block kernel of ``sparse_blocks.py`` (dense: causal SDPA, math backend), optionally under
+    ``torch.utils.checkpoint`` as ``recompute=True`` runs it."""
+    kernels = {
+        "dense": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale),
+        "local": lambda q, k, v: local_attention(q, k, v, window=params.get("sliding_window"), scale=scale),
+        "strided": lambda q, k, v: strided_attention(q, k, v, stride=params.get("sparse_stride"), scale=scale,
+                                                     num_heads=params["num_heads"]),
+        "fixed": lambda q, k, v: fixed_attention(q, k, v, stride=params.get("sparse_stride"),
+                                                 summary=params.get("sparse_summary"), scale=scale),
+    }  # fmt: skip
+    kernel = kernels[kind]
+
+    def run(q, k, v):
+        with sdpa_kernel(SDPBackend.MATH):
+            return checkpoint(kernel, q, k, v, use_reentrant=False) if recompute else kernel(q, k, v)
+
+    return run
+
+
+def flash_blocks(kind: str, scale: float, params: dict) -> Attention:
+    """``hf_llmsys.kernels.sparse_attention``: the block kernel the speed layer runs for this layout here."""
+    return lambda q, k, v: sparse_attention(kind, q, k, v, scale=scale, **params)
+
+
+# column -> implementation of one layout: (kind, scale, params) -> attention function
+MEASURED: dict[str, Callable[[str, float, dict], Attention]] = {
+    "masked dense": masked_dense,
+    "kept blocks": kept_blocks,
+    "kept blocks + recompute": lambda kind, scale, params: kept_blocks(kind, scale, params, recompute=True),
+    "flash blocks (runs here)": flash_blocks,
+}
+
+
+def measured_memory(length: int, heads: int, head_dim: int, stride: int, window: int, summary: int) -> pd.DataFrame:
+    """MB saved for backward by each implementation in ``MEASURED``, per layout."""
     rows = []
     for kind in kinds():
         params = layout_params(kind, heads, stride, window, summary)
-        kept = int(attended_counts(kind, length, **params).sum())  # (query, key) pairs over all heads
-        params = {k: v for k, v in params.items() if k != "num_heads"}
-        rows.append({
-            "layout": kind,
-            "stored probs, masked dense (MB)": heads * length * length * 4 / MB,
-            "stored probs, kept pairs only (MB)": kept * 4 / MB,
-            "recomputed: q, k, v only (MB)": qkv / MB,
-            "measured saved, no recompute (MB)": measured(kind, length, heads, head_dim, False, params),
-            "measured saved, recompute (MB)": measured(kind, length, heads, head_dim, True, params),
-        })  # fmt: skip
+        row = {"layout": kind}
+        for column, implementation in MEASURED.items():
+            attention = implementation(kind, head_dim**-0.5, params)
+            row[column] = saved_bytes(attention, length, heads, head_dim) / MB
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def bench_table(path: Path | None) -> pd.DataFrame:
-    """The figures of ``scripts/bench/sparse_attention.py --json PATH`` when such a file is configured."""
+def derived_memory(length: int, heads: int, head_dim: int, stride: int, window: int, summary: int) -> pd.DataFrame:
+    """MB that the Sparse Transformer's accounting predicts per layout: S x S probabilities, kept-pair
+    probabilities, q, k, v."""
+    qkv = 3 * heads * length * head_dim * 4
+    rows = []
+    for kind in kinds():
+        kept = int(attended_counts(kind, length, **layout_params(kind, heads, stride, window, summary)).sum())
+        rows.append({"layout": kind, "S x S probabilities": heads * length * length * 4 / MB,
+                     "kept-pair probabilities": kept * 4 / MB, "q, k, v": qkv / MB})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+BENCH_HINT = ("No benchmark file configured: run `python scripts/bench/sparse_attention.py --json "
+              "runs/bench/sparse_attention.json`, then start the demo with "
+              "`--sparse-bench runs/bench/sparse_attention.json`.")  # fmt: skip
+
+
+def bench_table(path: Path | None) -> pd.DataFrame | None:
+    """The figures of ``scripts/bench/sparse_attention.py --json PATH`` when such a file is configured, else None."""
     if path is None or not Path(path).is_file():
-        return pd.DataFrame({"note": ["no benchmark results configured: run scripts/bench/sparse_attention.py "
-                                      "--json runs/bench/sparse_attention.json and start the demo with "
-                                      "--sparse-bench runs/bench/sparse_attention.json"]})  # fmt: skip
+        return None
     results = json.loads(Path(path).read_text())  # {variant: {seq_len: {"ms", "peak_mb", "saved_mb", ...}}}
     rows = [{"variant": variant, "length": int(length), **figures}
             for variant, by_length in results.items() for length, figures in by_length.items()]  # fmt: skip

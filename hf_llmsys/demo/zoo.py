@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ..experiments.positional_zoo import FORMAT_VERSION, PRESETS, ZooSettings, rescaled_rope_model, run_zoo
+from .console import quiet_libraries
 
 FULL_ZOO_DIR = Path("runs/pe_zoo")
 
@@ -77,7 +78,8 @@ class LoadedZoo:
 
     def rope_with_scaling(self, scaling: str, factor: float):
         """The RoPE model rescaled at inference (linear / dynamic / yarn) by ``factor`` (positional_zoo)."""
-        return rescaled_rope_model(self.folder / "checkpoints" / "rope", scaling, factor, self.train_length)
+        with quiet_libraries():
+            return rescaled_rope_model(self.folder / "checkpoints" / "rope", scaling, factor, self.train_length)
 
 
 def load_zoo(folder: Path) -> LoadedZoo:
@@ -117,8 +119,9 @@ def load_real_model(cache_dir: Path | None = None) -> RealModel | None:
     folder = find_smollm2(cache_dir)
     if folder is None:
         return None
-    model = LlmsysLlamaForCausalLM.from_pretrained(folder).eval()
-    return RealModel(folder.name, model, AutoTokenizer.from_pretrained(folder))
+    with quiet_libraries():  # a Llama folder read into our class: transformers notes the model_type, as expected
+        model = LlmsysLlamaForCausalLM.from_pretrained(folder).eval()
+        return RealModel(folder.name, model, AutoTokenizer.from_pretrained(folder))
 
 
 @dataclass
@@ -142,7 +145,8 @@ class ZooManager:
         """Load the zoo now if one exists; else start training it in the background (unless train=False)."""
         folder = self.existing_folder()
         if folder is not None:
-            self._set_zoo(load_zoo(folder))
+            with quiet_libraries():
+                self._set_zoo(load_zoo(folder))
         elif self.train:
             self._started = time.time()
             self._thread = threading.Thread(target=self._train_and_load, name="demo-zoo-training", daemon=True)
@@ -179,6 +183,10 @@ class ZooManager:
 
     def _train_and_load(self) -> None:
         staging = self.cache_dir.with_name(self.cache_dir.name + ".partial")
+        with quiet_libraries():  # the console shows this manager's one progress line, not the libraries' bars
+            self._train_and_load_quietly(staging)
+
+    def _train_and_load_quietly(self, staging: Path) -> None:
         try:
             shutil.rmtree(staging, ignore_errors=True)
             settings = replace(ZooSettings(out=staging), **{**PRESETS[self.preset], **self.settings_overrides})
@@ -211,6 +219,15 @@ class ZooManager:
             self._thread.join(timeout)
         return self.zoo
 
+    def limits(self) -> str:
+        """``zoo_limits`` of the loaded zoo, else of the preset it is training with."""
+        from ..models.positions import POSITIONAL_ENCODINGS
+
+        zoo = self.zoo
+        if zoo is not None:
+            return zoo_limits(zoo.report["settings"], len(zoo.models))
+        return zoo_limits(PRESETS[self.preset], len(POSITIONAL_ENCODINGS))
+
     def status(self) -> str:
         """One Markdown line for the page: loaded from where, training progress, or why there is no zoo."""
         with self._lock:
@@ -224,6 +241,17 @@ class ZooManager:
             return ("No zoo: none found and background training is off (`--no-train`). Tabs 1, 3 and 5 work "
                     "without one; pass `--zoo FOLDER_OR_REPO_ID` or drop `--no-train`.")  # fmt: skip
         return training_status(events, PRESETS[self.preset], time.time() - (self._started or time.time()))
+
+
+def zoo_limits(settings: dict, runs: int) -> str:
+    """The zoo's limits in one sentence, from zoo.json's ``settings`` (or a preset of ``PRESETS``)."""
+    model = settings.get("model", settings)
+    size = f"{model['num_hidden_layers']}-layer, width-{model['hidden_size']}"
+    data = f"{settings['train_tokens']:,} tokens" if "train_tokens" in settings else "2 MB of text"
+    return (f"The zoo is {runs} tiny {size} models trained for {settings['steps']} steps on {data} "
+            f"({settings['train_length']}-token windows, a {settings['vocab_size']}-token byte-level BPE): enough to "
+            "compare positional encodings with each other, far too little to write or score English the way a "
+            "pretrained model does.")  # fmt: skip
 
 
 def training_status(events: list[dict], preset: dict, elapsed: float) -> str:
