@@ -7,6 +7,8 @@ config.json and a bare vocab.json + merges.txt tokenizer folder clearly (`hf_llm
 """
 
 from .auto_loading import install as _install_local_source_checks
+from .checkpoints.atomic_saving import install as _install_atomic_saving
+from .checkpoints.strict_loading import install as _install_strict_loading
 from .checkpoints.weight_integrity import install as _install_weight_checks
 from .models import (
     LlmsysGPT3Config,
@@ -24,6 +26,8 @@ from .models import (
 from .registration import register_all
 
 register_all()
+_install_strict_loading()  # from_pretrained refuses checkpoints that do not fit (hf_llmsys/checkpoints/strict_loading.py)
+_install_atomic_saving()  # save_pretrained is staged and moved into place (hf_llmsys/checkpoints/atomic_saving.py)
 _install_local_source_checks()  # clear errors for missing / incomplete local folders (hf_llmsys/auto_loading.py)
 _install_weight_checks()  # checksum manifests written on save, checked on load (hf_llmsys/checkpoints/weight_integrity.py)
 

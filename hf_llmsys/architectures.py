@@ -80,6 +80,9 @@ class Architecture:
         others are refused with --model_type set to it.
     training_flag_defaults: flag -> its value for this type when not given (instead of the flag's own default).
     presets: named configurations (``hf_llmsys/presets.py``), the table of ``config_class.from_preset``.
+    preset_family: the family name ``from_preset``'s errors use ("LLaMA", "GPT-3", "T5").
+    load_mismatch_hint: appended to a strict load's error when tensor shapes do not fit the config
+        (``checkpoints/strict_loading.py``): the usual cause for this type.
     """
 
     model_type: str
@@ -93,6 +96,8 @@ class Architecture:
     training_flags: frozenset[str] = frozenset()
     training_flag_defaults: Mapping[str, Any] = field(default_factory=dict)
     presets: Mapping[str, dict] = field(default_factory=dict)
+    preset_family: str = ""
+    load_mismatch_hint: str = ""
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -132,6 +137,7 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         train_job="hf_llmsys.training.train:run_causal_lm_training",
         train_config="hf_llmsys.training.train:llama_train_config",
         presets=LLAMA_PRESETS,
+        preset_family="LLaMA",
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=DECODER_TRAINING_FLAGS,
     ),
@@ -144,6 +150,7 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         train_job="hf_llmsys.training.train:run_causal_lm_training",
         train_config="hf_llmsys.training.train:gpt3_train_config",
         presets=GPT3_PRESETS,
+        preset_family="GPT-3",
         # GPT-3's MLP is ungated; gate_proj is a gated variant's (mlp_gated=True), dropped where absent
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=DECODER_TRAINING_FLAGS,
@@ -158,6 +165,12 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         train_job="hf_llmsys.training.seq2seq_train:run_t5_training",
         train_config=None,  # the span-corruption job builds its config (seq2seq_train.build_t5_config)
         presets=T5_PRESETS,
+        preset_family="T5",
+        load_mismatch_hint=(
+            "The attention projections hold num_heads * d_kv rows: check num_heads and d_kv in config.json against "
+            "the checkpoint (T5-3B/11B use d_kv=128, so num_heads * d_kv != d_model), and d_ff / feed_forward_proj "
+            "for the feed-forward tensors."
+        ),
         # self- and cross-attention q/k/v/o; gate_proj in the gated (v1.1, gated-gelu) feed-forward only
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=T5_TRAINING_FLAGS,

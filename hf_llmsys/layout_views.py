@@ -11,13 +11,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .models.sparse_layouts import MaskFunction, layout
+from .models.sparse_layouts import MaskFunction, layout, layout_block_mask
 
 
 def flex_layout_attention(kind: str, q, k, v, *, scale: float, dropout: float = 0.0, **params) -> torch.Tensor:
-    """Causal self-attention of layout ``kind`` through FlexAttention with a cached BlockMask: (B, H, S, D)."""
+    """Causal self-attention of layout ``kind`` through compiled FlexAttention (transformers' compiled function) with
+    the layout's cached BlockMask: (B, H, S, D). No attention dropout (FlexAttention has none)."""
+    from transformers.integrations.flex_attention import compile_friendly_flex_attention
+
+    if dropout:
+        raise ValueError("dropout: FlexAttention has no attention dropout; pass dropout=0.0.")
     num_heads = params.pop("num_heads", None) or q.shape[1]
-    return layout(kind, num_heads, **params).flex_kernel(q, k, v, scale=scale, dropout=dropout)
+    block_mask = layout_block_mask(layout(kind, num_heads, **params), q.shape[2], str(q.device))
+    return compile_friendly_flex_attention(
+        q, k, v, block_mask=block_mask, scale=scale, training=torch.is_grad_enabled()
+    )
 
 
 def layout_mask_function(kind: str, *, num_heads: int = 1, **params: int | None) -> MaskFunction:

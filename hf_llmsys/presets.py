@@ -1,5 +1,5 @@
-"""Named configurations ("presets") of the three model types, kept as data (one table per type, one ``from_preset``
-for all: ``models/presets.py``'s ``PresetMixin``, whose ``presets`` the registry fills: ``hf_llmsys/architectures.py``).
+"""Named configurations ("presets") of the three model types, kept as data (one table per type), and ``from_preset``,
+which the registry puts on each config class with its table (``registration.py``, from ``architectures.py``).
 
 A table maps a preset name to config fields plus information that is not a config field (``PRESET_INFO_KEYS``):
 ``published_params`` (the parameter count the source states), ``params_tolerance`` (the relative difference
@@ -9,6 +9,22 @@ count against the published size. They are not remote code: a saved model needs 
 """
 
 from __future__ import annotations
+
+PRESET_INFO_KEYS = ("published_params", "params_tolerance", "source")
+
+
+def preset_fields(table: dict[str, dict], name: str, family: str) -> dict:
+    """The config fields of preset ``name`` of ``table`` (information keys dropped); ValueError when unknown."""
+    if name not in table:
+        raise ValueError(f"unknown {family} preset {name!r}; choose one of {sorted(table)}.")
+    return {key: value for key, value in table[name].items() if key not in PRESET_INFO_KEYS}
+
+
+def from_preset(cls, name: str, **overrides):
+    """Classmethod of every hf-llmsys config class: the config of preset ``name`` of ``cls.presets`` (its
+    architecture's table), with ``overrides`` applied on top. Not in remote code: a saved config needs no preset."""
+    return cls(**{**preset_fields(cls.presets, name, cls.preset_family), **overrides})
+
 
 _LLAMA1 = "Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language Models, Table 2"
 _LLAMA2 = "Touvron et al. 2023, Llama 2: Open Foundation and Fine-Tuned Chat Models, Table 1; Meta's params.json"

@@ -8,10 +8,11 @@ from pathlib import Path
 from transformers import AutoConfig
 
 from . import architectures
+from .presets import from_preset
 
 
 def complete_auto_map(folder: Path) -> None:
-    """A save step (``models/modeling_base.SAVE_STEPS``): every Auto class of the saved model's architecture in its
+    """A save step (``checkpoints/atomic_saving.SAVE_STEPS``): every Auto class of the saved model's architecture in its
     config.json ``auto_map`` (transformers writes only the saved class's), so each loads with trust_remote_code."""
     path = Path(folder) / "config.json"
     data = json.loads(path.read_text()) if path.is_file() else {}
@@ -28,12 +29,13 @@ def register_all() -> None:
     """Register every architecture of the registry; idempotent. Also marks the classes so save_pretrained ships
     their code, and completes each saved ``auto_map`` with every Auto class of the architecture
     (``complete_auto_map``)."""
-    from .models import modeling_base
+    from .checkpoints.atomic_saving import SAVE_STEPS
 
-    if complete_auto_map not in modeling_base.SAVE_STEPS:
-        modeling_base.SAVE_STEPS.insert(0, complete_auto_map)
+    if complete_auto_map not in SAVE_STEPS:
+        SAVE_STEPS.insert(0, complete_auto_map)
     for row in architectures.ARCHITECTURES.values():
-        row.config_class.presets = dict(row.presets)  # ``from_preset``'s table (models/presets.py)
+        row.config_class.presets, row.config_class.preset_family = dict(row.presets), row.preset_family
+        row.config_class.from_preset = classmethod(from_preset)  # named configurations (hf_llmsys/presets.py)
         AutoConfig.register(row.model_type, row.config_class, exist_ok=True)
         row.config_class.register_for_auto_class()
         for auto_class, model_class in row.auto_classes.items():

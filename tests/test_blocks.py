@@ -152,13 +152,3 @@ def test_every_transformers_rope_type_builds_its_frequencies(rope_type, extra):
         assert torch.allclose(rope.inv_freq, default / 4.0)
     cos, _ = rope(torch.zeros(1), torch.arange(8)[None])
     assert cos.shape == (1, 8, 16) and math.isclose(cos[0, 0, 0].item(), scaling, rel_tol=1e-6)
-
-
-@pytest.mark.parametrize("interleaved", [False, True])
-def test_signed_swap_rotation_equals_definition(interleaved):
-    from hf_llmsys.models.rotary import ROPE_PAIRINGS, apply_rotary_signed
-
-    pairing = ROPE_PAIRINGS[interleaved]
-    x, cos, sin = torch.randn(2, 5, 3, 16), torch.randn(2, 5, 1, 16), torch.randn(2, 5, 1, 16)
-    fast = apply_rotary_signed(x, cos, sin * pairing.signs(16), pairing.swap)
-    assert torch.allclose(fast, apply_rotary(x, cos, sin, pairing.rotate), atol=1e-6)

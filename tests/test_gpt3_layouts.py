@@ -194,39 +194,21 @@ def test_bias_encodings_fall_back_to_masks():
 
 
 def test_flex_backend_refuses_cpu_training_clearly():
-    kernels, _ = pair(["local"], num_hidden_layers=1)
+    """The layouts' BlockMasks run through transformers' flex function: torch 2.13 has no flex backward on CPU."""
+    kernels, _ = pair(["local"], num_hidden_layers=1, hidden_size=128)
     kernels.config._attn_implementation = "flex_attention"
     ids = torch.randint(0, 100, (1, 20))
-    with pytest.raises(ValueError, match="no backward on CPU"):
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         kernels(ids, labels=ids)
-
-
-@pytest.mark.parametrize(("seq_len", "head_dim"), [(8, 8), (24, 16), (40, 16), (56, 8), (40, 32), (72, 64)])
-def test_flex_kernel_equals_sdpa_where_torch_compiled_cpu_flex_is_unreliable(seq_len, head_dim):
-    """hf_llmsys's flex kernel on CPU == SDPA on plain causal attention, 6 calls on fresh inputs. torch 2.13's compiled
-    CPU flex alone was wrong on 2-4 of 8 such calls at head_dim 8 / 16 and these lengths (NaN or off by ~2), so
-    below ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` the kernel runs torch's uncompiled flex; from it on, the compiled one."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    from hf_llmsys.models.sparse_layouts import flex_attention
-
-    block_mask = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, seq_len, seq_len, device="cpu")
-    generator = torch.Generator().manual_seed(seq_len * head_dim)
-    for _ in range(6):
-        q, k, v = (torch.randn(2, 4, seq_len, head_dim, generator=generator) for _ in range(3))
-        with torch.no_grad():
-            got = flex_attention(q, k, v, block_mask, scale=head_dim**-0.5)
-        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize(
     ("layout", "hidden_size", "seq_len"),
     [
-        # head_dim 16: torch's uncompiled flex. No dense layer: transformers' own flex function runs those, compiled,
-        # and at head_dim 16 it meets torch's CPU bug just as transformers' Llama does.
-        (["local", "strided", "fixed", "local"], 64, 40),
-        (LAYOUTS["all"], 128, 48),  # head_dim 32: the compiled CPU flex kernel, dense layers included
+        # head_dim 32: torch 2.13's compiled CPU flex kernel is unreliable below it (NaN or off by ~2 on short
+        # sequences at head_dim 8 / 16), for transformers' Llama as for these layouts; GPUs are not affected.
+        (["local", "strided", "fixed", "local"], 128, 40),
+        (LAYOUTS["all"], 128, 48),
     ],
 )
 def test_flex_block_masks_equal_the_kernels(layout, hidden_size, seq_len):

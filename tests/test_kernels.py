@@ -811,12 +811,13 @@ def test_requested_caches_are_honoured():
 
 
 def test_a_training_forward_builds_a_cache_only_when_asked():
-    """(The models' own rule, kept from the old KV-cache tests.) With gradients in training mode the config's
-    ``use_cache=True`` builds no cache; a passed cache or ``use_cache=True`` still gets one."""
-    model = kernels.apply(llama_gqa()).train()
+    """With the speed layer, gradients in training mode and the config's ``use_cache=True`` build no cache; a
+    passed cache or ``use_cache=True`` still gets one. The plain model follows the config, as transformers' Llama."""
+    model = llama_gqa().train()
     ids = torch.randint(0, V, (2, 5))
+    assert model(input_ids=ids, labels=ids).cache is not None
+    kernels.apply(model)
     assert model(input_ids=ids, labels=ids).cache is None
-    assert model.model(ids).cache is None  # the base model too
     assert model(input_ids=ids, use_cache=True).cache.get_seq_length() == 5
     cache = DynamicCache(config=model.config)
     assert model(input_ids=ids, cache=cache).cache is cache and cache.get_seq_length() == 5

@@ -23,8 +23,7 @@ from hf_llmsys import (
     LlmsysT5Config,
     LlmsysT5ForConditionalGeneration,
 )
-from hf_llmsys.models.presets import PRESET_INFO_KEYS
-from hf_llmsys.presets import LLAMA_PRESETS
+from hf_llmsys.presets import LLAMA_PRESETS, PRESET_INFO_KEYS
 
 PUBLISHED = [name for name in LLAMA_PRESETS if name != "debug"]
 

@@ -150,10 +150,11 @@ def _check(folder: Path, strict: bool, full: bool | None) -> None:
 
 def install() -> None:
     """Have every hf-llmsys model write the manifests when it saves and check them when a local folder loads
-    (``models/modeling_base.py``'s ``SAVE_STEPS`` / ``FOLDER_CHECKS``; idempotent). Run by ``import hf_llmsys``."""
-    from ..models import modeling_base
+    (``atomic_saving.SAVE_STEPS`` / ``strict_loading.FOLDER_CHECKS``; idempotent). Run by ``import hf_llmsys``."""
+    from .atomic_saving import SAVE_STEPS
+    from .strict_loading import FOLDER_CHECKS
 
-    if write_manifests not in modeling_base.SAVE_STEPS:
-        modeling_base.SAVE_STEPS.append(write_manifests)
-    if _check not in modeling_base.FOLDER_CHECKS:
-        modeling_base.FOLDER_CHECKS.append(_check)
+    if write_manifests not in SAVE_STEPS:
+        SAVE_STEPS.append(write_manifests)
+    if _check not in FOLDER_CHECKS:
+        FOLDER_CHECKS.append(_check)

@@ -7,8 +7,7 @@ subclasses here (``BLOCK_LAYOUTS``: kind -> class) add ``block_kernel``, the sam
 S x S tensor (``flash_blocks.py`` on the CPU without dropout, else ``sparse_blocks.py``, under
 ``torch.utils.checkpoint`` with ``recompute``), and answer ``kernel(config, mask_inputs)`` with it under "sdpa" for a
 plain forward (whole unpadded sequences at positions 0 .. S-1, no cached prefix, an encoding that adds nothing to the
-scores); everything else takes the base class's answer (FlexAttention's BlockMask under flex_attention, else the
-mask). ``hf_llmsys.kernels.apply(sparse_blocks=True)`` sets them as the layers' ``layout``; ``sparse_attention`` runs
+scores); everything else takes the base class's mask (under flex_attention its BlockMask). ``hf_llmsys.kernels.apply(sparse_blocks=True)`` sets them as the layers' ``layout``; ``sparse_attention`` runs
 one kind's block kernel on (B, H, S, D) tensors (dense: causal SDPA).
 """
 
@@ -19,16 +18,36 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from transformers.integrations.sdpa_attention import repeat_kv
 
 from ..models.attention_backends import attention_backend
 from ..models.factorized_layouts import FixedLayout, StridedLayout
 from ..models.mask_inputs import MaskInputs
 from ..models.positions import encoding_class
 from ..models.registries import registered
-from ..models.sparse_layouts import AttentionLayout, DenseLayout, Kernel, LocalLayout, layout_attention_function
+from ..models.sparse_layouts import AttentionLayout, DenseLayout, Kernel, LocalLayout
 from .flash_blocks import applies as flash_applies
 from .flash_blocks import fixed_flash, local_flash, strided_flash
 from .sparse_blocks import fixed_attention, local_attention, strided_attention
+
+
+def layout_attention_function(run, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
+    key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
+    value = repeat_kv(value, module.num_key_value_groups)
+    query, key, value = _autocast_like_sdpa(query, key, value)
+    out = run(query, key, value, scale=scaling, dropout=dropout)  # (B, H, S, D)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _autocast_like_sdpa(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k, v in autocast's dtype where autocast is on, as autocast casts SDPA's inputs: the block kernels call
+    aten ops autocast does not cover, and under bf16 autocast RoPE's fp32 tables leave q, k in fp32 beside a bf16 v."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
 
 
 def _checkpointed(kernel, recompute: bool, q, k, v) -> torch.Tensor:
@@ -58,7 +77,7 @@ class BlockKernels:
         ):
             run = functools.partial(self.block_kernel, recompute=self.recompute)
             return functools.partial(layout_attention_function, run)
-        return super().kernel(config, mask_inputs)
+        return None
 
 
 class DenseBlocks(BlockKernels, DenseLayout):

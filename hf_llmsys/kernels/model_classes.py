@@ -12,6 +12,9 @@ mixins read their options from the instance (``options(model)``, set by ``apply`
   caller's ``shift_labels``), the Trainer's ``num_items_in_batch``, the decoder's z-loss. ``uses_chunked_loss``
   says when; every other forward is the plain class's.
 - ``growing_cache``: ``generate``'s default dynamic cache becomes a ``GrowingCache`` (T5: its self-attention half).
+
+A causal-LM training forward that records gradients builds no KV cache unless the caller passes one or
+``use_cache=True`` (the plain model follows ``config.use_cache``, as transformers' Llama does).
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class CausalLMKernels(ModelKernels):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        if use_cache is None and cache is None and self.training and torch.is_grad_enabled():
+            use_cache = False  # a training step never reads the cache, and SDPA's backward would keep its k/v copies
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                       inputs_embeds=inputs_embeds, use_cache=use_cache)  # fmt: skip
         chunk_size = chunk_size_for(self, self.lm_head.weight.device)

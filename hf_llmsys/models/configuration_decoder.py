@@ -1,6 +1,6 @@
 """The configuration shared by every hf-llmsys decoder-only model: one field per concept, specialised by defaults.
 
-``llmsys_llama`` and ``llmsys_gpt3`` subclass ``DecoderConfig`` and change only defaults, presets, ``model_type``,
+``llmsys_llama`` and ``llmsys_gpt3`` subclass ``DecoderConfig`` and change only defaults, ``model_type``,
 tensor-parallel plans and the field names of their source formats (``attribute_map`` aliases). The fields:
 
 - sizes and blocks: vocab_size, hidden_size, intermediate_size (None: ``default_intermediate_size``, LLaMA's rule
@@ -33,7 +33,6 @@ from .config_checks import check_finite_non_negative, drop_speed_layer_fields
 from .feed_forward import GATED_VARIANTS, llama_intermediate_size
 from .norms import NORM_CLASSES
 from .positions import POSITIONAL_ENCODINGS
-from .presets import PresetMixin
 from .sparse_layouts import LAYOUTS, WINDOWED_CACHE, layout_class, resolve_layer_layouts
 
 # Other names of decoder fields, accepted by every decoder config (an old name -> the field).
@@ -47,7 +46,7 @@ FULL, SLIDING = "full_attention", "sliding_attention"
 
 
 @strict
-class DecoderConfig(PresetMixin, PreTrainedConfig):
+class DecoderConfig(PreTrainedConfig):
     """Decoder-only Transformer configuration (defaults: LLaMA-7B's shapes and blocks, dense attention)."""
 
     keys_to_ignore_at_inference = ["cache"]

@@ -57,7 +57,6 @@ class LlmsysGPT3Config(DecoderConfig):
     """
 
     model_type = "llmsys_gpt3"
-    preset_family = "GPT-3"
     attribute_map = {**DecoderConfig.attribute_map, **GPT2_ARG_NAMES}
     excluded_layouts = ()
     base_model_tp_plan = {

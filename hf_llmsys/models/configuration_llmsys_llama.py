@@ -1,7 +1,7 @@
 """Configuration of the LLaMA-style decoder (Touvron et al. 2023): RMSNorm pre-norm, MHA/MQA/GQA, SwiGLU, RoPE.
 
-The fields are ``DecoderConfig``'s (``configuration_decoder.py``), whose defaults are LLaMA-7B's; this class adds the
-presets and the names of LLaMA's sources. Field names follow transformers' ``LlamaConfig`` (``rms_norm_eps`` is an
+The fields are ``DecoderConfig``'s (``configuration_decoder.py``), whose defaults are LLaMA-7B's; this class adds
+the names of LLaMA's sources. Field names follow transformers' ``LlamaConfig`` (``rms_norm_eps`` is an
 alias of ``norm_eps``), so a Llama ``config.json`` loads as is; Meta's ``ModelArgs`` names (dim, n_layers, n_heads,
 n_kv_heads, norm_eps, max_seq_len, multiple_of, ffn_dim_multiplier) are accepted too. ``intermediate_size=None``
 applies LLaMA's rule (2/3 of 4d, times ffn_dim_multiplier, rounded up to multiple_of: dim 4096 -> 11008). Per-layer
@@ -28,10 +28,9 @@ META_ARG_NAMES = {
 
 @strict
 class LlmsysLlamaConfig(DecoderConfig):
-    """LLaMA-style decoder configuration: ``DecoderConfig``'s defaults (LLaMA-7B), LLaMA presets, Meta's names."""
+    """LLaMA-style decoder configuration: ``DecoderConfig``'s defaults (LLaMA-7B) and Meta's names."""
 
     model_type = "llmsys_llama"
-    preset_family = "LLaMA"
     attribute_map = {**DecoderConfig.attribute_map, **META_ARG_NAMES}
     base_model_tp_plan = {
         "layers.*.self_attn.q_proj": "colwise",

@@ -28,7 +28,6 @@ from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 
 from .config_checks import check_finite_non_negative, drop_speed_layer_fields
-from .presets import PresetMixin
 
 # transformers' ``feed_forward_proj`` values whose activation name differs from the ACT2FN key.
 PACKED_ACTIVATIONS = {"gated-gelu": "gelu_new"}
@@ -48,11 +47,10 @@ def parse_feed_forward_proj(value: str) -> tuple[str, bool]:
 
 
 @strict
-class LlmsysT5Config(PresetMixin, PreTrainedConfig):
+class LlmsysT5Config(PreTrainedConfig):
     """T5 configuration (defaults: T5-small v1.0, 60M parameters)."""
 
     model_type = "llmsys_t5"
-    preset_family = "T5"
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
         "hidden_size": "d_model",

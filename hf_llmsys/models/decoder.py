@@ -12,9 +12,6 @@ speed layer (``hf_llmsys.kernels.apply``).
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 from torch import nn
 from transformers import initialization as init
@@ -48,40 +45,12 @@ class DecoderPreTrainedModel(LlmsysPreTrainedModel):
             inv_freq, _ = module.rope_init_fn(module.config)
             init.copy_(module.inv_freq, inv_freq)
             init.copy_(module.original_inv_freq, inv_freq)
-            init.copy_(module.signs, module.pairing.signs(module.config.head_dim))
             return
         super()._init_weights(module)
 
 
-def no_cache_in_training(forward):
-    """Decorator (outside ``merge_with_config_defaults``, which fills ``use_cache`` from the config): a forward
-    that records gradients in training mode builds no KV cache unless the caller asked for one, by passing a
-    cache or ``use_cache=True``. A training step never reads the cache, and its copies of every layer's keys and
-    values (2 x (B, G, S, D) per layer) would be what the attention's backward keeps (``attention.py``)."""
-    names = list(inspect.signature(forward).parameters)[1:]  # without self
-    use_cache_at, cache_at = names.index("use_cache"), names.index("cache")
-
-    @functools.wraps(forward)
-    def wrapper(self, *args, **kwargs):
-        def given(name: str, index: int):
-            return args[index] if index < len(args) else kwargs.get(name)
-
-        training = self.training and torch.is_grad_enabled()
-        if training and given("use_cache", use_cache_at) is None and given("cache", cache_at) is None:
-            if use_cache_at < len(args):
-                args = (*args[:use_cache_at], False, *args[use_cache_at + 1 :])
-            else:
-                kwargs["use_cache"] = False
-        return forward(self, *args, **kwargs)
-
-    return wrapper
-
-
 class DecoderModel(DecoderPreTrainedModel):
-    """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache.
-
-    ``use_cache`` defaults to ``config.use_cache``, except in a training forward that records gradients: there no
-    cache is built unless one is passed or ``use_cache=True`` is (``no_cache_in_training``)."""
+    """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -95,7 +64,6 @@ class DecoderModel(DecoderPreTrainedModel):
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    @no_cache_in_training
     @merge_with_config_defaults
     @capture_outputs
     def forward(

@@ -34,6 +34,8 @@ class FactorizedLayout(AttentionLayout):
 
     def mask(self, config, mask_inputs: MaskInputs):
         """transformers' causal mask AND the layout at token positions, per head group; packed examples apart."""
+        if (block_mask := self.block_mask(config, mask_inputs)) is not None:
+            return block_mask
         mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
         if (message := self.refusal(config._attn_implementation)) is not None:
             raise ValueError(message)
@@ -46,8 +48,8 @@ class FactorizedLayout(AttentionLayout):
         if not all(isinstance(mask, torch.Tensor) for mask in masks):
             raise ValueError(
                 f"attention_layout kind {self.name!r} differs per head, which needs a per-head mask tensor: with "
-                f"attn_implementation={config._attn_implementation!r} use inputs without padding or cache (layout "
-                "kernels), or attn_implementation='sdpa' / 'eager'."
+                f"attn_implementation={config._attn_implementation!r} use inputs without padding or cache (its "
+                "BlockMask), or attn_implementation='sdpa' / 'eager'."
             )
         # (B, 1, S, K) per group -> (B, H, S, K): each group's mask repeated over its heads
         groups = self.head_groups()

@@ -102,20 +102,6 @@ class LlmsysT5PreTrainedModel(ConvertedCheckpoints, LlmsysPreTrainedModel):
         """T5's key map for this model's feed-forward variant (``t5_conversions``)."""
         return t5_conversions(gated=self.config.mlp_gated)
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """``LlmsysPreTrainedModel.from_pretrained``, with the usual cause of a q/k/v shape mismatch spelled out."""
-        try:
-            return super().from_pretrained(*args, **kwargs)
-        except ValueError as error:
-            if "_proj.weight: checkpoint" not in str(error):
-                raise
-            raise ValueError(
-                f"{error}\nThe attention projections hold num_heads * d_kv rows: check num_heads and d_kv in "
-                "config.json against the checkpoint (T5-3B/11B use d_kv=128, so num_heads * d_kv != d_model), and "
-                "d_ff / feed_forward_proj for the feed-forward tensors."
-            ) from None
-
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' T5 scheme with ``initializer_factor`` f: embeddings N(0, f), q N(0, f (d_model d_kv)^-1/2),
         k/v/wi N(0, f d_model^-1/2), o N(0, f (H d_kv)^-1/2), wo N(0, f d_ff^-1/2), relative bias N(0, f d_model^-1/2),

@@ -37,7 +37,7 @@ from .position_state import (
     check_bias_support,
 )
 from .registries import registered
-from .rotary import RotaryEmbedding, apply_rotary_signed
+from .rotary import RotaryEmbedding, apply_rotary
 
 
 class RotaryPositionalEncoding(PositionalEncoding):
@@ -60,10 +60,9 @@ class RotaryPositionalEncoding(PositionalEncoding):
         self, hidden_states: torch.Tensor, position_ids: torch.Tensor, key_position_ids: torch.Tensor | None = None
     ) -> PositionState:
         cos, sin = self.rotary_emb(hidden_states, position_ids)  # (B, S, D)
-        cos = cos.unsqueeze(2)  # (B, S, 1, D): broadcast over heads
-        signed_sin = (sin * self.rotary_emb.signs.to(sin.dtype)).unsqueeze(2)
-        swap = self.rotary_emb.pairing.swap
-        return PositionState(rotate=lambda heads: apply_rotary_signed(heads, cos, signed_sin, swap))
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # (B, S, 1, D): broadcast over heads
+        rotate = self.rotary_emb.rotate
+        return PositionState(rotate=lambda heads: apply_rotary(heads, cos, sin, rotate))
 
 
 class SinusoidalPositionalEncoding(PositionalEncoding):

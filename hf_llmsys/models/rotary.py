@@ -53,49 +53,22 @@ def interleaved_layout(freqs: torch.Tensor) -> torch.Tensor:
     return freqs.repeat_interleave(2, dim=-1)
 
 
-def swap_halves(x: torch.Tensor) -> torch.Tensor:
-    """(x1, x2) -> (x2, x1): ``rotate_half`` without the sign, which moves into the sin table."""
-    return x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
-
-
-def swap_adjacent_pairs(x: torch.Tensor) -> torch.Tensor:
-    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...): ``rotate_adjacent_pairs`` without the sign."""
-    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
-
-
-def half_signs(dim: int) -> torch.Tensor:
-    """Signs that turn ``swap_halves`` into ``rotate_half``: (-1 .. -1, +1 .. +1)."""
-    return torch.cat((-torch.ones(dim // 2), torch.ones(dim // 2)))
-
-
-def adjacent_signs(dim: int) -> torch.Tensor:
-    """Signs that turn ``swap_adjacent_pairs`` into ``rotate_adjacent_pairs``: (-1, +1, -1, +1, ...)."""
-    return torch.tensor([-1.0, 1.0]).repeat(dim // 2)
-
-
 class Pairing(NamedTuple):
-    """One RoPE pair convention: angle layout, exact rotation by i, and its sign-free swap + signs."""
+    """One RoPE pair convention: the angle layout and the exact rotation by i."""
 
     layout: Callable
     rotate: Callable
-    swap: Callable
-    signs: Callable
 
 
 ROPE_PAIRINGS: dict[bool, Pairing] = {
-    False: Pairing(half_layout, rotate_half, swap_halves, half_signs),
-    True: Pairing(interleaved_layout, rotate_adjacent_pairs, swap_adjacent_pairs, adjacent_signs),
+    False: Pairing(half_layout, rotate_half),
+    True: Pairing(interleaved_layout, rotate_adjacent_pairs),
 }
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate: Callable = rotate_half) -> torch.Tensor:
     """Rotate ``x`` (B, S, n, D) by angles given as cos/sin (B, S, 1, D): x*cos + rotate(x)*sin (the definition)."""
     return x * cos + rotate(x) * sin
-
-
-def apply_rotary_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, swap: Callable) -> torch.Tensor:
-    """Same result as ``apply_rotary`` in three kernels: x*cos + swap(x)*(signs*sin), signs folded in once per forward."""
-    return torch.addcmul(x * cos, swap(x), signed_sin)
 
 
 class RotaryEmbedding(nn.Module):
@@ -112,11 +85,10 @@ class RotaryEmbedding(nn.Module):
         self.materialize_buffers()
 
     def materialize_buffers(self, device=None) -> None:
-        """(Re)create the non-persistent tables: inverse frequencies and pair signs (e.g. after meta-device init)."""
+        """(Re)create the non-persistent inverse-frequency tables (e.g. after meta-device init)."""
         inv_freq, self.attention_scaling = self.rope_init_fn(self.config, device=device)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
-        self.signs = nn.Buffer(self.pairing.signs(self.config.head_dim).to(device), persistent=False)
 
     @property
     def rope_init_fn(self) -> Callable:

@@ -22,11 +22,12 @@ a layer needs to know about its layout: its parameters (config field names) and 
 and head groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
 position-anchored, and its model-card / demo text. ``DecoderModel`` builds each layer's layout once, from the
 config (``layouts_from_config``); in a forward each distinct layout answers one question,
-``layout.attention(config, mask_inputs)``: a kernel, or a mask. A new layout is one subclass and one row.
-Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); hand-written sub-quadratic block
-kernels of the same predicates are part of the speed layer (``hf_llmsys.kernels.apply``), which swaps them in and
-is tested equal to the masked attention of these predicates. Kernels take q, k, v (B, H, S, D) and return
-(B, H, S, D).
+``layout.attention(config, mask_inputs)``: its mask (or a kernel). A new layout is one subclass and one row.
+Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); under flex_attention as its
+BlockMask (Dong et al. 2024, "Flex Attention"; the fused kernel skips the empty 128 x 128 blocks), run by
+transformers' flex function. Hand-written sub-quadratic block kernels of the same predicates are part of the speed
+layer (``hf_llmsys.kernels.apply``), which answers ``kernel`` with them and is tested equal to the masked attention
+of these predicates.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import functools
 from collections.abc import Callable, Sequence
 
 import torch
-from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
 from .attention_backends import attention_backend
@@ -123,22 +123,10 @@ class AttentionLayout:
         """'local band of 256': the model card's name of this layout with its parameters."""
         return self.card_text_template.format(**self.params)
 
-    # --- kernels -------------------------------------------------------------------------------------------------
-    def flex_kernel(self, q, k, v, *, scale: float, dropout: float = 0.0, **_) -> torch.Tensor:
-        """Causal self-attention of this layout through FlexAttention with its (cached) BlockMask: (B, H, S, D)."""
-        return flex_attention(q, k, v, layout_block_mask(self, q.shape[2], str(q.device)), scale, dropout)
-
     def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
-        """The attention function that computes this forward of the layer, or None (then ``mask`` does).
-
-        Under flex_attention a plain forward (whole unpadded sequences at positions 0 .. S-1, no cached prefix, an
-        encoding that adds nothing to the scores) runs the layout's BlockMask; everything else takes the mask path.
-        """
-        if encoding_class(config.position_embedding_type).adds_score_bias or not mask_inputs.is_plain:
-            return None
-        if attention_backend(config._attn_implementation).layout_kernels != "flex":
-            return None
-        return functools.partial(layout_attention_function, self.flex_kernel)
+        """An attention function (transformers' interface signature) that computes this forward of the layer, or
+        None: then ``mask`` does. The plain layouts have none; the speed layer's block-kernel layouts do."""
+        return None
 
     # --- masks ---------------------------------------------------------------------------------------------------
     def refusal(self, implementation: str) -> str | None:
@@ -158,12 +146,24 @@ class AttentionLayout:
         """transformers' causal mask AND the layout's predicate, packed examples apart (a window-sized layout: its
         sliding-window mask, sized against its window-sized cache)."""
         mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
+        if (block_mask := self.block_mask(config, mask_inputs)) is not None:
+            return block_mask
         if self.windowed(config):
             return create_sliding_window_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
         if (message := self.refusal(config._attn_implementation)) is not None:
             raise ValueError(message)
         predicate = and_masks(self.predicate(), *filter(None, [segment_fn]))
         return create_causal_mask(**mask_kwargs, and_mask_function=predicate)
+
+    def block_mask(self, config, mask_inputs: MaskInputs):
+        """Under flex_attention, for a plain forward (whole unpadded sequences at positions 0 .. S-1, no cached
+        prefix, an encoding that adds nothing to the scores): the layout's BlockMask, built once per length (per head
+        only where the layout differs per head). Else None."""
+        if attention_backend(config._attn_implementation).layout_kernels != "flex" or not mask_inputs.is_plain:
+            return None
+        if encoding_class(config.position_embedding_type).adds_score_bias:
+            return None
+        return layout_block_mask(self, mask_inputs.token_positions.shape[-1], str(mask_inputs.token_positions.device))
 
     def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
         """This forward's one question: the layout as a kernel, else as a mask."""
@@ -184,25 +184,6 @@ class LayerAttention:
         self.mask, self.kernel = mask, kernel
 
 
-def layout_attention_function(run, module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """transformers' attention-interface signature: q (B, H, S, D), k/v (B, G, S, D) -> (B, S, H, D), None."""
-    key = repeat_kv(key, module.num_key_value_groups)  # (B, H, S, D)
-    value = repeat_kv(value, module.num_key_value_groups)
-    query, key, value = _autocast_like_sdpa(query, key, value)
-    out = run(query, key, value, scale=scaling, dropout=dropout)  # (B, H, S, D)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def _autocast_like_sdpa(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """q, k, v in autocast's dtype where autocast is on, as autocast casts SDPA's inputs: the layout kernels call
-    aten ops autocast does not cover, and under bf16 autocast RoPE's fp32 tables leave q, k in fp32 beside a bf16 v."""
-    device = tensors[0].device.type
-    if not torch.is_autocast_enabled(device):
-        return tensors
-    dtype = torch.get_autocast_dtype(device)
-    return tuple(t.to(dtype) for t in tensors)
-
-
 def _fix_head(mask_fn: MaskFunction, head: int) -> MaskFunction:
     def group_mask(batch_idx, head_idx, q_idx, kv_idx):
         # A tensor head index on q_idx's device, so torch.where works under vmap and on any device.
@@ -220,44 +201,6 @@ def layout_block_mask(layout: AttentionLayout, seq_len: int, device: str):
     return create_block_mask(layout.predicate(), B=None, H=heads, Q_LEN=seq_len, KV_LEN=seq_len, device=device)
 
 
-# --- FlexAttention: the layouts as BlockMasks (Dong et al. 2024, "Flex Attention") -------------------------------
-# A BlockMask lists, per (query block, key block) of 128 x 128, whether the block is empty, full or partial, so the
-# fused kernel skips empty blocks: O(S * kept keys) work without an S x S tensor. Compiled; on CPU torch 2.13 has
-# no flex backward, so this backend is for inference on CPU and for training on GPU.
-_COMPILED_FLEX = None
-# torch 2.13's compiled CPU flex kernel gives wrong outputs (off by ~2, or NaN) on some calls when head_dim < 32 and
-# the sequence is shorter than one 128-token block (measured against SDPA; NATTEN refuses compiled flex below head_dim
-# 32 for the same reason, SHI-Labs/NATTEN#239). Below it the uncompiled flex runs: right, and at such head sizes small.
-COMPILED_CPU_FLEX_MIN_HEAD_DIM = 32
-
-
-def flex_attention(q, k, v, block_mask, scale: float, dropout: float = 0.0) -> torch.Tensor:
-    """Compiled FlexAttention of (B, H, S, D) q, k, v under ``block_mask`` (a layout's BlockMask); on CPU with
-    D < ``COMPILED_CPU_FLEX_MIN_HEAD_DIM`` torch's uncompiled flex."""
-    import warnings
-
-    from torch.nn.attention.flex_attention import flex_attention as torch_flex_attention
-
-    global _COMPILED_FLEX
-    if dropout:
-        raise ValueError(
-            "attention_dropout: FlexAttention has no attention dropout; set attention_dropout=0.0, or load the "
-            "model with attn_implementation='sdpa'."
-        )
-    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise ValueError(
-            "attn_implementation='flex_attention' has no backward on CPU (torch 2.13): train on CPU with "
-            "attn_implementation='sdpa', or run flex forward only under torch.no_grad()."
-        )
-    if q.device.type == "cpu" and q.shape[-1] < COMPILED_CPU_FLEX_MIN_HEAD_DIM:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return torch_flex_attention(q, k, v, block_mask=block_mask, scale=scale)
-    if _COMPILED_FLEX is None:
-        _COMPILED_FLEX = torch.compile(torch_flex_attention, dynamic=False)
-    return _COMPILED_FLEX(q, k, v, block_mask=block_mask, scale=scale)
-
-
 # --- the layouts ----------------------------------------------------------------------------------------------
 class DenseLayout(AttentionLayout):
     """Every kv <= q: transformers' own causal mask (None under sdpa: its ``is_causal`` kernel), never a kernel."""
@@ -271,13 +214,10 @@ class DenseLayout(AttentionLayout):
 
         return dense
 
-    def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
-        return None  # transformers' causal path is already the dense layout
-
     def refusal(self, implementation: str) -> str | None:
         return None  # every kernel is causal
 
-    def mask(self, config, mask_inputs: MaskInputs):
+    def mask(self, config, mask_inputs: MaskInputs):  # transformers' causal path is already the dense layout
         return create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
 
 

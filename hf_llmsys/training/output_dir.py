@@ -28,9 +28,9 @@ from pathlib import Path
 
 from transformers.utils import logging
 
+from ..checkpoints.atomic_saving import SAVING_INFIX, WEIGHT_FILE_PREFIXES
 from ..hub.architecture import UnknownArchitectureError
 from ..hub.cards import current_hardware, write_model_card
-from ..models.modeling_base import SAVING_INFIX, WEIGHT_FILE_PREFIXES
 from .checkpoints import newest_complete_checkpoint
 from .disk_errors import disk_errors
 
