@@ -301,6 +301,47 @@ def test_bad_folders_give_one_line(ours, tmp_path, monkeypatch, capsys):
     assert code == 2 and "names no base model (base_model_name_or_path)" in err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["alpaca", "chat"])
+def test_a_folder_llmsys_sft_saved_answers_as_its_training_summary(template, chatml_tokenizer, tmp_path, monkeypatch,
+                                                                    capsys):  # fmt: skip
+    """llmsys sft (LoRA, one step) on records without input: the chat's greedy one-shot reply to an instruction equals
+    the answer sft itself generated for that record (train_results.json): same prompt ids, same stop ids."""
+    from sft_fixtures import RECORDS, write_records
+
+    from hf_llmsys.training import sft
+
+    tokenizer = chatml_tokenizer if template == "chat" else byte_bpe()
+    torch.manual_seed(0)
+    base = save_model(tmp_path / "base", LlmsysLlamaForCausalLM(tiny_llama_config(tokenizer)), tokenizer)
+    records = [{**r, "input": ""} for r in RECORDS]
+    data = write_records(tmp_path / "records.json", records)
+    summary = sft(base, data, tmp_path / "sft", validation_data=str(data), lora_r=4, max_steps=1, max_length=128,
+                  template=template, generation_max_new_tokens=NEW, report_to="none", disable_tqdm=True)  # fmt: skip
+    capsys.readouterr()  # the Trainer's log lines
+    for generation in summary["generations"][:3]:
+        code, out, err = chat([str(tmp_path / "sft"), "--prompt", generation["instruction"], *GREEDY], monkeypatch,
+                              capsys)  # fmt: skip
+        assert code == 0 and out == generation["generated"] + "\n"
+    assert ("chat template" if template == "chat" else "alpaca prompt template") in chat(
+        [str(tmp_path / "sft"), *GREEDY], monkeypatch, capsys, stdin="/quit\n")[2]
+
+
+def test_the_user_page_names_every_flag_and_command():
+    """docs/chat.md's option table lists exactly the parser's flags; its command table every session command."""
+    import re
+
+    from hf_llmsys.chat.cli import build_parser
+    from hf_llmsys.chat.session import HELP
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "chat.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(--[a-z_]+)", page, flags=re.MULTILINE))
+    flags = {a.option_strings[0] for a in build_parser()._actions if a.option_strings and a.dest != "help"}
+    assert documented == flags
+    for command in re.findall(r"/[a-z]+", HELP):
+        assert f"`{command}" in page, command
+
+
 # ---- a real terminal: tmux ------------------------------------------------------------------------------------
 
 

@@ -20,8 +20,8 @@ import sys
 SEED_LIMIT = 2**32  # numpy's seed range (transformers.set_seed seeds python, numpy and torch)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line of ``llmsys chat`` (values checked by `check_flags`)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of ``llmsys chat`` (values checked by `check_flags`)."""
     parser = argparse.ArgumentParser(
         prog="llmsys chat",
         description=__doc__.split("\n\n")[0],
@@ -45,7 +45,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: the GPU when there is one)")
     parser.add_argument("--trust_remote_code", "--trust-remote-code", action="store_true",
                         help="let transformers run the model folder's own code (models not built into it)")  # fmt: skip
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of ``llmsys chat``."""
+    return build_parser().parse_args(argv)
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -89,7 +89,7 @@ def choose_format(tokenizer, spec: str = "auto", saved: dict | None = None, sour
         if getattr(tokenizer, "chat_template", None):
             return ChatTemplateFormat(tokenizer)
         raise ValueError(
-            f"{source}: the tokenizer has no chat template and the folder no prompt_template.json (what llmsys sft "
+            f"MODEL {source}: the tokenizer has no chat template and the folder no prompt_template.json (what llmsys sft "
             "saves); say how to prompt it: --template alpaca (Stanford Alpaca's instruction prompt), --template "
             "FILE.jinja (a chat template) or --template chat for a tokenizer that has one"
         )

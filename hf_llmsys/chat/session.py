@@ -67,7 +67,7 @@ class ChatSession:
             return self._system(argument)
         if command == "/help":
             return Step("show", HELP)
-        return Step("show", f"unknown command {command}; {HELP}")
+        return Step("show", f"unknown command {command}; /help lists the commands")
 
     def _system(self, text: str) -> Step:
         if not self.prompt_format.multi_turn:
