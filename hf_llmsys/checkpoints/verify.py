@@ -1,4 +1,4 @@
-"""`llmsys verify DIR [--update]`: the full sha256 check of a saved model folder (``models/weight_integrity.py``).
+"""`llmsys verify FOLDER [--update]`: the full sha256 check of a saved model folder (``models/weight_integrity.py``).
 
 Loading checks only sizes and safetensors headers; this hashes every weight file against ``checksums.sha256``
 and its size against ``checksums.sizes``, prints one line per file, and exits 2 naming each file that differs.
@@ -7,21 +7,18 @@ and its size against ``checksums.sizes``, prints one line per file, and exits 2 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from .weight_integrity import (
-    CHECKSUM_FILE,
-    read_manifest,
-    verify_folder,
-    weight_files,
-    write_manifests,
-)
+from ..command_parser import CommandParser
+
+# weight_integrity imports transformers: imported by the functions, so `llmsys verify --help` stays instant
 
 
 def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
     """{folder, files, problems} of the full check; raises ValueError naming the files that differ (unless
     `update`: then the manifests are rewritten and `problems` lists what was accepted)."""
+    from .weight_integrity import CHECKSUM_FILE, read_manifest, verify_folder, weight_files, write_manifests
+
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a folder; give the folder save_pretrained wrote.")
@@ -47,6 +44,8 @@ def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
 
 def print_verify_report(report: dict) -> None:
     """The command's one line: what was checked (or recorded): CLI output."""
+    from .weight_integrity import CHECKSUM_FILE
+
     if report["updated"]:
         print(f"{report['folder']}: recorded sha256 and sizes of {len(report['files'])} weight files")
     else:
@@ -54,11 +53,11 @@ def print_verify_report(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """`llmsys verify DIR [--update]`."""
-    parser = argparse.ArgumentParser(
-        prog="llmsys verify", description="Check every weight file of a saved folder against its sha256 manifest."
+    """`llmsys verify FOLDER [--update]`."""
+    parser = CommandParser(
+        prog="llmsys verify", description="Check every weight file of FOLDER against its sha256 manifest."
     )
-    parser.add_argument("folder", help="a folder written by save_pretrained / llmsys train / llmsys sft")
+    parser.add_argument("folder", metavar="FOLDER", help="a folder written by save_pretrained / llmsys train / sft")
     parser.add_argument(
         "--update", action="store_true", help="record the files as they are now (accept a deliberate edit)"
     )

@@ -22,8 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser
-
+from ..command_parser import answer_help, dataclass_parser, short_help
 from .files import OUTPUT_FORMATS, check_output_dir, publish, read_input, staging_dir, write_documents
 from .pipeline import clean
 from .recipes import RECIPES, load_recipe
@@ -75,9 +74,23 @@ class CleanArguments:
     )
 
 
+ARGUMENT_CLASSES = (CleanArguments,)
+
+
+def argument_parser():
+    """transformers' HfArgumentParser over `CleanArguments` (`command_parser.dataclass_parser`)."""
+    return dataclass_parser(ARGUMENT_CLASSES, "llmsys clean", __doc__.split("\n\n")[0])
+
+
+def help_text() -> str:
+    """`llmsys clean --help` (stored for the console script: `command_parser.stored_help`)."""
+    return short_help(argument_parser(), ARGUMENT_CLASSES)
+
+
 def parse_args(argv: list[str] | None) -> CleanArguments:
     """Parse and validate `llmsys clean` arguments."""
-    parser = HfArgumentParser(CleanArguments, prog="llmsys clean", description=__doc__.split("\n\n")[0])
+    parser = argument_parser()
+    answer_help(parser, ARGUMENT_CLASSES, argv)
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     if args.format not in OUTPUT_FORMATS:
         raise ValueError(f"--format must be one of {list(OUTPUT_FORMATS)}, got {args.format!r}.")

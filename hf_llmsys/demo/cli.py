@@ -10,15 +10,20 @@ llmsys demo --host 0.0.0.0 --port 7860
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..command_parser import CommandParser
 from .limits import Limits
-from .zoo import FULL_ZOO_DIR, ZooManager, default_cache_dir, load_real_model
+
+# zoo (torch) and app (gradio) are imported after parsing, so `llmsys demo --help` stays instant
 
 DEFAULT_PORT = 7860
+ZOO_HELP = (  # zoo.FULL_ZOO_DIR and zoo.default_cache_dir (tests/test_cli_help.py checks them)
+    "zoo folder or Hub repo id (default: runs/pe_zoo when it exists, else the quick demo zoo in --cache-dir, "
+    "trained in the background when missing unless --no-train)"
+)
 
 
 @dataclass
@@ -39,8 +44,8 @@ class DemoOptions:
 def parse_args(argv: list[str] | None) -> DemoOptions:
     """Command-line options -> DemoOptions (ValueError for contradictory ones)."""
     defaults = Limits()
-    parser = argparse.ArgumentParser(prog="llmsys demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--zoo", default=None, help="zoo folder or Hub repo id (default: see the module docstring)")
+    parser = CommandParser(prog="llmsys demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--zoo", default=None, help=ZOO_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT} or $GRADIO_SERVER_PORT)")
     parser.add_argument("--no-train", action="store_true", help="never train the demo zoo in the background")
@@ -85,6 +90,8 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
                                                              "max_beams", "concurrency_limit", "max_queue_size")})  # fmt: skip
     if len(set(args.model)) != len(args.model):
         raise ValueError(f"--model: {args.model} names a model twice; give each once.")
+    from .zoo import default_cache_dir
+
     return DemoOptions(args.zoo, args.host, port, not args.no_train, args.quick, args.cache_dir or default_cache_dir(),
                        not args.no_real_model, args.t5, args.sparse_bench, limits, args.model)  # fmt: skip
 
@@ -118,6 +125,7 @@ def load_t5(folder: Path):
 def build_context(options: DemoOptions):
     """The DemoContext the options describe; the zoo is loaded or its training started."""
     from .app import DemoContext
+    from .zoo import FULL_ZOO_DIR, ZooManager, load_real_model
 
     manager = ZooManager(source=options.zoo, cache_dir=options.cache_dir, train=options.train)
     if options.quick:

@@ -17,14 +17,15 @@ import json
 import math
 import os
 
+from ..command_parser import CommandParser
 from .alpaca import load_alpaca
-from .ifd import encode_pairs, ifd_scores, select_by_ifd, write_json_atomic, write_selected
-from .model_limits import resolve_max_length
+
+# ifd and model_limits import torch: imported by the functions, so `llmsys ifd --help` stays instant
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command-line options."""
-    parser = argparse.ArgumentParser(prog="llmsys ifd", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="llmsys ifd", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="folder (or id) of a causal LM with its tokenizer")
     parser.add_argument("--data", required=True, help="Alpaca JSON file: a list of {instruction, input, output}")
     parser.add_argument("--out", required=True, help="where to write the selected records (JSON)")
@@ -36,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--max-dropped", type=float, default=0.1,
         help="refuse the run when more than this fraction of the records' prompts do not fit in --max-length "
-        "(default 0.1; 1 scores whatever fits)",
+        "(1 scores whatever fits)",
     )  # fmt: skip
     return parser.parse_args(argv)
 
@@ -75,6 +76,9 @@ def check_flags(args: argparse.Namespace) -> None:
 def check_prompts_fit(model, tokenizer, records: list[dict], max_length: int | None, max_dropped: float) -> int:
     """How many records' prompts do not fit in `max_length`; refuse when none fits or more than `max_dropped`
     (a fraction) do not: their IFD cannot be computed, and 1.0 would be a made-up score."""
+    from .ifd import encode_pairs
+    from .model_limits import resolve_max_length
+
     max_length = resolve_max_length(model, tokenizer, max_length)
     n_dropped = sum(pair is None for pair in encode_pairs(tokenizer, records, max_length))
     if n_dropped == len(records) or n_dropped > max_dropped * len(records):
@@ -90,6 +94,8 @@ def main(argv: list[str]) -> None:
     """Score, select, write, summarise; user errors raise ValueError (the CLI prints them)."""
     args = parse_args(argv)
     check_flags(args)
+    from .ifd import ifd_scores, select_by_ifd, write_json_atomic, write_selected
+
     records = load_alpaca(args.data, limit=args.limit)
     if not records:
         raise ValueError(f"--data {args.data}: the record list is empty; give a JSON list of Alpaca records")

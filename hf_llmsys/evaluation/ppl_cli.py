@@ -19,9 +19,10 @@ import argparse
 import json
 from pathlib import Path
 
+from ..command_parser import CommandParser
 from ..data.json_lines import decoded_lines, json_lines_records, not_utf8_error
-from .model_limits import config_position_limit, fit_length
-from .perplexity import corpus_perplexity
+
+# model_limits and perplexity import torch: imported by the functions, so `llmsys ppl --help` stays instant
 
 DEFAULT_MAX_LENGTH = 512  # the default window, clamped to the model's context (model_limits.fit_length)
 
@@ -30,7 +31,7 @@ TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse `llmsys ppl` arguments."""
-    parser = argparse.ArgumentParser(prog="llmsys ppl", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="llmsys ppl", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="folder (or Hub id) of a causal LM")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the model folder)")
     parser.add_argument("--data", required=True, nargs="+", type=Path, help="text or .jsonl files")
@@ -144,6 +145,7 @@ def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> t
     import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
 
     from ..data.pretrained_sources import check_source
+    from .model_limits import config_position_limit, fit_length
 
     check_source(model, "--model")
     config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
@@ -154,6 +156,8 @@ def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> t
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
     args = parse_args(argv)
+    from .perplexity import corpus_perplexity
+
     check_window_flags(args.max_length, args.stride, args.batch_size)
     max_length, rule = fit_window(args.model, args.max_length, args.trust_remote_code)
     check_window_flags(max_length, args.stride, args.batch_size)

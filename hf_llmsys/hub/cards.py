@@ -1,4 +1,4 @@
-"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card DIR`.
+"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card FOLDER` (its parser: `hub/cli.py`).
 
 ``write_model_card(folder)`` reads what the folder holds and nothing else:
 - ``config.json`` -> the architecture table (parameters counted on the model built on the meta device, layers,
@@ -22,7 +22,6 @@ field the card does not have is a ValueError naming the field, never a silent bl
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import re
@@ -347,27 +346,3 @@ def previous_card_data(readme: Path) -> dict:
         return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
     except Exception:  # noqa: BLE001 - a hand-broken README is replaced, not a reason to refuse
         return {}
-
-
-def main(argv: list[str] | None = None) -> Path:
-    """`llmsys card DIR`: write or refresh DIR/README.md and print its path."""
-    parser = argparse.ArgumentParser(prog="llmsys card", description="Write the model card (README.md) of a folder.")
-    parser.add_argument("folder", help="a saved model, adapter or `llmsys clean` output folder")
-    parser.add_argument("--repo-id", help="the Hub id the card names in its title and loading code")
-    parser.add_argument("--base-model", help="Hub id of the base model (fine-tunes)")
-    parser.add_argument("--dataset", action="append", dest="datasets", help="Hub id of a training dataset (repeat)")
-    parser.add_argument("--license", help=f"licence identifier (default: the card's, else {DEFAULT_LICENSE})")
-    parser.add_argument("--hardware", help="hardware the training ran on, when train_results.json lacks it")
-    parser.add_argument("--template", help="a Jinja2 template to use instead of the built-in one")
-    args = parser.parse_args(argv)
-    path = write_model_card(
-        args.folder,
-        repo_id=args.repo_id,
-        base_model=args.base_model,
-        datasets=args.datasets,
-        license=args.license,
-        hardware=args.hardware,
-        template=args.template,
-    )
-    print(f"wrote {path}")
-    return path

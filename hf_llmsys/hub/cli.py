@@ -1,4 +1,4 @@
-"""`llmsys push DIR REPO_ID` and `llmsys pull REPO_ID DIR`: saved folders to and from the Hub through HfApi.
+"""`llmsys push FOLDER REPO_ID`, `llmsys pull REPO_ID FOLDER`, `llmsys card FOLDER`: saved folders and the Hub.
 
 push: checks the folder (a saved model, PEFT adapter or `llmsys clean` output; see ``folders.py``), writes or
 refreshes its model card, creates the repo (``--private``) and the branch (``--revision``) when missing, and
@@ -8,13 +8,8 @@ that revision are skipped by the client, so an unchanged re-push makes no commit
 (``checkpoint-*``) and hidden files stay local. A dataset folder goes through ``Dataset.push_to_hub`` (parquet
 shards and the dataset card with its ``dataset_info``), then ``report.json`` is added beside it.
 
-push --format transformers: the model (or a LoRA adapter over one, merged) is first exported into a hidden temporary
-folder beside FOLDER by ``llmsys export --format transformers`` (``hf_llmsys.export``: transformers' own classes, no
-remote code), and that folder is pushed with the export's card, which says it is the transformers-native export;
-a model no transformers class expresses is refused before anything is created on the Hub.
-
 pull: resolves the revision (branch, tag or commit sha) to a commit, then ``snapshot_download``s exactly that
-commit into DIR; a model folder with ``checksums.sha256`` is then verified byte for byte (``llmsys verify``), so
+commit into FOLDER; a model folder with ``checksums.sha256`` is then verified byte for byte (``llmsys verify``), so
 later loads need only the cheap size and header checks.
 
 The token is huggingface_hub's: ``HF_TOKEN``, else the login stored by ``hf auth login``. The client's typed
@@ -23,9 +18,7 @@ errors become one ValueError line naming the repo, the revision and the fix (`ll
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi, snapshot_download
@@ -39,12 +32,11 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from ..checkpoints.verify import print_verify_report, verify_checkpoint
-from ..checkpoints.weight_integrity import CHECKSUM_FILE
-from .architecture import UnknownArchitectureError
-from .cards import write_model_card
-from .dataset_cards import write_dataset_card
+from ..command_parser import CommandParser
 from .folders import SavedFolder, is_hub_id, saved_folder
+
+# The card, dataset-card and verify code (torch, transformers, jinja2) is imported where it is used, so that
+# `llmsys push|pull|card --help` imports neither.
 
 # Never uploaded from a training output folder: Trainer checkpoints, hidden temporaries, logs, caches.
 PUSH_IGNORE = ["checkpoint-*", "checkpoint-*/**", ".*", ".*/**", "**/__pycache__/**", "runs/**", "*.tmp"]
@@ -167,16 +159,8 @@ def push_folder(
     revision: str | None = None,
     commit_message: str | None = None,
     api: HfApi | None = None,
-    format: str | None = None,
-    write_card: bool = True,
 ) -> dict:
-    """Push a saved folder as one commit; returns {repo_id, revision, commit, commit_url, changed}.
-
-    ``format="transformers"``: push its transformers-native export instead (``push_export``). ``write_card=False``
-    pushes the folder's own README.md as is."""
-    if format is not None:
-        return push_export(folder, repo_id, format, private=private, revision=revision,
-                           commit_message=commit_message, api=api)  # fmt: skip
+    """Push a saved folder as one commit; returns {repo_id, revision, commit, commit_url, changed}."""
     api = api or HfApi()
     saved = saved_folder(folder)
     repo_id = full_repo_id(api, checked_repo_id(repo_id))
@@ -196,8 +180,7 @@ def push_folder(
             commit = push_dataset(api, saved, repo_id, branch, message, private)
         else:
             warn_about_local_base(saved)
-            if write_card:
-                refresh_card(saved, repo_id)
+            refresh_card(saved, repo_id)
             commit = api.upload_folder(
                 folder_path=saved.path,
                 repo_id=repo_id,
@@ -213,24 +196,11 @@ def push_folder(
     return {"repo_id": repo_id, "revision": branch, "commit": after, "commit_url": commit_url, "changed": changed}
 
 
-def push_export(folder: str | Path, repo_id: str, format: str, **push_args) -> dict:
-    """Export ``folder`` (``hf_llmsys.export``, into a hidden temporary folder beside it) and push the export."""
-    from ..export import export
-
-    if format != "transformers":
-        raise ValueError(f"--format {format!r}: push can export to transformers only; write a GGUF file with "
-                         "`llmsys export --format gguf` and upload it with `hf upload`.")  # fmt: skip
-    api = push_args.pop("api", None) or HfApi()
-    repo_id = full_repo_id(api, checked_repo_id(repo_id))
-    source = Path(folder).expanduser().resolve()
-    with tempfile.TemporaryDirectory(prefix=".llmsys-push-export-", dir=source.parent) as staging:
-        exported = export(source, Path(staging) / source.name, format=format, repo_id=repo_id)
-        message = push_args.pop("commit_message", None) or "Upload the transformers-native export with hf-llmsys"
-        return push_folder(exported, repo_id, api=api, commit_message=message, write_card=False, **push_args)
-
-
 def refresh_card(saved: SavedFolder, repo_id: str) -> None:
     """Write or refresh the card before uploading; a model of a foreign type is pushed with its own README."""
+    from .architecture import UnknownArchitectureError
+    from .cards import write_model_card
+
     try:
         write_model_card(saved.path, repo_id=repo_id)
     except UnknownArchitectureError as err:
@@ -253,6 +223,8 @@ def push_dataset(api: HfApi, saved: SavedFolder, repo_id: str, branch: str, mess
     """`llmsys clean` output: the data through Dataset.push_to_hub, then report.json (skipped if unchanged)."""
     from datasets import Dataset
 
+    from .dataset_cards import write_dataset_card
+
     write_dataset_card(saved.path, repo_id=repo_id)
     data = saved.data_file
     dataset = Dataset.from_parquet(str(data)) if data.suffix == ".parquet" else Dataset.from_json(str(data))
@@ -271,6 +243,9 @@ def pull_repo(
     repo_id: str, folder: str | Path, *, revision: str | None = None, repo_type: str = "model", api: HfApi | None = None
 ) -> dict:
     """Download one revision (branch, tag or sha) of a repo into ``folder``; returns {repo_id, commit, files}."""
+    from ..checkpoints.verify import print_verify_report, verify_checkpoint
+    from ..checkpoints.weight_integrity import CHECKSUM_FILE
+
     api = api or HfApi()
     checked_repo_id(repo_id)
     revision = revision or "main"
@@ -286,40 +261,55 @@ def pull_repo(
 
 
 def push_main(argv: list[str] | None = None) -> dict:
-    """`llmsys push DIR REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]`."""
-    parser = argparse.ArgumentParser(
+    """`llmsys push FOLDER REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]`."""
+    parser = CommandParser(
         prog="llmsys push",
-        description="Push a saved model, adapter or `llmsys clean` folder to the Hub as one commit "
+        description="Push a saved model, adapter or `llmsys clean` FOLDER to the Hub repo REPO_ID as one commit "
         "(token: HF_TOKEN or `hf auth login`).",
     )
-    parser.add_argument("folder", help="the saved folder")
-    parser.add_argument("repo_id", help="'namespace/name' (or 'name' for your own namespace)")
+    parser.add_argument("folder", metavar="FOLDER", help="the saved folder")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="'namespace/name' (or 'name' for your own namespace)")
     parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
     parser.add_argument("--revision", help="branch to commit to (created from main if missing; default main)")
     parser.add_argument("--commit-message", help="commit title (default: 'Upload <kind> with hf-llmsys')")
-    parser.add_argument(
-        "--format",
-        choices=["transformers"],
-        help="push the model's transformers-native export (`llmsys export --format transformers`: transformers' "
-        "own classes, no remote code) instead of the folder as saved",
-    )
     args = parser.parse_args(argv)
     return push_folder(
-        args.folder,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        format=args.format,
+        args.folder, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message
     )
 
 
 def pull_main(argv: list[str] | None = None) -> dict:
-    """`llmsys pull REPO_ID DIR [--revision REV] [--repo-type model|dataset]`."""
-    parser = argparse.ArgumentParser(prog="llmsys pull", description="Download a Hub repo (one revision) into DIR.")
-    parser.add_argument("repo_id", help="'namespace/name'")
-    parser.add_argument("folder", help="where to put the files")
-    parser.add_argument("--revision", help="branch, tag or commit sha (default main)")
-    parser.add_argument("--repo-type", default="model", choices=["model", "dataset"], help="default model")
+    """`llmsys pull REPO_ID FOLDER [--revision REV] [--repo-type model|dataset]`."""
+    parser = CommandParser(prog="llmsys pull", description="Download one revision of the Hub repo REPO_ID into FOLDER.")
+    parser.add_argument("repo_id", metavar="REPO_ID", help="'namespace/name'")
+    parser.add_argument("folder", metavar="FOLDER", help="where to put the files (created if missing)")
+    parser.add_argument("--revision", help="branch, tag or commit sha (default: main)")
+    parser.add_argument("--repo-type", default="model", choices=["model", "dataset"], help="what the repo holds")
     args = parser.parse_args(argv)
     return pull_repo(args.repo_id, args.folder, revision=args.revision, repo_type=args.repo_type)
+
+
+def card_main(argv: list[str] | None = None) -> Path:
+    """`llmsys card FOLDER`: write or refresh FOLDER/README.md and print its path."""
+    parser = CommandParser(prog="llmsys card", description="Write or refresh the model card (README.md) of FOLDER.")
+    parser.add_argument("folder", metavar="FOLDER", help="a saved model, adapter or `llmsys clean` output folder")
+    parser.add_argument("--repo-id", help="the Hub id the card names in its title and loading code")
+    parser.add_argument("--base-model", help="Hub id of the base model (fine-tunes)")
+    parser.add_argument("--dataset", action="append", dest="datasets", help="Hub id of a training dataset (repeat)")
+    parser.add_argument("--license", help="licence identifier (default: the card's, else apache-2.0)")
+    parser.add_argument("--hardware", help="hardware the training ran on, when train_results.json lacks it")
+    parser.add_argument("--template", help="a Jinja2 template to use instead of the built-in one")
+    args = parser.parse_args(argv)
+    from .cards import write_model_card
+
+    path = write_model_card(
+        args.folder,
+        repo_id=args.repo_id,
+        base_model=args.base_model,
+        datasets=args.datasets,
+        license=args.license,
+        hardware=args.hardware,
+        template=args.template,
+    )
+    print(f"wrote {path}")
+    return path

@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from transformers import GenerationConfig, HfArgumentParser, TrainingArguments, set_seed
+from transformers import GenerationConfig, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
 from ..command_logging import follow_trainer_log_level
+from ..command_parser import answer_help, command_help, dataclass_parser
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
 from .output_dir import atomic_save
@@ -47,16 +48,23 @@ class JobTrainingArguments(TrainingArguments):
     dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin batches in memory (GPU only)."})
 
 
-def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str) -> tuple:
+def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str, description: str | None = None) -> tuple:
     """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors.
 
-    The last dataclass is the job's TrainingArguments: its --log_level / --log_level_replica set this process's
-    level of the library's log records.
+    ``-h`` / ``--help`` prints the job's own options, ``--help-all`` every option (`command_parser`); a usage error
+    is one line. The last dataclass is the job's TrainingArguments: its --log_level / --log_level_replica set this
+    process's level of the library's log records.
     """
-    parser = HfArgumentParser(dataclass_types, prog=prog)
+    parser = dataclass_parser(dataclass_types, prog, description)
+    answer_help(parser, dataclass_types, argv)
     parsed = parser.parse_args_into_dataclasses(args=argv)
     follow_trainer_log_level(parsed[-1])
     return parsed
+
+
+def job_help(dataclass_types: tuple, prog: str, description: str | None = None) -> str:
+    """The short help of a job (what ``-h`` prints; stored for the console script: `command_parser.stored_help`)."""
+    return command_help(dataclass_parser(dataclass_types, prog, description), dataclass_types)
 
 
 def seeded(seed: int, build: Callable[[], object]):

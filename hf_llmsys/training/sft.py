@@ -71,6 +71,7 @@ from .job import (
     finish_job,
     generation_config,
     is_world_process_zero,
+    job_help,
     parse_job_args,
     print_compile_report,
     seeded,
@@ -95,11 +96,20 @@ from .supervised_logits import (
 logger = logging.get_logger(__name__)
 
 ARGUMENT_CLASSES = (SFTModelArguments, SFTDataArguments, SFTTrainingArguments)
+DESCRIPTION = (
+    "Instruction-tune a causal LM or an encoder-decoder on Alpaca records or conversations with the Trainer: loss on "
+    "the responses, optional LoRA and packing."
+)
 
 
 def parse_args(argv: list[str] | None) -> tuple[SFTModelArguments, SFTDataArguments, SFTTrainingArguments]:
-    """Parse `llmsys sft` flags into the three argument dataclasses."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys sft")
+    """Parse `llmsys sft` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
+    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys sft", DESCRIPTION)
+
+
+def help_text() -> str:
+    """`llmsys sft --help`: the job's own options, grouped, and one line for the Trainer's."""
+    return job_help(ARGUMENT_CLASSES, "llmsys sft", DESCRIPTION)
 
 
 def load_tokenizer(model_args: SFTModelArguments):

@@ -32,6 +32,7 @@ from .job import (
     finish_job,
     generation_config,
     is_world_process_zero,
+    job_help,
     loss_metrics,
     parse_job_args,
     print_results,
@@ -73,8 +74,13 @@ ARGUMENT_CLASSES = (ModelArguments, DataArguments, LlmsysTrainingArguments)
 
 
 def parse_args(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, LlmsysTrainingArguments]:
-    """Parse command-line arguments into the three argument dataclasses."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys train")
+    """Parse command-line arguments into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
+    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys train", __doc__.split("\n\n")[0])
+
+
+def help_text() -> str:
+    """`llmsys train --help`: the job's own options, grouped, and one line for the Trainer's."""
+    return job_help(ARGUMENT_CLASSES, "llmsys train", __doc__.split("\n\n")[0])
 
 
 def given_flags(argv: list[str] | None) -> frozenset[str]:
