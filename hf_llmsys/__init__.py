@@ -21,8 +21,8 @@ from .models import (
     LlmsysT5EncoderModel,
     LlmsysT5ForConditionalGeneration,
     LlmsysT5Model,
-    training_flops,
 )
+from .presets import training_flops
 from .registration import register_all
 
 register_all()

@@ -20,6 +20,12 @@ def preset_fields(table: dict[str, dict], name: str, family: str) -> dict:
     return {key: value for key, value in table[name].items() if key not in PRESET_INFO_KEYS}
 
 
+def training_flops(n_params: float, n_tokens: float) -> float:
+    """Training compute in FLOPs, 6·N·D (forward 2N + backward 4N per token; Kaplan et al. 2020), the estimate
+    behind GPT-3's compute figures (Brown et al. 2020, Table D.1)."""
+    return 6.0 * n_params * n_tokens
+
+
 def from_preset(cls, name: str, **overrides):
     """Classmethod of every hf-llmsys config class: the config of preset ``name`` of ``cls.presets`` (its
     architecture's table), with ``overrides`` applied on top. Not in remote code: a saved config needs no preset."""

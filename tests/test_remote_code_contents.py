@@ -37,7 +37,7 @@ MODELS = {
 }
 # Lines of the .py files a save ships (docstrings and comments included): llama and T5 within the goals of the
 # models/ redesign (2,000 and 1,800); GPT-3's ceiling (goal 2,400) holds what was reached, so the code only shrinks.
-LINE_CEILINGS = {"llmsys_llama": 2000, "llmsys_gpt3": 2480, "llmsys_t5": 1800}
+LINE_CEILINGS = {"llmsys_llama": 2000, "llmsys_gpt3": 2475, "llmsys_t5": 1800}
 FORBIDDEN = {
     "a custom autograd function": r"autograd\.Function",
     "a torch.compile branch": r"torch\.compiler\.is_compiling",

@@ -1,6 +1,6 @@
 """Hub-portable model code: flat files, single-dot relative imports only (copied beside saved checkpoints)."""
 
-from .configuration_llmsys_gpt3 import LlmsysGPT3Config, training_flops
+from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .configuration_llmsys_llama import LlmsysLlamaConfig
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .modeling_llmsys_gpt3 import LlmsysGPT3ForCausalLM, LlmsysGPT3Model, LlmsysGPT3PreTrainedModel
@@ -17,7 +17,6 @@ __all__ = [
     "LlmsysGPT3ForCausalLM",
     "LlmsysGPT3Model",
     "LlmsysGPT3PreTrainedModel",
-    "training_flops",
     "LlmsysLlamaConfig",
     "LlmsysLlamaForCausalLM",
     "LlmsysLlamaModel",

@@ -7,8 +7,7 @@ GPT-2 ``config.json`` names (n_embd, n_layer, n_head, n_positions, n_inner, acti
 attn_pdrop) and GPT-Neo's (num_layers, num_heads, window_size, attention_types) are accepted, so a saved
 ``GPT2LMHeadModel`` or ``GPTNeoForCausalLM`` folder loads as is.
 
-Presets (with hf_llmsys installed: ``hf_llmsys/presets.py``, Table 2.1 of the paper); ``training_flops`` is the
-6·N·D estimate of training compute (Kaplan et al. 2020, used for GPT-3's compute figures).
+Presets (with hf_llmsys installed: ``hf_llmsys/presets.py``, Table 2.1 of the paper, and ``training_flops``).
 """
 
 from __future__ import annotations
@@ -39,11 +38,6 @@ GPT_NEO_ARG_NAMES = {
 }
 GPT_NEO_LAYOUTS = {"global": "dense", "local": "local"}
 GPT2_UNSUPPORTED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
-
-
-def training_flops(n_params: float, n_tokens: float) -> float:
-    """Training compute in FLOPs, 6·N·D (forward 2N + backward 4N per token; Kaplan et al. 2020)."""
-    return 6.0 * n_params * n_tokens
 
 
 @strict
@@ -127,4 +121,4 @@ class LlmsysGPT3Config(DecoderConfig):
             )
 
 
-__all__ = ["LlmsysGPT3Config", "training_flops"]
+__all__ = ["LlmsysGPT3Config"]
