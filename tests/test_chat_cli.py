@@ -243,6 +243,19 @@ def test_session_commands_and_the_context_rule():
     assert session.system == "Be kind." and session.handle("/system -").text == "system prompt removed"
 
 
+def test_a_template_that_refuses_a_system_turn_is_one_line_and_the_chat_goes_on(ours, tmp_path, monkeypatch, capsys):
+    """A template's own rule (Gemma's templates raise "System role not supported") is said in one line; the chat
+    goes on, and the reply after /system - is answered."""
+    strict = tmp_path / "no-system.jinja"
+    strict.write_text("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported')"
+                      " }}{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")  # fmt: skip
+    typed = "/system Be brief.\nHello\n/system -\nHello\n"
+    code, out, err = chat([str(ours), "--template", str(strict), *GREEDY], monkeypatch, capsys, stdin=typed)
+    assert code == 0 and out.count("\n") == 1
+    assert "the chat template refused this conversation: System role not supported (/system - removes" in err
+
+
 @pytest.fixture(scope="module")
 def no_template(tmp_path_factory) -> Path:
     """A tiny model whose tokenizer has no chat template, saved with no prompt_template.json."""
@@ -324,7 +337,8 @@ def test_a_folder_llmsys_sft_saved_answers_as_its_training_summary(template, cha
                               capsys)  # fmt: skip
         assert code == 0 and out == generation["generated"] + "\n"
     assert ("chat template" if template == "chat" else "alpaca prompt template") in chat(
-        [str(tmp_path / "sft"), *GREEDY], monkeypatch, capsys, stdin="/quit\n")[2]
+        [str(tmp_path / "sft"), *GREEDY], monkeypatch, capsys, stdin="/quit\n"
+    )[2]
 
 
 def test_the_user_page_names_every_flag_and_command():

@@ -24,12 +24,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from jinja2 import TemplateError
+
 from ..data.conversation_labels import ConversationTemplate, render
 from ..data.prompt_templates import TEMPLATES, PromptTemplate, load_template, template_from_dict
 from ..data.sft_labels import SFTExampleEncoder
 
 NO_LIMIT = 1 << 30  # the encoder's max_length: the chat session, not the encoder, keeps prompts within the context
-TEMPLATE_CHOICES = f"auto, chat, {', '.join(n for n in TEMPLATES if n != 'chat')}, a .jinja chat template or a template file"
+TEMPLATE_CHOICES = (
+    f"auto, chat, {', '.join(n for n in TEMPLATES if n != 'chat')}, a .jinja chat template or a template file"
+)
 
 
 class ChatTemplateFormat:
@@ -51,7 +55,11 @@ class ChatTemplateFormat:
 
     def prompt_ids(self, turns: list[dict]) -> list[int]:
         """Ids of the conversation rendered with the generation prompt (the assistant's turn opened)."""
-        text = render(self.tokenizer, turns, generation_prompt=True)
+        try:
+            text = render(self.tokenizer, turns, generation_prompt=True)
+        except TemplateError as err:  # a template's own rule, e.g. Gemma's "System role not supported"
+            hint = " (/system - removes the system prompt)" if turns[0]["role"] == "system" else ""
+            raise ValueError(f"the chat template refused this conversation: {err}{hint}") from None
         return self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
 
 
@@ -85,7 +93,9 @@ def choose_format(tokenizer, spec: str = "auto", saved: dict | None = None, sour
     a dict, or None). ValueError naming ``--template`` when nothing fits."""
     if spec == "auto":
         if saved is not None:
-            return from_template(tokenizer, template_from_dict(saved, tokenizer, source=f"{source}/prompt_template.json"))
+            return from_template(
+                tokenizer, template_from_dict(saved, tokenizer, source=f"{source}/prompt_template.json")
+            )
         if getattr(tokenizer, "chat_template", None):
             return ChatTemplateFormat(tokenizer)
         raise ValueError(
