@@ -65,8 +65,10 @@ def gated_activation(config) -> str | None:
 
 
 def check_known_activation(activation: str) -> None:
-    if activation not in ACT2FN:  # the config validates this; a hand-edited config may not have been validated
-        raise refuse(f"hidden_act={activation!r} is not a transformers activation", "none", "use an ACT2FN name")
+    """ValueError unless transformers' classes know the activation (configs check it; a hand-edited one may not)."""
+    if activation not in ACT2FN:
+        raise ValueError(f"cannot export to transformers: hidden_act={activation!r} is not a transformers activation "
+                         "(ACT2FN); use one of its names.")  # fmt: skip
 
 
 def layer_kinds(config) -> list[str]:
@@ -101,27 +103,36 @@ def choose_decoder_target(config) -> tuple[str, list[str]]:
     """The target name for a decoder config and its layout kinds per layer (ValueError when none fits)."""
     family = decoder_target_family(config)
     kinds = layer_kinds(config)
+    chooser = llama_family_member if family == "llama" else gpt2_family_member
+    return chooser(config, kinds), kinds
+
+
+def llama_family_member(config, kinds: list[str]) -> str:
+    """'llama' (dense), 'mistral' (all local) or 'ministral' (mixed) for a RoPE decoder, or ValueError."""
     activation = gated_activation(config)
-    if family == "llama":
-        if config.norm_type != "rmsnorm":
-            raise refuse(f"norm_type={config.norm_type!r} with RoPE: Llama-family classes use RMSNorm", "llama",
-                         "use norm_type='rmsnorm'")  # fmt: skip
-        if activation is None:
-            raise refuse("a plain (ungated) MLP with RoPE: Llama-family classes gate their MLP "
-                         "(down(act(gate(x)) * up(x)))", "llama", "use mlp_gated=True")  # fmt: skip
-        check_known_activation(activation)
-        if set(kinds) == {DENSE}:
-            return "llama", kinds
-        biased = [name for name in ("attention_bias", "attention_out_bias", "mlp_bias") if getattr(config, name)]
-        if biased:
-            raise refuse(f"{', '.join(biased)}=True with local layers: Mistral/Ministral projections have no bias "
-                         "(and under RoPE a key bias does not cancel)", "llama",
-                         "which takes biases, but only with dense layers")  # fmt: skip
-        return ("mistral" if set(kinds) == {LOCAL} else "ministral"), kinds
+    if config.norm_type != "rmsnorm":
+        raise refuse(f"norm_type={config.norm_type!r} with RoPE: Llama-family classes use RMSNorm", "llama",
+                     "use norm_type='rmsnorm'")  # fmt: skip
+    if activation is None:
+        raise refuse("a plain (ungated) MLP with RoPE: Llama-family classes gate their MLP "
+                     "(down(act(gate(x)) * up(x)))", "llama", "use mlp_gated=True")  # fmt: skip
+    check_known_activation(activation)
+    if set(kinds) == {DENSE}:
+        return "llama"
+    biased = [name for name in ("attention_bias", "attention_out_bias", "mlp_bias") if getattr(config, name)]
+    if biased:
+        raise refuse(f"{', '.join(biased)}=True with local layers: Mistral/Ministral projections have no bias "
+                     "(and under RoPE a key bias does not cancel)", "llama",
+                     "which takes biases, but only with dense layers")  # fmt: skip
+    return "mistral" if set(kinds) == {LOCAL} else "ministral"
+
+
+def gpt2_family_member(config, kinds: list[str]) -> str:
+    """'gpt2' (dense) or 'gpt_neo' (with local layers) for a learned-positions decoder, or ValueError."""
     if config.norm_type != "layernorm":
         raise refuse(f"norm_type={config.norm_type!r} with learned positions: GPT-2/GPT-Neo use LayerNorm", "gpt2",
                      "use norm_type='layernorm'")  # fmt: skip
-    if activation is not None:
+    if gated_activation(config) is not None:
         raise refuse("a gated MLP with learned positions: GPT-2/GPT-Neo MLPs are plain (down(act(up(x))))",
                      "gpt2", "use mlp_gated=False")  # fmt: skip
     check_known_activation(config.hidden_act)
@@ -133,4 +144,4 @@ def choose_decoder_target(config) -> tuple[str, list[str]]:
         raise refuse(f"head_dim={config.head_dim} x {config.num_attention_heads} heads != hidden_size="
                      f"{config.hidden_size}: GPT-2/GPT-Neo derive head_dim from hidden_size", "gpt2",
                      "leave head_dim None")  # fmt: skip
-    return ("gpt2" if set(kinds) == {DENSE} else "gpt_neo"), kinds
+    return "gpt2" if set(kinds) == {DENSE} else "gpt_neo"
