@@ -341,6 +341,28 @@ def test_a_folder_llmsys_sft_saved_answers_as_its_training_summary(template, cha
     )[2]
 
 
+@pytest.mark.slow
+def test_smollm2_one_shot_equals_transformers_and_stops_at_the_end_of_turn(monkeypatch, capsys):
+    """The real SmolLM2-135M-Instruct (a transformers llama folder, ChatML with its default system turn): the greedy
+    reply equals transformers' and ends at <|im_end|> well before --max_new_tokens."""
+    from hf_llmsys.checkpoints.smollm2 import find_smollm2
+
+    folder = find_smollm2()
+    if folder is None:
+        pytest.skip("SmolLM2-135M-Instruct is not converted here (hf_llmsys.checkpoints.smollm2.fetch_smollm2)")
+    question = "What is the capital of France?"
+    code, out, _ = chat([str(folder), "--prompt", question, "--temperature", "0", "--max_new_tokens", "64"],
+                        monkeypatch, capsys)  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    enc = tokenizer.apply_chat_template(turns(("user", question)), add_generation_prompt=True, return_dict=True,
+                                        return_tensors="pt")  # fmt: skip
+    full = model.generate(**enc, max_new_tokens=64, do_sample=False)[0, enc["input_ids"].shape[1] :]
+    assert full[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") and len(full) < 64  # stopped at the end of turn
+    assert code == 0 and out == tokenizer.decode(full, skip_special_tokens=True) + "\n"
+    assert "Paris" in out
+
+
 def test_the_user_page_names_every_flag_and_command():
     """docs/chat.md's option table lists exactly the parser's flags; its command table every session command."""
     import re

@@ -60,9 +60,8 @@ def _read_json(source: str, name: str) -> dict | None:
     """A JSON file of the folder or Hub repo `source` (None when it has none)."""
     from transformers.utils import cached_file
 
-    path = cached_file(
-        source, name, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
+    # None for a file the folder / repo lacks, and (as transformers) for an unreachable Hub: AutoConfig says that
+    path = cached_file(source, name, _raise_exceptions_for_missing_entries=False)
     if path is None:
         return None
     try:
