@@ -1,0 +1,198 @@
+"""Export a causal LM to one GGUF file for llama.cpp's ``llama`` architecture (``llmsys export --format gguf``).
+
+What llama.cpp's ``llama`` graph computes (``src/models/llama.cpp``): token embedding, per layer RMSNorm ->
+attention with RoPE (GQA allowed, scores scaled by 1/sqrt(head_dim)) -> residual -> RMSNorm -> SwiGLU
+(``down(silu(gate(x)) * up(x))``) -> residual, final RMSNorm, output projection (``token_embd`` reused when there
+is no ``output`` tensor). A config expresses exactly that or it is refused, one line naming the feature:
+LayerNorm, non-gated or non-SiLU MLPs, biases, positions other than RoPE, windowed or sparse layers, RoPE scaling
+other than linear / llama3, encoder-decoder models (``llmsys_t5``; GPT-3's LayerNorm + GELU too). A query scale
+other than 1/sqrt(head_dim) is folded into ``q_proj`` (RoPE is linear, so the scaled rotated query is the rotated
+scaled one).
+
+Conventions followed (llama.cpp's own converter, ``convert_hf_to_gguf.py`` / ``conversion/llama.py`` and
+``base.py``, read in the sources the ``llama-cpp-python`` 0.3.36 sdist vendors):
+
+- tensor names from gguf's table for ``MODEL_ARCH.LLAMA`` (``get_tensor_name_map``: ``model.layers.N.self_attn.
+  q_proj`` -> ``blk.N.attn_q`` ...); ``output`` only when the LM head is not tied to the embedding;
+- llama.cpp rotates adjacent feature pairs (Meta's layout); transformers' rotate-half layout pairs feature i with
+  i + D/2, so q rows are permuted per head: ``w.reshape(n_head, 2, D/2, in).swapaxes(1, 2)``, k the same with
+  ``n_kv_head`` (``LlamaModel.permute``). A model with ``rope_interleaved=True`` already is in llama.cpp's order;
+- dtypes: 1-D tensors (the norms) stay F32; every matrix, the embedding and output included, is written in the
+  chosen type with gguf's ``quants.quantize``; a matrix whose rows are not a multiple of Q8_0's 32-value block
+  falls back to F16, as the converter does;
+- llama3 RoPE scaling as the ``rope_freqs`` tensor of per-frequency divisors; linear scaling as
+  ``rope.scaling.type`` / ``factor``.
+
+Shapes: torch stores a linear weight as [out, in]; GGUF lists dimensions fastest first, so the same bytes read as
+{in, out} there (the writer reverses the order itself).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gguf
+import torch
+
+from .gguf_tokenizer import write_tokenizer
+from .sources import staged_output
+
+ARCH = gguf.MODEL_ARCH.LLAMA
+DTYPES = {  # --dtype -> (file type, tensor type for matrices)
+    "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
+    "f16": (gguf.LlamaFileType.MOSTLY_F16, gguf.GGMLQuantizationType.F16),
+    "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
+    "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
+}
+ROPE_TYPES = ("default", "linear", "llama3")  # the RoPE variants llama.cpp's llama graph computes
+
+
+def export_gguf(model, tokenizer, out: Path, dtype: str = "f32") -> Path:
+    """Write ``model`` and ``tokenizer`` as the GGUF file ``out`` (``*.gguf``); return ``out``.
+
+    The file appears in one rename of a finished temporary file beside it (``sources.staged_output``): nothing is
+    left half-written, and an existing ``out`` is replaced only once the new file is complete.
+    """
+    out = Path(out)
+    if out.suffix != ".gguf":
+        raise ValueError(f"out: {out} must be a file path ending in .gguf")
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not a GGUF type written here; choose one of {', '.join(DTYPES)}")
+    config = model.config
+    refusal = llama_gguf_refusal(config)
+    if refusal:
+        raise ValueError(f"cannot export to GGUF (llama.cpp's llama architecture): {refusal}")
+    if tokenizer is None:
+        raise ValueError("tokenizer: a GGUF carries its tokenizer; the source folder has none (save one beside it)")
+    with staged_output(out, overwrite=True, file=True) as staging:
+        writer = gguf.GGUFWriter(staging, gguf.MODEL_ARCH_NAMES[ARCH])
+        _write_hparams(writer, config, DTYPES[dtype][0])
+        write_tokenizer(writer, tokenizer, model, config.vocab_size)
+        for name, data, qtype in _gguf_tensors(model, DTYPES[dtype][1]):
+            writer.add_tensor(name, data, raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    return out
+
+
+def llama_gguf_refusal(config) -> str | None:
+    """Why ``config`` is not llama.cpp's llama architecture (the first feature that differs), or None."""
+    model_type = getattr(config, "model_type", None)
+    if getattr(config, "is_encoder_decoder", False):
+        return f"{model_type} is an encoder-decoder model; llama.cpp's llama architecture is a decoder only"
+    if model_type != "llama" and not hasattr(config, "norm_type"):
+        return f"model_type {model_type!r} is not a hf-llmsys decoder or transformers' llama"
+    act = getattr(config, "hidden_act", "silu")
+    checks = [
+        (getattr(config, "norm_type", "rmsnorm") == "rmsnorm", f"norm_type={getattr(config, 'norm_type', None)!r} "
+         "(llama.cpp's llama normalises with RMSNorm)"),
+        (act == "swiglu" or (act == "silu" and getattr(config, "mlp_gated", True)),
+         f"MLP hidden_act={act!r}, mlp_gated={getattr(config, 'mlp_gated', True)} (llama.cpp's llama MLP is SwiGLU)"),
+        (getattr(config, "position_embedding_type", "rope") == "rope", "position_embedding_type="
+         f"{getattr(config, 'position_embedding_type', None)!r} (llama.cpp's llama uses RoPE only)"),
+        (not getattr(config, "attention_bias", False), "attention_bias=True (llama.cpp's llama has no q/k/v biases "
+         "here)"),
+        (not getattr(config, "attention_out_bias", False), "attention_out_bias=True (no output projection bias)"),
+        (not getattr(config, "mlp_bias", False), "mlp_bias=True (llama.cpp's llama MLP has no biases)"),
+    ]  # fmt: skip
+    for ok, why in checks:
+        if not ok:
+            return why
+    layouts = sorted(set(config.layer_layouts())) if hasattr(config, "layer_layouts") else ["dense"]
+    if layouts != ["dense"]:
+        return f"attention_layout {layouts} (llama.cpp's llama attends densely; windowed or sparse layers differ)"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type not in ROPE_TYPES:
+        return f"rope_type={rope_type!r} (written here: {', '.join(ROPE_TYPES)})"
+    return None
+
+
+def _write_hparams(writer: gguf.GGUFWriter, config, file_type: gguf.LlamaFileType) -> None:
+    """The ``llama.*`` keys llama.cpp reads for this architecture (``llama-model.cpp``, ``load_hparams``)."""
+    head_dim = config.head_dim or config.hidden_size // config.num_attention_heads
+    rope = getattr(config, "rope_parameters", None) or {}
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads or config.num_attention_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
+    if rope.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+    eps = getattr(config, "norm_eps", None) or config.rms_norm_eps
+    writer.add_layer_norm_rms_eps(float(eps))
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_file_type(file_type)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def _gguf_tensors(model, matrix_type: gguf.GGMLQuantizationType):
+    """Yield (GGUF name, numpy data, GGML type) for every weight, in llama.cpp's layout and the chosen type."""
+    config = model.config
+    names = gguf.get_tensor_name_map(ARCH, config.num_hidden_layers)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    for hf_name, tensor in model.state_dict().items():
+        if tied and hf_name == "lm_head.weight":
+            continue  # llama.cpp falls back to token_embd when the file has no output tensor
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ValueError(f"tensor {hf_name}: no llama.cpp llama tensor corresponds to it (speed layer applied?)")
+        yield _typed(name, _llama_cpp_layout(hf_name, tensor.detach().float().cpu(), config), matrix_type)
+    if (rope_freqs := _llama3_rope_freqs(config)) is not None:
+        yield _typed(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", rope_freqs, matrix_type)
+
+
+def _llama_cpp_layout(hf_name: str, weight: torch.Tensor, config) -> torch.Tensor:
+    """q/k rows in llama.cpp's adjacent-pair RoPE order, with a non-default attention scale folded into q."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads
+    if hf_name.endswith("q_proj.weight"):
+        head_dim = config.head_dim or config.hidden_size // heads
+        scale = getattr(config, "attention_scale", None)
+        if scale is not None:
+            weight = weight * (scale * math.sqrt(head_dim))  # llama.cpp scales scores by 1/sqrt(head_dim)
+        return weight if getattr(config, "rope_interleaved", False) else _permute_rope_rows(weight, heads)
+    if hf_name.endswith("k_proj.weight") and not getattr(config, "rope_interleaved", False):
+        return _permute_rope_rows(weight, kv_heads)
+    return weight
+
+
+def _permute_rope_rows(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Rotate-half row order -> adjacent pairs, per head (llama.cpp's ``LlamaModel.permute``)."""
+    rows = weight.shape[0]
+    return weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _llama3_rope_freqs(config) -> torch.Tensor | None:
+    """Llama 3.1's per-frequency divisors (``rope_freqs``) for rope_type "llama3", else None (converter's formula)."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type") != "llama3":
+        return None
+    dim = config.head_dim or config.hidden_size // config.num_attention_heads
+    freqs = 1.0 / (rope.get("rope_theta", 10000.0) ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old_context = rope["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / freqs
+    smooth = (old_context / wavelen - low) / (high - low)
+    between = 1 / ((1 - smooth) / factor + smooth)
+    return torch.where(wavelen < old_context / high, 1.0, torch.where(wavelen > old_context / low, factor, between))
+
+
+def _typed(name: str, weight: torch.Tensor, matrix_type: gguf.GGMLQuantizationType):
+    """(name, data, type): 1-D tensors F32, matrices ``matrix_type`` (F16 where Q8_0's blocks do not fit)."""
+    data = weight.to(torch.float32).numpy()
+    qtype = gguf.GGMLQuantizationType.F32 if data.ndim <= 1 else matrix_type
+    try:
+        return name, gguf.quants.quantize(data, qtype), qtype
+    except gguf.QuantError:
+        return name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.F16), gguf.GGMLQuantizationType.F16
+
+
+__all__ = ["DTYPES", "export_gguf", "llama_gguf_refusal"]
