@@ -78,3 +78,38 @@ def test_speed_part_peak_rss_per_run_in_its_own_process(tmp_path, capsys):
     assert entry["memory_goal"] == 1.0 and entry["goal"] == 1.3
     printed = capsys.readouterr().out
     assert f"ratio {entry['rss_ratio']:.2f} (goal <= 1.0" in printed and "load average before:" in printed
+
+
+def test_learn_part_task_tokenizer_and_one_short_run(tmp_path):
+    """``--part learn``'s pieces: disjoint held-out prompts, TRL's EOS appended as text is our tokenizer's EOS id
+    (special tokens match in text), and a two-step run of both trainers writes the scores and TRL's version."""
+    bench = _bench()
+    if not (bench.SHARED_DATA / "tinyshakespeare.txt").is_file():
+        pytest.skip(f"{bench.SHARED_DATA} lacks tinyshakespeare.txt (set LLMSYS_DATA_DIR)")
+    train = bench.reverse_digit_records(300, seed=1)
+    held_out = bench.reverse_digit_records(50, seed=2, exclude={r["input"] for r in train})
+    assert len({r["input"] for r in train + held_out}) == 350
+    assert all(r["output"] == r["input"][::-1] and 3 <= len(r["input"]) <= 6 for r in train + held_out)
+    template = bench.load_template("short")
+    tokenizer = bench.learn_tokenizer(template)
+    rows = bench.trl_rows(train[:1], template)
+    text = rows["prompt"][0] + rows["completion"][0] + tokenizer.eos_token  # what TRL tokenizes (EOS as text)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id and ids.count(tokenizer.eos_token_id) == 1
+    digits = tokenizer(train[0]["output"], add_special_tokens=False)["input_ids"]
+    assert len(digits) == len(train[0]["output"])  # one token per digit: the task is about the digits' order
+
+    out = tmp_path / "learn.json"
+    bench.main(["--part", "learn", "--template", "short", "--max_length", "64", "--steps", "2", "--batch", "4",
+                "--learn_records", "32", "--held_out", "8", "--learn_models", "llmsys_gpt3", "--modes", "packed",
+                "--json", str(out)])  # fmt: skip
+    learn = json.loads(out.read_text())["learn"]
+    import trl
+
+    assert learn["trl_version"] == trl.__version__ and learn["held_out"] == 8 and learn["steps"] == 2
+    (run,) = learn["runs"]
+    assert (run["model_type"], run["mode"]) == ("llmsys_gpt3", "packed")
+    for side in ("ours", "trl"):
+        assert set(run["cross"][side]) == {"ours_decoder", "trl_decoder"}
+        assert all(0.0 <= v <= 1.0 for v in run["cross"][side].values())
+    assert run["gap"] == pytest.approx(run["trl"] - run["ours"]) and run["ours_train_loss"] > 0

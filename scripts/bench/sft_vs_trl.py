@@ -50,6 +50,17 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    ratios ours / TRL by CPU time, by wall time and by peak RSS, the machine load (the metric and what is held
    equal: `speed_part`). Goals (issue 20): tokens/s >= 1.1x TRL padded, >= 1.3x packed, peak RSS <= TRL's.
 
+3. Learning side by side (``--part learn``, issue 46; minutes of training, only when asked for): one randomly
+   initialised tiny base per model type (`learn_base`, seeded; random so that the task is learnt from nothing and
+   the trainers alone make the difference), the same synthetic records (reverse 3-6 digits, ``--learn_records``
+   training, ``--held_out`` disjoint prompts), tokenizer (ours from ``llmsys train``, where TRL's EOS appended as
+   text is the EOS id), template, steps, batch, learning rate and seed, trained by ``llmsys sft`` and by TRL's
+   ``SFTTrainer``, padded and packed. Score: greedy exact match on the held-out prompts, each model decoded until
+   its EOS by our decoding (`generate_responses`) and by a TRL user's (`decode_trl`: prompt text, ``generate`` with
+   ``eos_token_id``): the cross-decoded scores tell decoding apart from training. Each side keeps its defaults
+   unless ``--ours_option`` / ``--trl_option`` hold one equal (the schedule: ours cosine with 3% warmup, TRL's
+   linear without). Target (issue 46): |ours - TRL| <= 0.07.
+
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
                                                                           # t5_unigram (see load_tokenizer)
@@ -59,6 +70,8 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
     python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
+    python scripts/bench/sft_vs_trl.py --part learn --template short --max_length 64 --steps 400 --batch 32 \
+        --learning_rate 3e-3 --trl_option lr_scheduler_type=cosine --trl_option warmup_steps=0.03 --json learn.json
     python scripts/bench/sft_vs_trl.py --json results.json
 """
 
@@ -1034,6 +1047,27 @@ def learn_part(args, workdir: Path) -> dict:
     }  # fmt: skip
 
 
+def merge_learn_results(paths: list[str]) -> dict:
+    """Several ``--part learn`` JSON files (runs of other seeds or model types, e.g. run in parallel processes) as
+    one result: every run, and per (model type, mode) the scores over seeds, their mean gap and its spread."""
+    import statistics
+
+    parts = [json.loads(Path(p).read_text())["learn"] for p in paths]
+    shared = {k: v for k, v in parts[0].items() if k not in ("runs", "seed")}
+    runs = [{**run, "seed": part["seed"], "trl_options": part["trl_options"], "ours_options": part["ours_options"]}
+            for part in parts for run in part["runs"]]  # fmt: skip
+    summary = {}
+    for run in runs:
+        summary.setdefault(f"{run['model_type']} {run['mode']}", []).append(run)
+    table = {}
+    for key, group in summary.items():
+        gaps = [r["gap"] for r in group]
+        table[key] = {"seeds": [r["seed"] for r in group], "ours": [r["ours"] for r in group],
+                      "trl": [r["trl"] for r in group], "mean_gap": statistics.mean(gaps),
+                      "within_target": abs(statistics.mean(gaps)) <= LEARN_TARGET}  # fmt: skip
+    return {**shared, "runs": runs, "by_model_and_mode": table}
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -1086,6 +1120,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learn_models", nargs="+", default=["llmsys_llama", "llmsys_gpt3"],
                         help="learn part: model types trained")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="learn part: seed of the base model and both trainers")
+    parser.add_argument("--merge_learn", nargs="+", metavar="JSON",
+                        help="learn part: merge these --part learn results (other seeds / models) into --json")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one measured run (speed part)
     args = parser.parse_args(argv)
@@ -1132,7 +1168,9 @@ def main(argv=None) -> dict:
             results["masks"] = masks_part(args, Path(tmp))
         if args.part in ("speed", "all"):
             results["speed"] = speed_part(args, Path(tmp))
-        if args.part == "learn":  # minutes of training: only when asked for
+        if args.part == "learn" and args.merge_learn:
+            results["learn"] = merge_learn_results(args.merge_learn)
+        elif args.part == "learn":  # minutes of training: only when asked for
             results["learn"] = learn_part(args, Path(tmp))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
