@@ -27,7 +27,7 @@ from chat_template_fixtures import base_tokenizer, chat_tokenizer
 from sft_fixtures import byte_bpe, one_thread  # noqa: F401
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysT5Config
+from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysT5Config
 from hf_llmsys.chat.session import ChatSession
 from hf_llmsys.chat.streaming import ReplyStream, Sampling
 from hf_llmsys.cli import main as llmsys
@@ -64,6 +64,22 @@ def ours(tmp_path_factory, chatml_tokenizer) -> Path:
     torch.manual_seed(0)
     model = LlmsysLlamaForCausalLM(tiny_llama_config(chatml_tokenizer))
     return save_model(tmp_path_factory.mktemp("ours"), model, chatml_tokenizer)
+
+
+def tiny_gpt3(tokenizer, positions: int) -> LlmsysGPT3ForCausalLM:
+    """Learned positions (no entry past `positions`), dense and local (window 16) layers."""
+    return LlmsysGPT3ForCausalLM(LlmsysGPT3Config(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=positions, local_window=16, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    ))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ours_gpt3(tmp_path_factory, chatml_tokenizer) -> Path:
+    """A tiny llmsys_gpt3 with the GPT-2 tokenizer and ChatML."""
+    torch.manual_seed(4)
+    return save_model(tmp_path_factory.mktemp("gpt3"), tiny_gpt3(chatml_tokenizer, 256), chatml_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +123,12 @@ def turns(*pairs: tuple[str, str]) -> list[dict]:
     return [{"role": role, "content": text} for role, text in pairs]
 
 
-def test_one_shot_prints_the_greedy_reply_of_the_chat_template(ours, chatml_tokenizer, monkeypatch, capsys):
-    code, out, err = chat([str(ours), "--prompt", "What is the capital of France?", *GREEDY], monkeypatch, capsys)
-    model = AutoModelForCausalLM.from_pretrained(ours)
+@pytest.mark.parametrize("architecture", ["ours", "ours_gpt3"])
+def test_one_shot_prints_the_greedy_reply_of_the_chat_template(architecture, chatml_tokenizer, request, monkeypatch,
+                                                                capsys):  # fmt: skip
+    folder = request.getfixturevalue(architecture)
+    code, out, err = chat([str(folder), "--prompt", "What is the capital of France?", *GREEDY], monkeypatch, capsys)
+    model = AutoModelForCausalLM.from_pretrained(folder)
     expected = chat_reference(model, chatml_tokenizer, turns(("user", "What is the capital of France?")))
     assert code == 0 and expected.strip()
     assert out == expected + "\n"  # only the reply on stdout
@@ -186,6 +205,19 @@ def test_transformers_builtin_llama_folder(chatml_tokenizer, tmp_path, monkeypat
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "llama"
     code, out, _ = chat([str(tmp_path), "--prompt", "Hello", *GREEDY], monkeypatch, capsys)
     assert code == 0 and out == chat_reference(model.eval(), chatml_tokenizer, turns(("user", "Hello"))) + "\n"
+
+
+def test_a_conversation_longer_than_a_learned_position_table_drops_its_oldest_exchanges(chatml_tokenizer, tmp_path,
+                                                                                          monkeypatch, capsys):  # fmt: skip
+    """GPT-3's learned positions end at 64: the default system turn and two exchanges do not fit, so the oldest
+    leave the prompt (a notice says so); each reply is cut to the positions left (past them there is no embedding)."""
+    torch.manual_seed(5)
+    folder = save_model(tmp_path, tiny_gpt3(chatml_tokenizer, 64), chatml_tokenizer)
+    typed = "Hello there, how are you today?\nTell me about the weather in Paris.\nAnd in London?\n"
+    code, out, err = chat([str(folder), "--temperature", "0", "--max_new_tokens", "40"], monkeypatch, capsys,
+                          stdin=typed)  # fmt: skip
+    assert code == 0 and out.count("\n") >= 3
+    assert "exchange(s) left the prompt to fit the model's context" in err
 
 
 def test_stop_ids_hold_the_end_of_turn_and_the_saved_generation_config(ours, chatml_tokenizer):
