@@ -21,7 +21,7 @@ from hf_llmsys import cli, command_parser
 from hf_llmsys.stored_help import HELP_TEXTS
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "datasets")
+HEAVY = ("torch", "transformers", "datasets", "huggingface_hub", "gradio")
 JOBS = ("train", "sft")
 
 

@@ -26,26 +26,27 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-
-from huggingface_hub import HfApi, snapshot_download
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    GatedRepoError,
-    HfHubHTTPError,
-    HFValidationError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+from typing import TYPE_CHECKING
 
 from ..command_parser import CommandParser
-from .folders import SavedFolder, is_hub_id, saved_folder
 
-# The card, dataset-card and verify code (torch, transformers, jinja2) is imported where it is used, so that
-# `llmsys push|pull|card --help` imports neither.
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+    from .folders import SavedFolder
+
+# huggingface_hub (its HTTP stack: seconds on a busy machine), the card, dataset-card and verify code (torch,
+# transformers, jinja2) are imported where they are used, so that `llmsys push|pull|card --help` imports none.
 
 # Never uploaded from a training output folder: Trainer checkpoints, hidden temporaries, logs, caches.
 PUSH_IGNORE = ["checkpoint-*", "checkpoint-*/**", ".*", ".*/**", "**/__pycache__/**", "runs/**", "*.tmp"]
+
+
+def snapshot_download(*args, **kwargs) -> str:
+    """``huggingface_hub.snapshot_download``, imported when called."""
+    from huggingface_hub import snapshot_download as download
+
+    return download(*args, **kwargs)
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
@@ -72,6 +73,14 @@ def status_of(err: BaseException) -> int | None:
 @contextlib.contextmanager
 def hub_errors(api: HfApi, repo_id: str, repo_type: str, revision: str | None, action: str):
     """Turn the client's typed errors into one ValueError line naming the repo, revision and fix."""
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     where = f"{repo_type} repo {repo_id}"
     try:
         yield
@@ -123,6 +132,8 @@ def known_refs(api: HfApi, repo_id: str, repo_type: str) -> str:
 
 def checked_repo_id(repo_id: str) -> str:
     """A valid Hub id ('namespace/name' or 'name'); ValueError naming REPO_ID and the form otherwise."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     try:
         validate_repo_id(repo_id)
     except HFValidationError as err:
@@ -146,6 +157,8 @@ def full_repo_id(api: HfApi, repo_id: str) -> str:
 def upload_summary(folder: Path) -> str:
     """'12 files, 3.4 MB' for the files upload_folder will consider (same ignore rules)."""
     paths = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    from huggingface_hub.utils import filter_repo_objects
+
     kept = list(filter_repo_objects(paths, ignore_patterns=PUSH_IGNORE))
     size = sum((folder / p).stat().st_size for p in kept)
     return f"{len(kept)} files, {size / 1e6:.1f} MB"
@@ -175,6 +188,10 @@ def push_folder(
     if format is not None:
         return push_export(folder, repo_id, format, private=private, revision=revision,
                            commit_message=commit_message, api=api)  # fmt: skip
+    from huggingface_hub import HfApi
+
+    from .folders import saved_folder
+
     api = api or HfApi()
     saved = saved_folder(folder)
     repo_id = full_repo_id(api, checked_repo_id(repo_id))
@@ -218,6 +235,8 @@ def push_export(folder: str | Path, repo_id: str, format: str, **push_args) -> d
     if format != "transformers":
         raise ValueError(f"--format {format!r}: push can export to transformers only; write a GGUF file with "
                          "`llmsys export --format gguf` and upload it with `hf upload`.")  # fmt: skip
+    from huggingface_hub import HfApi
+
     api = push_args.pop("api", None) or HfApi()
     repo_id = full_repo_id(api, checked_repo_id(repo_id))
     source = Path(folder).expanduser().resolve()
@@ -243,6 +262,8 @@ def warn_about_local_base(saved: SavedFolder) -> None:
     if saved.kind != "adapter":
         return
     base = (saved.json("adapter_config.json") or {}).get("base_model_name_or_path")
+    from .folders import is_hub_id
+
     if not is_hub_id(base):
         print(
             f"warning: the adapter's base model is the local path {base!r}: others cannot load it from the Hub "
@@ -274,6 +295,8 @@ def pull_repo(
     repo_id: str, folder: str | Path, *, revision: str | None = None, repo_type: str = "model", api: HfApi | None = None
 ) -> dict:
     """Download one revision (branch, tag or sha) of a repo into ``folder``; returns {repo_id, commit, files}."""
+    from huggingface_hub import HfApi
+
     from ..checkpoints.verify import print_verify_report, verify_checkpoint
     from ..checkpoints.weight_integrity import CHECKSUM_FILE
 
