@@ -2,14 +2,14 @@
 
 - a model folder or Hub id: ours (``llmsys_llama``, ``llmsys_gpt3``: ``import hf_llmsys`` registers them), an
   exported one, or any transformers causal LM (``AutoModelForCausalLM``);
-- an adapter folder (``adapter_config.json``, what ``llmsys sft --lora`` saves): transformers loads the base named by
+- an adapter folder (``adapter_config.json``, what ``llmsys sft --lora_r N`` saves): transformers loads the base named by
   ``base_model_name_or_path`` and puts the adapter on it (its PEFT integration); adapters saved against the fused
   projections of earlier hf-llmsys models are rewritten first (`checkpoints.fused_adapters`); the tokenizer is the
   adapter folder's, else the base's.
 
 `resolve_chat_source` checks MODEL and reads everything but the weights (so a bad folder or flag is refused before
-any weight is read); `load_chat_model` loads them. The prompt format (`prompt_formats.choose_format`) follows ``prompt_template.json`` when ``llmsys sft`` saved one
-beside the model, else the tokenizer's chat template. Generation stops at the union of the model's
+any weight is read); `load_chat_model` loads them. The prompt format (`prompt_formats.choose_format`) follows
+``prompt_template.json`` when ``llmsys sft`` saved one beside the model, else the tokenizer's chat template. Generation stops at the union of the model's
 ``generation_config.eos_token_id`` (``llmsys sft`` saves the chat template's end-of-turn there), the tokenizer's EOS
 and the format's own stop ids.
 """
@@ -115,6 +115,7 @@ def resolve_chat_source(source: str, template: str = "auto", trust_remote_code: 
     import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
 
     check_source(source, "MODEL", needs=("config.json", ADAPTER_CONFIG))
+    source = str(folder) if (folder := _local_folder(source)) is not None else source  # ~ expanded
     adapter = _read_json(source, ADAPTER_CONFIG)
     base = adapter_base(source, adapter) if adapter is not None else None
     tokenizer_source = check_tokenizer_files(source, base)

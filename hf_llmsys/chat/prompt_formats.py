@@ -7,7 +7,8 @@ the user's new message.
   as text (`conversation_labels.render`, the call training uses), tokenized with no special tokens added (the
   template writes its own BOS where it has one; transformers' ``apply_chat_template(tokenize=True)`` does the same).
   Multi-turn, with a system turn. Generation stops at the EOS and at the template's end-of-turn token
-  (`ConversationTemplate.stop_token_ids`: ChatML's ``<|im_end|>``, Llama-3's ``<|eot_id|>``).
+  (`ConversationTemplate.stop_token_ids`: ChatML's ``<|im_end|>``, Llama-3's ``<|eot_id|>``). A template that
+  refuses a conversation (``raise_exception``, e.g. Gemma's "System role not supported") gives a ValueError.
 - `TextTemplateFormat`: a text template of ``llmsys sft`` (Stanford Alpaca's, ``short`` or a user file;
   `data/prompt_templates.py`). It holds one instruction and no system text, so each message is answered on its own
   (as the model was trained: one record per example); the ids are the training prefix of a record with that
