@@ -33,6 +33,7 @@ PERMUTATION_EXAMPLE = ("床前明月", "前床明月")
 CLOSE_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach((b) => b.click())"
 FETCH_SMOLLM2 = ("SmolLM2-135M-Instruct is not fetched, so only the zoo scores and generates: run "
                  "`python scripts/fetch_smollm2.py` (or `bash scripts/setup.sh`) and restart the demo.")  # fmt: skip
+ROPE_REPORT_PENDING = pd.DataFrame({"run (zoo.json, held-out text)": ["(shown when the zoo is loaded)"]})
 DEFAULT_TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the foolish their lack of "
                 "understanding. A hacker is a person who enjoys exploring the details of programmable systems.")  # fmt: skip
 
@@ -189,7 +190,7 @@ def perplexity_events(ctx: DemoContext):
     def rope_report():
         """The zoo's own RoPE-scaling results (zoo.json, held-out text) when the page opens, once it is loaded."""
         zoo = ctx.zoo.zoo
-        return readable(perplexity_tab.rope_report_table(zoo.report)) if zoo is not None else None
+        return readable(perplexity_tab.rope_report_table(zoo.report)) if zoo is not None else ROPE_REPORT_PENDING
 
     return score, curves, rope_scaling, score_on_load, rope_report
 
@@ -323,7 +324,8 @@ def build_perplexity_tab(ctx: DemoContext) -> list[Loader]:
     gr.Markdown("### RoPE scaling past the trained context\nThe zoo's RoPE model read past its training length, "
                 "unscaled and with each inference-time scaling, on its held-out text (zoo.json); below, on the "
                 "text above with disjoint windows of the chosen length.")  # fmt: skip
-    report = table("RoPE runs of zoo.json (perplexity at each evaluation length)", elem_id="rope-report")
+    report = table("RoPE runs of zoo.json (perplexity at each evaluation length)", elem_id="rope-report",
+                   value=ROPE_REPORT_PENDING)  # fmt: skip
     with gr.Row():
         scaling = gr.Radio(["none", "linear", "dynamic", "yarn"], value="yarn", label="RoPE scaling")
         context = gr.Slider(16, 1024, value=256, step=1, label="context length (tokens)")
