@@ -459,3 +459,25 @@ def test_gpu_bench_refuses_an_unknown_part_before_running_anything():
     assert done.returncode == 2
     assert "decode_overhed" in done.stderr and "decode_overhead" in done.stderr  # names the typo and the parts
     assert "===" not in done.stdout
+
+
+def test_results_files_writes_json_and_its_table_and_the_readme_rows(tmp_path):
+    """A benchmark's --json gets its results plus benchmark / environment / table, and a .md table beside it."""
+    sys.path.insert(0, str(BENCH_DIR))  # as the benchmarks import it (its dataclasses need a sys.modules entry)
+    import results_files
+
+    table = results_files.Table("Demo: ours against a peer", "peer", [
+        results_files.Row("rate, tokens/s", "30.0", "10.0", results_files.rate_ratio(30.0, 10.0), headline=True),
+        results_files.Row("time, s", "2.0", "1.0", results_files.cost_ratio(2.0, 1.0)),
+    ], ["a note"])  # fmt: skip
+    saved = results_files.write(tmp_path / "demo-cpu.json", "demo", {"speed": 30.0}, table)
+    on_disk = json.loads((tmp_path / "demo-cpu.json").read_text())
+    assert on_disk == json.loads(json.dumps(saved)) and on_disk["speed"] == 30.0 and on_disk["benchmark"] == "demo"
+    assert {"machine", "load_average", "versions", "date"} <= set(on_disk["environment"])
+    md = (tmp_path / "demo-cpu.md").read_text()
+    assert "| rate, tokens/s | 30.0 | 10.0 | 3.00x |" in md and "| time, s | 2.0 | 1.0 | 0.50x |" in md
+    assert md == results_files.markdown(on_disk, "demo-cpu.json") and "a note" in md
+    rows = results_files.readme_table(tmp_path, link_prefix="r/").splitlines()
+    assert len(rows) == 3 and "[demo-cpu](r/demo-cpu.md)" in rows[2] and "3.00x" in rows[2]  # headline rows only
+    with pytest.raises(ValueError, match="no performance block"):
+        results_files.readme_with_table("# a README without markers\n", "\n".join(rows))

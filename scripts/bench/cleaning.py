@@ -55,6 +55,9 @@ from hf_llmsys.cleaning.gopher import GopherQuality, GopherRepetition
 from hf_llmsys.cleaning.minhash import MinHashDedup
 from hf_llmsys.cleaning.text import guess_language
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
+
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 PLANTED_SHARE = 0.05
 TOP_HEADING = re.compile(r"\n(?= = [^=\n]+ = \n)")  # " = Title = " starts an article; " = = Section = = " does not
@@ -244,12 +247,48 @@ def compare_minhash(texts: list[str], theirs: dict) -> dict:
     }  # fmt: skip
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: the datasets engine against datatrove's filters (per filter: documents/s and
+    keep/drop agreement), or, for ``--engine ray``, the Ray engine against the datasets engine."""
+    rate, rows = results_files.rate_ratio, []
+    if results.get("engine") == "ray":
+        base = results["datasets_docs_per_s"]
+        for key in sorted(k for k in results if k.startswith("ray_") and k.endswith("_workers")):
+            row = results[key]
+            rows.append(results_files.Row(
+                f"recipe {results['recipe']}, {key.split('_')[1]} Ray worker(s), documents/s (same documents: "
+                f"{row['same_documents_as_datasets']})", f"{row['docs_per_s']:.1f}", f"{base:.1f}",
+                rate(row["docs_per_s"], base), headline=key == "ray_2_workers"))  # fmt: skip
+        notes = [f"{results['documents']} documents; peak Ray worker memory at 4x the input / at 1x: "
+                 f"{results['memory_ratio_4x_over_1x']:.2f}."]  # fmt: skip
+        return results_files.Table("Cleaning on Ray against the datasets engine", "datasets engine", rows, notes)
+    full = results["full_recipe"]
+    rows.append(results_files.Row(f"recipe {full['recipe']}, documents/s", f"{full['docs_per_s']:.1f}", "", None))
+    trove = results.get("datatrove", {})
+    for name, row in (trove.get("filters") or {}).items():
+        rows.append(results_files.Row(
+            f"{name}, documents/s (same keep/drop decision on {100 * row['agreement']:.1f}%)",
+            f"{row['ours_docs_per_s']:.0f}", f"{row['datatrove_docs_per_s']:.0f}",
+            rate(row["ours_docs_per_s"], row["datatrove_docs_per_s"]), headline=True))  # fmt: skip
+    if trove.get("minhash"):
+        row = trove["minhash"]
+        rows.append(results_files.Row(
+            f"MinHash dedup, documents/s (same decision on {100 * row['agreement']:.1f}%)",
+            f"{row['ours_docs_per_s']:.0f}", f"{row['datatrove_docs_per_s']:.0f}",
+            rate(row["ours_docs_per_s"], row["datatrove_docs_per_s"])))  # fmt: skip
+    notes = [
+        f"{results['documents']} documents ({results['planted_near_duplicates']} planted near duplicates); "
+        + (f"datatrove {trove['version']}." if trove.get("available") else f"datatrove: {trove.get('reason')}.")
+    ]
+    return results_files.Table("Cleaning against datatrove's filters", "datatrove", rows, notes)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.engine == "ray":
         results = run_ray_bench(args)
         if args.json:
-            args.json.write_text(json.dumps(results, indent=2) + "\n")
+            results_files.write(args.json, "cleaning", results, results_table(results))
         return results
     base = load_documents(args.data_dir, args.max_docs)
     docs, picked = plant_near_duplicates(base)
@@ -291,7 +330,7 @@ def main(argv=None) -> dict:
             }  # fmt: skip
     print_results(results)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        results_files.write(args.json, "cleaning", results, results_table(results))
     return json.loads(json.dumps(results))
 
 

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import cProfile
 import io
-import json
 import pstats
 import statistics
 import sys
@@ -48,6 +47,7 @@ from hf_llmsys.kernels import decode_attention as attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 from llama_vs_hf import MODEL_SHAPES, NO_EOS, build_models, generate_cache  # noqa: E402
 
 VIEW_OPS = {
@@ -255,6 +255,21 @@ def sdpa_alone(shape: dict, batch: int, keys: int, device: torch.device, dtype: 
     return result
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: ms per decoded token through generate and as bare model steps, ours vs theirs."""
+    cost, rows = results_files.cost_ratio, []
+    for batch, row in results["batches"].items():
+        for kind in ("generate", "model"):
+            ours, theirs = row["ours"][kind], row["theirs"][kind]
+            what = "generate" if kind == "generate" else "bare model step"
+            rows.append(results_files.Row(f"batch {batch}, {what}, ms per token", f"{ours:.3f}", f"{theirs:.3f}",
+                                          cost(ours, theirs)))  # fmt: skip
+    notes = [f"{results['new_tokens']} new tokens on {results['device']}; model shape {results['shape']}."]
+    return results_files.Table(
+        "Decode step overhead: ours against transformers' LlamaForCausalLM", "transformers", rows, notes
+    )
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -344,7 +359,7 @@ def main(argv=None) -> dict:
                     f"kernels {entry['prefill_repeated']['backend_ops']}; max |diff| "
                     f"{entry['prefill_max_abs_diff']:.1e}")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+        results_files.write(args.json, "decode_step_overhead", results, results_table(results), str(args.device))
     return results
 
 

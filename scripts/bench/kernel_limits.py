@@ -33,7 +33,6 @@ after a warm-up. Sections (``--sections``, default all):
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from functools import partial
@@ -47,6 +46,7 @@ from hf_llmsys.kernels.weight_major import _weight_major
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 from llama_vs_hf import MODEL_SHAPES  # noqa: E402  (scripts/bench/llama_vs_hf.py)
 from train_step_variants import SHAPES as VARIANT_SHAPES  # noqa: E402  (scripts/bench/train_step_variants.py)
 
@@ -333,6 +333,36 @@ def bench_decode_reads(shape: dict, cycle_mb: int, repeats: int) -> dict:
     return results
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: each kernel's GFLOP/s or GB/s against the machine's own peak (ratio = fraction)."""
+    rate, rows = results_files.rate_ratio, []
+    peak32, peak16 = results["peak_gflops_fp32"], results["peak_gflops_bf16"]
+    for name, row in (results.get("products") or {}).items():
+        for product, v in row.items():
+            rows.append(results_files.Row(f"{name} {product}, fp32 GFLOP/s", f"{v['gflops']:.1f}", f"{peak32:.1f}",
+                                          rate(v["gflops"], peak32)))  # fmt: skip
+    for size, row in (results.get("head_chunks") or {}).items():
+        rows.append(results_files.Row(f"LM head forward in chunks of {size} rows, fp32 GFLOP/s",
+                                      f"{row['forward']:.1f}", f"{peak32:.1f}", rate(row["forward"], peak32)))  # fmt: skip
+    for dtype, row in (results.get("attention") or {}).items():
+        peak = peak32 if dtype == "float32" else peak16
+        for part in ("sdpa_forward", "sdpa_backward"):
+            rows.append(results_files.Row(f"causal SDPA {part.split('_')[1]}, {dtype} GFLOP/s",
+                                          f"{row[part + '_gflops']:.1f}", f"{peak:.1f}",
+                                          rate(row[part + "_gflops"], peak)))  # fmt: skip
+    reads = results.get("decode_reads") or {}
+    for name, row in (reads.get("weights") or {}).items():
+        best = max(row.values())
+        rows.append(results_files.Row(f"decode read of {name} for one row, GB/s (best call)", f"{best:.1f}",
+                                      f"{reads['sum_gbps']:.1f} (plain sum)", rate(best, reads["sum_gbps"])))  # fmt: skip
+    notes = [f"Shape {results['shape']} (batch {results['batch']} x {results['seq']}); peaks: a {results['matmul_n']}^3 "
+             f"matmul ({peak32:.0f} GFLOP/s fp32, {peak16:.0f} bf16) and a plain sum over the weights, measured in "
+             "the same run. The ratio is the fraction of the peak reached."]  # fmt: skip
+    return results_files.Table(
+        "Kernel limits: each cost of a step against the machine's peak", "machine peak", rows, notes
+    )
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -370,8 +400,8 @@ def main(argv=None) -> dict:
     results["load_after"] = machine_limits.load()
     log(f"load after: {machine_limits.fmt_load(results['load_after'])}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-        log(f"results written to {args.json}")
+        results_files.write(args.json, "kernel_limits", results, results_table(results))
+        log(f"results written to {args.json} and its table to {Path(args.json).with_suffix('.md')}")
     return results
 
 

@@ -88,6 +88,7 @@ from hf_llmsys.kernels import GrowingCache, default_chunk_size
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
@@ -735,6 +736,55 @@ def pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:5.1f}%"
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: training, decode, load and memory rows, ours (with the speed layer) vs theirs."""
+    rate, cost = results_files.rate_ratio, results_files.cost_ratio
+    w, rows = results["workload"], []
+    for r in results.get("training") or []:
+        ours, theirs = r["ours"]["tokens_per_s"], r["theirs"]["tokens_per_s"]
+        rows.append(results_files.Row(
+            f"training {r['precision']}, batch {w['batch']} x {w['seq']}, tokens/s (MFU)",
+            f"{ours:.1f} ({pct(r['ours']['mfu']).strip()})", f"{theirs:.1f} ({pct(r['theirs']['mfu']).strip()})",
+            rate(ours, theirs), headline=True))  # fmt: skip
+        if "ours_no_kernels" in r:
+            plain = r["ours_no_kernels"]["tokens_per_s"]
+            rows.append(results_files.Row(f"training {r['precision']}, plain model (no speed layer), tokens/s",
+                                          f"{plain:.1f}", f"{theirs:.1f}", rate(plain, theirs)))  # fmt: skip
+        if "theirs_compiled" in r:
+            mine, peer = r.get("ours_compiled", r["ours"])["tokens_per_s"], r["theirs_compiled"]["tokens_per_s"]
+            rows.append(results_files.Row(f"training {r['precision']}, both compiled, tokens/s", f"{mine:.1f}",
+                                          f"{peer:.1f}", rate(mine, peer)))  # fmt: skip
+    for d in results.get("decode") or []:
+        ours, theirs = d["ours"]["tokens_per_s"], d["theirs"]["tokens_per_s"]
+        floor = d["ours"].get("floor_fraction")
+        shown = f"{ours:.1f}" + (f" ({100 * floor:.0f}% of the weight-read floor)" if floor else "")
+        rows.append(results_files.Row(
+            f"greedy decode batch {d['batch']}, {d.get('cache', 'default')} cache, {d['new_tokens']} new tokens, "
+            f"tokens/s", shown, f"{theirs:.1f}", rate(ours, theirs), headline=d["batch"] == 1))  # fmt: skip
+    if results.get("load_time"):
+        t = results["load_time"]
+        rows.append(results_files.Row(
+            f"from_pretrained, {results['memory_workload']['shape']} shape, {t['bytes'] / 1e6:.0f} MB, s",
+            f"{t['ours']['median_s']:.3f} ({t['ours_verified']['median_s']:.3f} with verify_checksums)",
+            f"{t['theirs']['median_s']:.3f}", cost(t["ours"]["median_s"], t["theirs"]["median_s"])))  # fmt: skip
+    if results.get("memory"):
+        m, mw = results["memory"], results["memory_workload"]
+        rows.append(results_files.Row(
+            f"peak training RSS, {m.get('shape', mw['shape'])} shape, batch {m['batch']} x {m['seq']} "
+            f"{m['precision']}, GiB", f"{m['ours']['peak_rss'] / 2**30:.2f}", f"{m['theirs']['peak_rss'] / 2**30:.2f}",
+            cost(m["ours"]["peak_rss"], m["theirs"]["peak_rss"]), headline=True))  # fmt: skip
+    c = results["config"]
+    notes = [] if not (results.get("training") or results.get("decode")) else [f"Model: {results['model_shape']} shape ({c['hidden_size']} wide, {c['num_hidden_layers']} layers, "
+             f"{c['num_attention_heads']}/{c['num_key_value_heads']} heads, vocabulary {c['vocab_size']}), "
+             f"{results['params']:,} parameters, the same weights on both sides (logits max |diff| "
+             f"{results['logits_max_abs_diff']:.1e}). Ours is `hf_llmsys.kernels.apply(model)` as `llmsys train` "
+             f"runs it; steps interleaved, medians; optimizer {w.get('optimizer', 'adamw_torch')}; malloc "
+             f"{results['malloc']}; device {results.get('device', 'cpu')}, {results['threads']} threads."]  # fmt: skip
+    if results.get("memory"):
+        notes.append("Peak RSS: one fresh process per side (ru_maxrss), one training step of the memory shape.")
+    return results_files.Table("Llama: hf-llmsys against transformers' LlamaForCausalLM", "transformers", rows, notes)
+
+
 def print_report(results: dict) -> None:
     log()
     log("=" * 110)
@@ -965,10 +1015,8 @@ def _run(args, shape_name: str, shape: dict, workdir: Path, wall_start: float) -
     results["wall_s"] = time.perf_counter() - wall_start
     print_report(results)
     if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2))
-        log(f"results written to {out}")
+        results_files.write(args.json, "llama_vs_hf", results, results_table(results), args.device)
+        log(f"results written to {args.json} and its table to {Path(args.json).with_suffix('.md')}")
     return results
 
 

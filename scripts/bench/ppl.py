@@ -42,6 +42,9 @@ import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
+
 REL_DIFF_GOAL = 1e-4
 SPEED_GOAL = 1.0
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -200,6 +203,25 @@ def report(r: dict) -> str:
     ])  # fmt: skip
 
 
+def results_table(r: dict) -> results_files.Table:
+    """The results file's table: scoring speed on the same token set, and the perplexities' agreement."""
+    doc, eq = r["doc"], r["ours_equal_set"]
+    rows = [
+        results_files.Row(f"scoring tokens/s, max_length {r['max_length']}, stride {r['stride']}",
+                          f"{eq['tokens_per_s']:,.0f}", f"{doc['tokens_per_s']:,.0f}",
+                          results_files.rate_ratio(eq["tokens_per_s"], doc["tokens_per_s"]), headline=True),
+        results_files.Row(f"perplexity on the same {eq['tokens_scored']:,} tokens (relative difference "
+                          f"{r['rel_diff_equal_set']:.1e})", f"{eq['ppl']:.4f}", f"{doc['ppl_corrected']:.4f}", None),
+    ]  # fmt: skip
+    notes = [f"Data: {r['source']}, {r['text_tokens']:,} tokens; random-weight model {r['model']}, batch "
+             f"{r['batch_size']}, {r['threads']} threads. The peer's perplexity is its loop with the token count "
+             "corrected (the published loop counts one token per window it never scores; see the script's "
+             "docstring)."]  # fmt: skip
+    return results_files.Table(
+        "Perplexity: corpus_perplexity against the transformers documentation's loop", "doc loop", rows, notes
+    )
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -207,7 +229,7 @@ def main(argv=None) -> dict:
     results = run(args)
     print(report(results))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        results_files.write(args.json, "ppl", results, results_table(results))
     return results
 
 

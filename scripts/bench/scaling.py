@@ -57,6 +57,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # this checkout's hf_llmsys, in this process and (PYTHONPATH) in every job
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
+
 DEFAULT_DATA_DIR = REPO.parent.parent / "shared" / "data"  # /work/wt/<name> -> /work/shared/data
 JOBS = (
     "train-stream",
@@ -375,6 +378,30 @@ def growth(rows: list[dict]) -> dict:
     return out
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: the streaming pre-training job against transformers' run_clm recipe per input
+    size (MB/s), then every job's wall time and peak RSS per size (no peer)."""
+    rows = []
+    for mb, t in results["throughput"].items():
+        job = t["streaming_job"]
+        rows.append(results_files.Row(f"{job} at {float(mb):g} MB of text, MB/s", f"{t[job]:.3f}",
+                                      f"{t['run-clm']:.3f}", t["ratio"], headline=True))  # fmt: skip
+    for r in results["rows"]:
+        rows.append(results_files.Row(f"{r['job']} at {r['text_mb']:g} MB: wall s, peak RSS MB",
+                                      f"{r['seconds']:.1f} s, {r['peak_rss_mb']:.0f} MB", "", None))  # fmt: skip
+    notes = [
+        f"{results['machine']['cpus']} CPUs; each job in a fresh process; growth against the smallest size: "
+        + "; ".join(
+            f"{job} time x{g['ratios'][-1]['time_ratio']} RSS x{g['ratios'][-1]['rss_ratio']} at "
+            f"x{g['ratios'][-1]['size_ratio']} the input"
+            for job, g in results["growth"].items()
+        )
+    ]
+    return results_files.Table(
+        "Scaling: cost against input size; streaming pre-training against run_clm", "run_clm recipe", rows, notes
+    )
+
+
 def print_report(rows: list[dict], ratios: dict, throughput: dict) -> None:
     print(f"\n{'job':<15}{'MB':>8}{'wall s':>9}{'work s':>9}{'MB/s':>8}{'peak RSS MB':>13}{'peak PSS MB':>13}"
           f"{'x time':>8}{'x RSS':>7}  load 1/5/15 min (before)")  # fmt: skip
@@ -552,7 +579,7 @@ def run_all(args, workdir: Path) -> dict:
                "rows": rows, "growth": ratios, "throughput": {str(k): v for k, v in throughput.items()},
                "plot": plot}  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        results_files.write(args.json, "scaling", results, results_table(results))
     return results
 
 

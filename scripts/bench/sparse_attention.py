@@ -43,7 +43,6 @@ Numbers are noisy when other processes share the CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -61,6 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hf_llmsys.kernels import sparse_attention  # noqa: E402
 from hf_llmsys.layout_views import flex_layout_attention  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward
@@ -397,6 +399,32 @@ def run_model_level(args: argparse.Namespace) -> dict:
     return results
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: each layout's kernel time and peak memory against dense attention (gpt3: two
+    dense layers), then one decoder layer of each layout against the dense layer."""
+    cost, rows = results_files.cost_ratio, []
+    kernel = results.get("kernel") or {}
+    for name in ("local", "strided", "fixed", "gpt3", "local+rc", "strided+rc", "fixed+rc"):
+        ref = "dense-x2" if name.startswith("gpt3") else "dense"
+        longest = max((int(n) for n in kernel.get(name, {})), default=None)
+        for seq_len, row in sorted(kernel.get(name, {}).items(), key=lambda item: int(item[0])):
+            base = kernel[ref][seq_len]
+            label = f"{name} attention vs {ref}, S={seq_len}, forward + backward"
+            headline = name in ("local", "strided") and int(seq_len) == longest
+            rows.append(results_files.Row(f"{label}, ms", f"{row['ms']:.1f}", f"{base['ms']:.1f}",
+                                          cost(row["ms"], base["ms"]), headline=headline))  # fmt: skip
+            rows.append(results_files.Row(f"{label}, peak MB", f"{row['peak_mb']:.1f}", f"{base['peak_mb']:.1f}",
+                                          cost(row["peak_mb"], base["peak_mb"])))  # fmt: skip
+    for seq_len, row in sorted((results.get("model") or {}).items(), key=lambda item: int(item[0])):
+        for kind in MODEL_KINDS[1:]:
+            rows.append(results_files.Row(f"one llmsys_gpt3 layer, {kind} vs dense, S={seq_len}, forward + backward, ms",
+                                          f"{row[kind]:.1f}", f"{row['dense']:.1f}", cost(row[kind], row["dense"])))  # fmt: skip
+    notes = ["Kernel rows: one attention call (8 heads of 64 unless the command says otherwise), "
+             "`hf_llmsys.kernels.sparse_attention` against SDPA's dense causal attention; `+rc`: recomputation "
+             "(`attention_recompute=True`). Peak MB: bytes alive at once beyond the inputs."]  # fmt: skip
+    return results_files.Table("Sparse attention layouts against dense attention", "dense", rows, notes)
+
+
 def _activation_step(fn: Callable, x: torch.Tensor) -> None:
     x = x.detach().requires_grad_()
     fn(x).sum().backward()
@@ -474,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["model"] = run_model_level(args)
         print_model_table(results["model"], args)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        results_files.write(args.json, "sparse_attention", results, results_table(results), args.device)
     print(f"machine load at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return results
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -62,6 +61,7 @@ from hf_llmsys.presets import T5_PRESETS
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
@@ -289,6 +289,33 @@ def machine(device: str = "cpu") -> dict:
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_average": load}  # fmt: skip
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: training tokens/s, beam-search latency and load time, ours vs transformers' T5."""
+    rate, cost = results_files.rate_ratio, results_files.cost_ratio
+    training, beam, rows = results["training"], results["beam_search"], []
+    precision = training.get("precision", "fp32")
+    ours, theirs = training["ours"]["tokens_per_s"], training["theirs"]["tokens_per_s"]
+    rows.append(results_files.Row(f"training {precision}, tokens/s", f"{ours:.1f}", f"{theirs:.1f}",
+                                  rate(ours, theirs), headline=True))  # fmt: skip
+    if "theirs_compiled" in training:
+        mine, peer = training.get("ours_compiled", training["ours"]), training["theirs_compiled"]
+        rows.append(results_files.Row(f"training {precision}, both compiled, tokens/s", f"{mine['tokens_per_s']:.1f}",
+                                      f"{peer['tokens_per_s']:.1f}", rate(mine["tokens_per_s"], peer["tokens_per_s"])))  # fmt: skip
+    rows.append(results_files.Row(
+        f"beam search, latency s (outputs identical: {beam['outputs_identical']})", f"{beam['ours']['median_s']:.3f}",
+        f"{beam['theirs']['median_s']:.3f}", cost(beam["ours"]["median_s"], beam["theirs"]["median_s"])))  # fmt: skip
+    if results.get("load_time"):
+        t = results["load_time"]
+        rows.append(results_files.Row("from_pretrained, s", f"{t['ours']['median_s']:.3f}",
+                                      f"{t['theirs']['median_s']:.3f}",
+                                      cost(t["ours"]["median_s"], t["theirs"]["median_s"])))  # fmt: skip
+    notes = [f"Model: {results['model_shape']}, {results['parameters']:,} parameters, the same weights on both sides "
+             f"(logits max |diff| {results['logits_max_abs_diff']:.1e}); malloc {results['malloc']}."]  # fmt: skip
+    return results_files.Table(
+        "T5: hf-llmsys against transformers' T5ForConditionalGeneration", "transformers", rows, notes
+    )
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -349,7 +376,7 @@ def main(argv=None) -> dict:
         log(f"from_pretrained ours {load_time['ours']['median_s']:.3f} s, transformers "
             f"{load_time['theirs']['median_s']:.3f} s: ratio {load_time['ratio']:.2f}")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        results_files.write(args.json, "t5_vs_hf", results, results_table(results), args.device)
     return results
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from hf_llmsys.kernels import chunked_linear_cross_entropy, default_chunk_size, 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 from loss_variants import add_optimizer_argument, make_optimizer  # noqa: E402  (scripts/bench/loss_variants.py)
 
 SHAPES = {
@@ -222,6 +222,25 @@ def profile_tables(variants: dict[str, Variant], args, vocab: int) -> dict:
     return tables
 
 
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: ms per training step of each variant against transformers' Llama."""
+    rows = []
+    theirs = results["variants"].get("theirs", {}).get("median_s")
+    for name, r in results["variants"].items():
+        if name == "theirs":
+            continue
+        chunk = "-" if r["chunk"] is None else ("plain loss" if r["chunk"] == 0 else f"chunks of {r['chunk']}")
+        rows.append(results_files.Row(
+            f"{name} ({chunk}, recompute hooks {'on' if r['hooks'] else 'off'}), ms a step",
+            f"{1000 * r['median_s']:.1f}", "" if theirs is None else f"{1000 * theirs:.1f}",
+            r["speed_vs_theirs"]))  # fmt: skip
+    notes = [f"Shape {results['shape']}, batch {results['batch']} x {results['seq']}, {results['precision']}, "
+             f"{results['device']}, malloc {results['malloc']}."]  # fmt: skip
+    return results_files.Table(
+        "Training step variants against transformers' LlamaForCausalLM", "transformers", rows, notes
+    )
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -261,7 +280,7 @@ def main(argv=None) -> dict:
             f"weight {check['grad_weight_rel']:.2e}")  # fmt: skip
     log(f"load at the end {machine_limits.fmt_load(machine_limits.load())}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        results_files.write(args.json, "train_step_variants", results, results_table(results), args.device)
     return results
 
 
