@@ -561,7 +561,8 @@ def test_whitespace_only_output_is_shown_visibly():
     assert visible_whitespace("\n" * 24) == "⏎×24"
     assert visible_whitespace(" \n\n\t") == "␣ ⏎×2 ⇥"
     assert visible_whitespace("") == "∅ (no text)"
-    assert visible_whitespace(" a\n") == " a\n"  # text with anything visible is shown as it is
+    assert visible_whitespace(" the" + "\n" * 23) == " the⏎×23"  # newlines inside text: one line per cell
+    assert visible_whitespace(" a b\nc") == " a b⏎c"
 
 
 def test_figures_label_every_line_and_mask_future_keys():

@@ -1,5 +1,6 @@
 """How the demo shows tokens and generated text to a reader: whole characters as text, partial UTF-8 bytes as
-``\\xNN`` escapes, and text made only of whitespace as visible symbols with counts (24 newlines: ``⏎×24``).
+``\\xNN`` escapes, text made only of whitespace as visible symbols with counts (24 newlines: ``⏎×24``), and
+runs of newlines inside text as ``⏎×n`` (a table cell shows one line).
 
 Byte-level BPE (GPT-2's scheme, used by the zoo's tokenizer and SmolLM2's) spells each byte as one printable
 character (``bytes_to_unicode``: byte 0xE5 is "å"); a token may end inside a multi-byte UTF-8 character ("床" is
@@ -14,20 +15,23 @@ import re
 
 WHITESPACE_SYMBOLS = {"\n": "⏎", " ": "␣", "\t": "⇥", "\r": "␍"}
 BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+NEWLINES = re.compile(r"\n+")
 
 
 def visible_whitespace(text: str) -> str:
-    """``text`` itself when it holds anything but whitespace; else each run of one whitespace character as its
-    symbol with a count (``"\\n" * 24`` -> ``⏎×24``, ``"  "`` -> ``␣×2``), and ``∅ (no text)`` for ``""``."""
-    if text.strip():
-        return text
+    """Text for a table cell: when it holds only whitespace, each run of one whitespace character as its symbol
+    with a count (``"\\n" * 24`` -> ``⏎×24``, ``" \\n\\n"`` -> ``␣ ⏎×2``) and ``∅ (no text)`` for ``""``; otherwise
+    the text with its runs of newlines as ``⏎`` / ``⏎×n`` (a cell shows one line: `` the⏎×23``)."""
     if not text:
         return "∅ (no text)"
-    runs = []
-    for char, run in itertools.groupby(text):
-        symbol, count = WHITESPACE_SYMBOLS.get(char, repr(char)[1:-1]), len(list(run))
-        runs.append(symbol if count == 1 else f"{symbol}×{count}")
-    return " ".join(runs)
+    if text.strip():
+        return NEWLINES.sub(lambda run: _symbol("\n", len(run.group())), text)
+    return " ".join(_symbol(char, len(list(run))) for char, run in itertools.groupby(text))
+
+
+def _symbol(char: str, count: int) -> str:
+    symbol = WHITESPACE_SYMBOLS.get(char, repr(char)[1:-1])
+    return symbol if count == 1 else f"{symbol}×{count}"
 
 
 @functools.lru_cache(maxsize=1)
