@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-OUR_MODEL_TYPES = ("llmsys_llama", "llmsys_gpt3", "llmsys_t5")
 # transformers model types whose folders one of our classes reads with the same module names, so that a PEFT adapter
 # trained over transformers' class applies to ours (e.g. `llmsys sft --lora` on SmolLM2, a `llama` folder)
 ADAPTER_BASE_TYPES = {"llama": "LlmsysLlamaForCausalLM"}
@@ -46,12 +45,19 @@ class ExportSource:
     name: str  # what the model card names as the source
 
 
+def our_model_types() -> list[str]:
+    """The model types of hf-llmsys (the architecture registry's)."""
+    from ..architectures import model_types
+
+    return model_types()
+
+
 def check_our_model(model, what: str) -> None:
     """ValueError unless ``model`` is one of our architectures."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in OUR_MODEL_TYPES:
+    if model_type not in our_model_types():
         raise ValueError(
-            f"{what}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(OUR_MODEL_TYPES)}); "
+            f"{what}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(our_model_types())}); "
             "a transformers model type already loads without hf-llmsys, so there is nothing to export."
         )
 
@@ -87,9 +93,12 @@ def folder_extras(folder: Path, fallback: Path | None = None) -> tuple[object | 
 
 
 def auto_class(model_type: str):
+    """The Auto class that loads ``model_type`` with its head (causal LM or seq2seq LM), from the registry."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    return AutoModelForSeq2SeqLM if model_type == "llmsys_t5" else AutoModelForCausalLM
+    from ..architectures import architecture
+
+    return AutoModelForSeq2SeqLM if architecture(model_type).is_encoder_decoder else AutoModelForCausalLM
 
 
 def load_model_folder(folder: Path):
@@ -97,9 +106,9 @@ def load_model_folder(folder: Path):
     import hf_llmsys  # noqa: F401  (registers our architectures)
 
     model_type = read_json(folder / "config.json").get("model_type")
-    if model_type not in OUR_MODEL_TYPES:
+    if model_type not in our_model_types():
         raise ValueError(
-            f"SRC {folder}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(OUR_MODEL_TYPES)}); a "
+            f"SRC {folder}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(our_model_types())}); a "
             "transformers model type already loads without hf-llmsys, so there is nothing to export."
         )
     return auto_class(model_type).from_pretrained(folder)

@@ -18,6 +18,7 @@ import torch
 import transformers
 from transformers import AutoConfig, GenerationConfig
 
+from ..architectures import architecture
 from .decoder_targets import decoder_target
 from .export_card import write_export_card
 from .sources import ExportSource
@@ -27,7 +28,7 @@ from .transformers_targets import Target
 
 def target_for(config) -> Target:
     """The transformers class that expresses ``config`` exactly (ValueError naming the feature otherwise)."""
-    return t5_target(config) if config.model_type == "llmsys_t5" else decoder_target(config)
+    return t5_target(config) if architecture(config.model_type).is_encoder_decoder else decoder_target(config)
 
 
 def cpu_state_dict(model) -> dict:
