@@ -54,8 +54,13 @@ def save_model(folder: Path, model, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="module")
-def chatml_tokenizer(tmp_path_factory):
-    return chat_tokenizer("chatml", base_tokenizer("gpt2", tmp_path_factory.mktemp("gpt2")))
+def gpt2_base(tmp_path_factory):
+    return base_tokenizer("gpt2", tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def chatml_tokenizer(gpt2_base):
+    return chat_tokenizer("chatml", gpt2_base)
 
 
 @pytest.fixture(scope="module")
@@ -220,11 +225,21 @@ def test_a_conversation_longer_than_a_learned_position_table_drops_its_oldest_ex
     assert "exchange(s) left the prompt to fit the model's context" in err
 
 
-def test_stop_ids_hold_the_end_of_turn_and_the_saved_generation_config(ours, chatml_tokenizer):
+@pytest.mark.parametrize("family", ["chatml", "llama3", "phi3"])
+def test_stop_ids_hold_the_end_of_turn_and_the_saved_generation_config(family, gpt2_base, tmp_path):
+    """The EOS and the template's end-of-turn token (<|im_end|>, <|eot_id|>, <|end|>), plus what the folder's
+    generation_config.json adds (as llmsys sft saves a chat model's stops there)."""
+    from chat_template_fixtures import FAMILIES
+
     from hf_llmsys.chat.loading import load_chat_model, resolve_chat_source
 
-    loaded = load_chat_model(resolve_chat_source(str(ours)), device="cpu")
-    assert loaded.stop_ids == stop_ids(chatml_tokenizer)
+    tokenizer = chat_tokenizer(family, gpt2_base)
+    model = LlmsysLlamaForCausalLM(tiny_llama_config(tokenizer))
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, 7]
+    save_model(tmp_path, model, tokenizer)
+    loaded = load_chat_model(resolve_chat_source(str(tmp_path)), device="cpu")
+    end_of_turn = tokenizer.convert_tokens_to_ids(FAMILIES[family]["end_of_turn"])
+    assert loaded.stop_ids == [tokenizer.eos_token_id, 7, end_of_turn]
     assert loaded.context_length == 256
 
 
