@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -211,3 +212,18 @@ def test_stale_stored_help_falls_back_to_the_live_help_in_an_ordinary_interprete
     done = run_entry(["sft", "--help"], prelude=prelude)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == HELP_TEXTS["sft"]["text"]  # the live help, printed by the re-executed interpreter
+
+
+def test_bench_script_times_each_help_and_keeps_other_labels(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_cli_help", REPO / "scripts" / "bench" / "cli_help.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "cli_help.json"
+    out.write_text(json.dumps({"before": {"kept": True}}))
+    result = bench.main(["--label", "after", "--repeats", "2", "--commands", "verify", "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["before"] == {"kept": True} and saved["after"] == result
+    for name in ("top_level", "verify"):
+        timing = result["help_s"][name]
+        assert timing["exit_status"] == 0 and len(timing["samples_s"]) == 2
+        assert timing["median_s"] == pytest.approx(sum(timing["samples_s"]) / 2, abs=1e-3)
