@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_demo_support import TINY_ENCODINGS, demo_server, tiny_zoo  # noqa: F401  (session fixtures)
+from test_demo_support import TINY_ENCODINGS, demo_server, free_port, tiny_zoo  # noqa: F401  (session fixtures)
 
 CHROMIUM = os.environ.get("LLMSYS_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--headless=new", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking",
@@ -256,7 +256,6 @@ def test_a_page_opened_during_training_fills_in_when_the_zoo_is_loaded(browser, 
     from hf_llmsys.demo.app import DemoContext, build_app
     from hf_llmsys.demo.cli import launch
     from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
-    from test_demo_support import free_port
 
     text = tmp_path / "text.txt"
     text.write_text(load_default_corpus()[:20000], encoding="utf-8")

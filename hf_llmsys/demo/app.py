@@ -69,6 +69,11 @@ class DemoContext:
         entries.update({entry.name: entry for entry in self.seq2seq})
         return entries
 
+    def models_on_page(self) -> str:
+        """One Markdown line: the zoo's limits, and the pretrained model beside it (or how to fetch it)."""
+        real = f"**{self.real_model.name}** (a real pretrained model) is scored beside it." if self.real_model else None
+        return f"{self.zoo.limits()} {real or FETCH_SMOLLM2}"
+
     def generation_defaults(self) -> list[str]:
         """What the generation tab runs on load: the pretrained model first, then two zoo runs."""
         return [name for name in (self.real_model.name if self.real_model else None, "rope", "alibi")
@@ -295,14 +300,15 @@ def build_positions_tab(ctx: DemoContext) -> list[Loader]:
     order_note = gr.Markdown()
     order_table = table("next-token distributions compared", elem_id="order-table")
     compare.click(compare_orders, [text_a, text_b], [order_table, order_note], api_name="permutation")
-    return [(show_encoding, inputs, outputs, False),
-            (compare_orders, [text_a, text_b], [order_table, order_note], True)]  # trained models once loaded
+    return [
+        (show_encoding, inputs, outputs, False),
+        (compare_orders, [text_a, text_b], [order_table, order_note], True),
+    ]  # trained models once loaded
 
 
 def build_perplexity_tab(ctx: DemoContext) -> list[Loader]:
     score, curves, rope_scaling, score_on_load, rope_report = perplexity_events(ctx)
-    about = gr.Markdown(ctx.zoo.limits() + " " + (f"**{ctx.real_model.name}** (a real pretrained model) is "
-                        "scored beside it." if ctx.real_model else FETCH_SMOLLM2), elem_id="ppl-about")  # fmt: skip
+    about = gr.Markdown(ctx.models_on_page(), elem_id="ppl-about")
     text = gr.Textbox(DEFAULT_TEXT, lines=6, label="text", max_length=ctx.limits.max_chars, elem_id="ppl-text")
     include_real = gr.Checkbox(ctx.real_model is not None, label="include the pretrained model "
                                + (f"({ctx.real_model.name})" if ctx.real_model else "(not fetched)"),
@@ -332,14 +338,11 @@ def build_perplexity_tab(ctx: DemoContext) -> list[Loader]:
     run_scaling = gr.Button("Evaluate RoPE", elem_id="rope-scaling")
     scaling_table = table("RoPE perplexity on the text", value=pd.DataFrame(columns=perplexity_tab.ROPE_COLUMNS))
     run_scaling.click(rope_scaling, [text, scaling, context], scaling_table, api_name="rope_scaling")
-    zoo_about = lambda: ctx.zoo.limits() + " " + (  # noqa: E731
-        f"**{ctx.real_model.name}** (a real pretrained model) is scored beside it." if ctx.real_model else FETCH_SMOLLM2
-    )
     return [
         (curves, None, [zoo_plot, paper_plot], True),
         (score_on_load, [text, include_real], [coloured, tokens, summary], True),
         (rope_report, None, report, True),
-        (zoo_about, None, about, True),
+        (ctx.models_on_page, None, about, True),
     ]
 
 
@@ -369,9 +372,11 @@ def build_sparse_tab(ctx: DemoContext) -> list[Loader]:
 def build_generation_tab(ctx: DemoContext) -> list[Loader]:
     generate, generate_on_load = generation_events(ctx)
     limits = ctx.limits
-    gr.Markdown("The zoo's models trained for two minutes on 64-token windows: their continuations are mostly "
-                "noise (often only newlines, shown as ⏎×n) and show nothing about positional encodings. "
-                + (f"{ctx.real_model.name} shows what a real model does." if ctx.real_model else FETCH_SMOLLM2))
+    gr.Markdown(
+        "The zoo's tiny models (their limits: the Perplexity tab) continue a prompt mostly with noise (often only "
+        "newlines, shown as ⏎×n), which says nothing about their positional encodings. "
+        + (f"{ctx.real_model.name} shows what a real model does." if ctx.real_model else FETCH_SMOLLM2)
+    )
     prompt = gr.Textbox("A hacker is", label="prompt", max_length=limits.max_chars, elem_id="prompt")
     names = gr.CheckboxGroup(ctx.generation_choices(), value=ctx.generation_defaults(), label="models")
     with gr.Row():

@@ -8,7 +8,10 @@
 2. First page load: a headless chromium (playwright, Debian's /usr/bin/chromium) from navigation until the zoo
    status line is rendered, against fetching ``/config`` over HTTP (the reference): goal <= 3 s. Without chromium
    only the HTTP figures are printed.
-3. ``--zoo-train``: the ``demo`` zoo preset trained from scratch into a temporary folder (what ``llmsys demo`` does
+3. Sparse tab: the ``/sparse`` event at the longest length the page allows (1024; four layouts, each measured
+   in four implementations with saved-tensor hooks), against the same table functions called directly: goal <= 10 s
+   on 2 cores (a click, not a page load).
+4. ``--zoo-train``: the ``demo`` zoo preset trained from scratch into a temporary folder (what ``llmsys demo`` does
    on first run): goal <= 180 s on 2 cores. Wall and CPU seconds are printed; CPU seconds stay comparable when
    other jobs share the machine.
 
@@ -35,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
 
-GOAL_PPL_S, GOAL_PPL_REAL_S, GOAL_LOAD_S, GOAL_TRAIN_S = 2.0, 4.0, 3.0, 180.0
+GOAL_PPL_S, GOAL_PPL_REAL_S, GOAL_LOAD_S, GOAL_TRAIN_S, GOAL_SPARSE_S = 2.0, 4.0, 3.0, 180.0, 10.0
+SPARSE_ARGS = (1024, 8, 16, 2, 8, 64)  # length, stride, window, summary, heads, head dim: the page's defaults at 1024
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -122,6 +126,22 @@ def bench_page_load(url: str, reps: int) -> dict:
     return result
 
 
+def bench_sparse(url: str, reps: int) -> dict:
+    """The sparse tab's event at length 1024 through the page, and its tables computed directly."""
+    from gradio_client import Client
+
+    from hf_llmsys.demo import sparse_tab
+
+    length, stride, window, summary, heads, head_dim = SPARSE_ARGS
+    sizes = (length, heads, head_dim, stride, window, summary)
+    client = Client(url, verbose=False)
+    page = median_time(lambda: client.predict(*SPARSE_ARGS, api_name="/sparse"), reps)
+    direct = median_time(lambda: (sparse_tab.measured_memory(*sizes), sparse_tab.derived_memory(*sizes),
+                                  sparse_tab.keys_per_query(length, heads, stride, window, summary)), reps)  # fmt: skip
+    client.close()
+    return {"length": length, "page_s": page, "direct_s": direct}
+
+
 def bench_zoo_training(folder: Path) -> dict:
     """Train the demo preset into `folder` (kept: the rest of the run can serve it)."""
     from hf_llmsys.experiments.positional_zoo import PRESETS, ZooSettings, run_zoo
@@ -178,6 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
                   f"(goal page <= {GOAL_PPL_REAL_S} s); load {load_average()}")  # fmt: skip
         else:
             print("perplexity tab with SmolLM2: not measured (not fetched: python scripts/fetch_smollm2.py)")
+        sparse = results["sparse"] = bench_sparse(url, args.reps)
+        print(f"sparse tab at length {sparse['length']}: page {sparse['page_s']:.3f} s, tables called directly "
+              f"{sparse['direct_s']:.3f} s (goal page <= {GOAL_SPARSE_S:.0f} s); load {load_average()}")  # fmt: skip
         page = results["page_load"] = bench_page_load(url, args.reps)
         browser = "n/a (no chromium)" if page["browser_s"] is None else f"{page['browser_s']:.3f} s"
         print(f"first page load in chromium: {browser}, /config over HTTP {page['config_http_s']:.3f} s "
