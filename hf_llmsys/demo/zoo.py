@@ -168,12 +168,13 @@ class ZooManager:
 
     def _print_progress(self, event: dict) -> None:
         """The console's one progress line (the Trainer's log dicts are off): rewritten in place on a terminal,
-        else one line per stage (tokenizer and data, each model, done)."""
+        else one line per stage (tokenizer and data, each model, done). The first line ends at once, so the server's
+        start-up lines printed meanwhile do not run into it."""
         if event["stage"] == "done":
             line, end = "demo zoo: trained; loading it", "\n"
         else:
             line = "demo zoo: " + self.status().split(": ", 1)[-1].split(" Tabs 2 and 4")[0]
-            end = ""
+            end = "\n" if event["stage"] == "data" else ""
         stream = sys.stderr
         if stream.isatty():
             stream.write("\r\033[K" + line + end)
