@@ -146,12 +146,14 @@ def markdown(results: dict, json_name: str) -> str:
     ]
     if env.get("command"):
         lines.append(f"- command: `{env['command']}`")
+    if results.get("source"):  # results recovered from an older run's log rather than written by `write`
+        lines.append(f"- source: {results['source']}")
     lines += ["", f"| measurement | ours | {table.peer} | ours ahead by (> 1: ours better) |", "|---|---|---|---|"]
     for row in table.rows:
         shown = "" if row.ratio is None else f"{row.ratio:.2f}x"
         lines.append(f"| {row.measurement} | {row.ours} | {row.peer} | {shown} |")
-    if table.notes:
-        lines += ["", *table.notes]
+    for note in table.notes:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
