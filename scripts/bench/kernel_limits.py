@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Benchmark: what the kernels of our Llama's training and decoding steps reach on this machine, against the
 machine's own limits measured in the same run (``machine_limits.py``). Once both models do the same work, this
-says where a step's time goes and how much is left to gain (README, "What is left of issue 21 on this CPU").
+says where a step's time goes and how much is left to gain.
 
-Not a test: it measures and prints tables (and optionally JSON). Shapes are those of ``llama_vs_hf.py`` (default:
+Not a test: it measures and prints tables; ``--json FILE`` writes the results and their table beside it
+(``results_files.py``; ``benchmarks/results/kernel_limits-cpu.json`` is where the docs read them). Shapes are those of ``llama_vs_hf.py`` (default:
 batch 4 x 512 tokens; ``--shape smollm2``: SmolLM2-135M at batch 2 x 2048). Each time is the best of ``--repeats``
 after a warm-up. Sections (``--sections``, default all):
 

@@ -422,7 +422,7 @@ def print_report(rows: list[dict], ratios: dict, throughput: dict) -> None:
 
 
 def ascii_plot(rows: list[dict], width: int = 50) -> str:
-    """Seconds against MB per job on log-log axes (one character per job), for the README."""
+    """Seconds against MB per job on log-log axes, one character per job: the figure `--plot` draws."""
     import math
 
     marks = {job: job[0].upper() if job != "clean-ray" else "Y" for job in dict.fromkeys(r["job"] for r in rows)}
