@@ -299,11 +299,13 @@ def assert_llama_cpp_agrees(model, tok, path: Path, texts: list[str]) -> float:
     llm = llama_cpp(path)
     for text in texts:
         assert llm.tokenize(text.encode("utf-8"), add_bos=True, special=False) == tok(text)["input_ids"], text
-    prompt = tok(texts[0])["input_ids"][:PROMPT_TOKENS]
+    prompt = tok("\n\n".join(texts))["input_ids"][:PROMPT_TOKENS]
     assert len(prompt) == PROMPT_TOKENS
     theirs, their_tokens = llama_cpp_logits_and_greedy(llm, prompt, GREEDY_TOKENS)
+    llm.close()  # now, not in __del__ at interpreter exit (where llama-cpp-python 0.3.36 raises)
     ours, our_tokens = our_logits_and_greedy(model, prompt, GREEDY_TOKENS)
     error = (theirs - ours).abs().max().item()
+    print(f"llama.cpp vs ours: max |logit difference| {error:.3g} over {PROMPT_TOKENS} positions")
     assert error <= LLAMA_CPP_LOGIT_TOL and their_tokens == our_tokens
     return error
 
@@ -355,8 +357,11 @@ def test_llama_cpp_tokenizes_mistral_sentencepiece_as_we_do(tmp_path, shared_dat
     path = export_gguf(tiny_llama(tok), tok, tmp_path / "spm.gguf", "f32")
     llm = llama_cpp(path)
     text = (shared_data / "tinyshakespeare.txt").read_text(encoding="utf-8")[:20_000]
-    for sample in [*text.split("\n\n")[:200], *real_texts(shared_data)]:
-        assert llm.tokenize(sample.encode("utf-8"), add_bos=True, special=False) == tok(sample)["input_ids"], sample
+    samples = [*text.split("\n\n")[:200], *real_texts(shared_data)]
+    theirs = [llm.tokenize(sample.encode("utf-8"), add_bos=True, special=False) for sample in samples]
+    llm.close()
+    for sample, ids in zip(samples, theirs, strict=True):
+        assert ids == tok(sample)["input_ids"], sample
 
 
 # --- SmolLM2-135M-Instruct -------------------------------------------------------------------------------------------
@@ -373,16 +378,22 @@ def smollm2():
 
 
 @pytest.mark.slow
-def test_smollm2_q8_0_keeps_f32_greedy_tokens(smollm2, tmp_path, shared_data):
-    """transformers' reader over the q8_0 file continues a Shakespeare prompt with our f32 model's 16 tokens."""
+def test_smollm2_q8_0_keeps_f32_greedy_tokens(smollm2, tmp_path):
+    """transformers' reader over the q8_0 file answers a chat prompt with our f32 model's 16 greedy tokens.
+
+    A chat prompt, what this instruct model is for: there the f32 model's top two logits are >= 0.86 apart at each of
+    the 16 steps. After the 8-token Shakespeare line of ``real_texts`` they are 0.067 apart at step 3, and q8_0's
+    rounding (0.4% of each 32-value block's largest weight) legitimately picks the other token there.
+    """
     model, tok = smollm2
     path = export_gguf(model, tok, tmp_path / "smollm2-q8_0.gguf", "q8_0")
     reference = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    prompt = tok(real_texts(shared_data)[0])["input_ids"][:PROMPT_TOKENS]
-    assert (
-        our_logits_and_greedy(reference, prompt, GREEDY_TOKENS)[1]
-        == our_logits_and_greedy(model, prompt, GREEDY_TOKENS)[1]
-    )
+    question = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    prompt = tok.apply_chat_template(question, add_generation_prompt=True, tokenize=True, return_dict=True)
+    prompt = list(prompt["input_ids"])
+    ours = our_logits_and_greedy(model, prompt, GREEDY_TOKENS)[1]
+    assert our_logits_and_greedy(reference, prompt, GREEDY_TOKENS)[1] == ours
+    assert tok.decode(ours).startswith("The capital of France is Paris.")
 
 
 @pytest.mark.slow

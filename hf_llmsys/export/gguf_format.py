@@ -93,10 +93,11 @@ def llama_gguf_refusal(config) -> str | None:
          f"MLP hidden_act={act!r}, mlp_gated={getattr(config, 'mlp_gated', True)} (llama.cpp's llama MLP is SwiGLU)"),
         (getattr(config, "position_embedding_type", "rope") == "rope", "position_embedding_type="
          f"{getattr(config, 'position_embedding_type', None)!r} (llama.cpp's llama uses RoPE only)"),
-        (not getattr(config, "attention_bias", False), "attention_bias=True (llama.cpp's llama has no q/k/v biases "
-         "here)"),
-        (not getattr(config, "attention_out_bias", False), "attention_out_bias=True (no output projection bias)"),
-        (not getattr(config, "mlp_bias", False), "mlp_bias=True (llama.cpp's llama MLP has no biases)"),
+        (not getattr(config, "attention_bias", False), "attention_bias=True (the llama GGUF written here has no "
+         "q/k/v biases)"),
+        (not getattr(config, "attention_out_bias", False), "attention_out_bias=True (the llama GGUF written here has "
+         "no output projection bias)"),
+        (not getattr(config, "mlp_bias", False), "mlp_bias=True (the llama GGUF written here has no MLP biases)"),
     ]  # fmt: skip
     for ok, why in checks:
         if not ok:

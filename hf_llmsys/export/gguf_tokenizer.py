@@ -88,18 +88,17 @@ def gguf_vocab(tokenizer, vocab_size: int) -> GgufVocab:
     tokens, types = [], []
     for i in range(vocab_size):
         token = by_id.get(i)
+        tokens.append(f"[PAD{i}]" if token is None else token)
         if token is None:
-            tokens.append(f"[PAD{i}]")
             types.append(gguf.TokenType.UNUSED)
+        elif i == unk_id:
+            types.append(gguf.TokenType.UNKNOWN)
         elif i in added:
-            tokens.append(token)
             types.append(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED)
         elif sentencepiece and BYTE_TOKEN.fullmatch(token):
-            tokens.append(token)
             types.append(gguf.TokenType.BYTE)
         else:
-            tokens.append(token)
-            types.append(gguf.TokenType.UNKNOWN if i == unk_id else gguf.TokenType.NORMAL)
+            types.append(gguf.TokenType.NORMAL)
     scores = _merge_rank_scores(tokens, model["merges"]) if sentencepiece else None
     return GgufVocab("llama" if sentencepiece else "gpt2", pre, tokens, [int(t) for t in types], scores)
 
@@ -148,7 +147,11 @@ def _byte_level_pre(spec: dict) -> str:
 def _sentencepiece_check(spec: dict) -> str:
     """Require the "▁"-for-space convention llama.cpp's SentencePiece tokenizer applies; the pre name is "default"."""
     pre, normalizer = spec.get("pre_tokenizer") or {}, spec.get("normalizer") or {}
-    metaspace = pre.get("type") == "Metaspace" and pre.get("prepend_scheme", "always") in ("first", "always")
+    metaspace = (
+        pre.get("type") == "Metaspace"
+        and pre.get("prepend_scheme", "always") in ("first", "always")
+        and not pre.get("split", True)  # llama.cpp merges over the whole text, not word by word
+    )
     legacy = pre == {} and [n.get("type") for n in normalizer.get("normalizers", [])] == ["Prepend", "Replace"]
     if not (metaspace or legacy):
         raise ValueError(
