@@ -292,7 +292,8 @@ def build_positions_tab(ctx: DemoContext) -> list[Loader]:
                 "same tokens, through a NoPE and a RoPE model. With one layer, attention without positions sees a "
                 "set: NoPE's distribution is identical (rounding only), RoPE's is not. Stacked causal layers let "
                 "NoPE recover some order (an earlier token's state depends on what precedes it), so the full-depth "
-                "rows differ for both. Top tokens that end inside a character show its bytes (`\\xe5`).")  # fmt: skip
+                "rows differ for both. A top token is text when it holds whole characters, bytes such as `\\xe5` "
+                "when it ends inside one.")  # fmt: skip
     with gr.Row():
         text_a = gr.Textbox(PERMUTATION_EXAMPLE[0], label="text A", max_length=200, elem_id="permutation-a")
         text_b = gr.Textbox(PERMUTATION_EXAMPLE[1], label="text B", max_length=200, elem_id="permutation-b")
