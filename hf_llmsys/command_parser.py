@@ -194,6 +194,15 @@ def short_help(parser: argparse.ArgumentParser, dataclass_types, epilog: str | N
     return short.format_help()
 
 
+def parse_into_dataclasses(parser, argv) -> tuple:
+    """``parser.parse_args_into_dataclasses(argv)``; a flag no dataclass declares is a ValueError naming it and where
+    the options are listed (HfArgumentParser's own message names itself, not the command)."""
+    *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if unknown:
+        raise ValueError(f"unknown arguments {' '.join(unknown)} ({parser.prog} --help lists the options)")
+    return tuple(parsed)
+
+
 def print_help_and_exit(text: str) -> None:
     """Print a help text on stdout and exit 0, as argparse's --help does."""
     sys.stdout.write(text)

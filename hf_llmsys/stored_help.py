@@ -5,8 +5,8 @@ tests/test_cli_help.py checks it equals the live help; see `command_parser.store
 HELP_TEXTS = {
     "train": {
         "sources": {
-            "command_parser.py": "d428531254c2b617a78bd2ae9d77241fa4e313a2305fa98f900b737df688f6a2",
-            "training/job.py": "6642dce1ea24737e860e5468bb3e9503b3eabfef3d6ced247b621e4df3a3b66b",
+            "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
+            "training/job.py": "3e9be80b8ddcd6ce3ca27816b762f3109bbe135cd76b029346d217d9554342b9",
             "training/pretrain_arguments.py": "8dc847510826f9e9ff89e38c9ce586e7decfb8c013d40f6ad71625c4a783fa91",
         },
         "text": """\
@@ -142,8 +142,8 @@ plus every `transformers.TrainingArguments` option: `llmsys train --help-all`
     },
     "sft": {
         "sources": {
-            "command_parser.py": "d428531254c2b617a78bd2ae9d77241fa4e313a2305fa98f900b737df688f6a2",
-            "training/job.py": "6642dce1ea24737e860e5468bb3e9503b3eabfef3d6ced247b621e4df3a3b66b",
+            "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
+            "training/job.py": "3e9be80b8ddcd6ce3ca27816b762f3109bbe135cd76b029346d217d9554342b9",
             "training/sft_arguments.py": "9b40f35161459adddf916e68d61dd07f680ca3f020e264bfe5887c0936f2163c",
         },
         "text": """\
@@ -283,8 +283,8 @@ plus every `transformers.TrainingArguments` option: `llmsys sft --help-all`
     },
     "clean": {
         "sources": {
-            "cleaning/cli.py": "0cfc301f252736f08d5c11a9fdb016a9b6b63561ef5c88fffa2a4a649ff02b50",
-            "command_parser.py": "d428531254c2b617a78bd2ae9d77241fa4e313a2305fa98f900b737df688f6a2",
+            "cleaning/cli.py": "ab3229f818222d7fffae9def31db23a9c864854e07ce664968de97fb647af232",
+            "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
         },
         "text": """\
 usage: llmsys clean [options]

@@ -227,3 +227,17 @@ def test_bench_script_times_each_help_and_keeps_other_labels(tmp_path):
         timing = result["help_s"][name]
         assert timing["exit_status"] == 0 and len(timing["samples_s"]) == 2
         assert timing["median_s"] == pytest.approx(sum(timing["samples_s"]) / 2, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "required"),
+    [
+        ("train", []),
+        ("sft", ["--model_name_or_path", "m", "--data", "d"]),
+        ("clean", ["--input", "i", "--output", "o"]),
+    ],
+)
+def test_unknown_flag_is_one_line_naming_it(name, required, capsys):
+    assert cli.main([name, *required, "--bogus_flag", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"llmsys {name}: error: unknown arguments --bogus_flag 3 (llmsys {name} --help lists the options)"]

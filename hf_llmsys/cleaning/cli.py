@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..command_parser import answer_help, dataclass_parser, short_help
+from ..command_parser import answer_help, dataclass_parser, parse_into_dataclasses, short_help
 from .files import OUTPUT_FORMATS, check_output_dir, publish, read_input, staging_dir, write_documents
 from .pipeline import clean
 from .recipes import RECIPES, load_recipe
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None) -> CleanArguments:
     """Parse and validate `llmsys clean` arguments."""
     parser = argument_parser()
     answer_help(parser, ARGUMENT_CLASSES, argv)
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = parse_into_dataclasses(parser, argv)
     if args.format not in OUTPUT_FORMATS:
         raise ValueError(f"--format must be one of {list(OUTPUT_FORMATS)}, got {args.format!r}.")
     for name in ("num_proc", "batch_size"):

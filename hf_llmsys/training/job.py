@@ -26,7 +26,7 @@ from transformers import GenerationConfig, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
 from ..command_logging import follow_trainer_log_level
-from ..command_parser import answer_help, command_help, dataclass_parser
+from ..command_parser import answer_help, command_help, dataclass_parser, parse_into_dataclasses
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
 from .output_dir import atomic_save
@@ -57,7 +57,7 @@ def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str, de
     """
     parser = dataclass_parser(dataclass_types, prog, description)
     answer_help(parser, dataclass_types, argv)
-    parsed = parser.parse_args_into_dataclasses(args=argv)
+    parsed = parse_into_dataclasses(parser, argv)
     follow_trainer_log_level(parsed[-1])
     return parsed
 
