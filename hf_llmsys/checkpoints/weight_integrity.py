@@ -8,7 +8,7 @@ A save writes two manifests beside the weight files (``*.safetensors``, ``*.bin`
 Every local ``from_pretrained`` runs `check_folder`: each listed file's size against ``checksums.sizes`` and each
 safetensors file's header (it parses and the tensors it describes end exactly at the end of the file: a truncated
 or appended file is named). That reads a few KB per file, so loading costs what transformers' costs. Hashing every
-byte (0.3-1 GB/s per core: tens of seconds for a 7B checkpoint) is `verify_folder`: ``llmsys verify DIR``,
+byte (tens of seconds for a 7B checkpoint) is `verify_folder`: ``llmsys verify DIR``,
 ``llmsys pull`` after the download, or on load with ``from_pretrained(..., verify_checksums=True)`` or
 ``LLMSYS_VERIFY_CHECKSUMS=1``. A flipped bit that keeps the size is therefore caught by the full check only.
 

@@ -45,12 +45,12 @@ import torch.nn.functional as F
 from .weight_major import PLAIN_LINEAR_TYPES
 
 # Tokens per chunk: at V = 49,152 one chunk's fp32 logits are 48 MiB. They are alive at the end of the forward,
-# beside every layer's activations: on the CPU 1,024 (192 MiB) made a SmolLM2-shaped step's peak 0.05 GiB higher
-# than 256, and the (256, H) x (H, V) matmuls run at the speed of larger ones.
+# beside every layer's activations: on the CPU larger chunks raise a SmolLM2-shaped step's peak, and the (256, H) x
+# (H, V) matmuls already run at the speed of larger ones (scripts/bench/train_step_variants.py).
 DEFAULT_CHUNK_SIZE = 256
-# On a GPU each chunk's dozen kernel launches are what costs: SmolLM2's shape, bf16, batch 8 x 2048 on an H200
-# (torch 2.11): 180 ms a step with 256-token chunks, 157 ms with 2,048, peaks 18.60 and 18.66 GiB (the plain loss:
-# 26.7 GiB). The training jobs' default chunk per device type (`default_chunk_size`); others take the GPU's.
+# On a GPU each chunk's dozen kernel launches are what costs: 2,048-token chunks are faster than 256 at about the
+# same peak, still far below the plain loss's (scripts/gpu_bench.sh). The training jobs' default chunk per device
+# type (`default_chunk_size`); others take the GPU's.
 DEFAULT_CHUNK_SIZES = {"cpu": DEFAULT_CHUNK_SIZE}
 ACCELERATOR_CHUNK_SIZE = 2048
 # Device types where a model traced by torch.compile keeps the chunked loss; elsewhere it takes the plain one

@@ -5,17 +5,15 @@ Legend: B batch, S query length, K key length, H query heads, G key/value heads 
 - ``packed_decode_attention``: one decoding token under "sdpa" that comes with a mask (a pre-allocated cache's, or
   padding), on the devices and dtypes of ``PACKED_MASKED_DECODING``. transformers packs it only in eager; traced by
   torch.compile it repeats every cached key and value to the H query heads (``repeat_kv``), which inductor on the
-  CPU runs as a (B, H, K, D) copy per layer and token. SDPA alone on the CPU (torch 2.13, 2 threads, a boolean
-  (B, 1, 1, K) mask), compiled, repeated against packed, fp32: H 8, G 4, K 383: 99 against 84 us a call at batch 1,
-  903 against 276 us at batch 8; H 9, G 3, K 2048 (SmolLM2): 444 against 231 us; bf16: 280 against 82, 1733
-  against 310 and 1350 against 252 us. A static-cache greedy decode compiled by ``generate`` (``llama_vs_hf.py``'s
-  default shape, batch 1): 9.14 against 8.40 ms a token, the same tokens. Without a mask transformers passes
+  CPU runs as a (B, H, K, D) copy per layer and token; packed onto the key/value heads the call is faster in fp32
+  and bf16, and so is a compiled static-cache greedy decode, with the same tokens
+  (``scripts/bench/decode_step_overhead.py``, ``scripts/bench/llama_vs_hf.py``). Without a mask transformers passes
   ``enable_gqa``, which the CPU kernel takes itself, at least as fast as packing: left to it.
 - ``sdpa_without_grouped_heads``: devices and dtypes of ``SDPA_WITHOUT_GROUPED_HEADS``, whose fused SDPA kernels take
-  no grouped heads. On CUDA (torch 2.11, H200) fp32 SDPA with ``enable_gqa`` falls back to the math kernel (flash and
-  cuDNN take no fp32, memory-efficient attention no grouped heads): for one decoding token 11 kernels and 244 us a
-  call, copying every cached key and value H/G times; packed onto the key/value heads, memory-efficient attention:
-  2 kernels, 70 us. For longer queries the math kernel also builds and, in training, keeps the (B, H, S, K) scores.
+  no grouped heads. On CUDA fp32 SDPA with ``enable_gqa`` falls back to the math kernel (flash and cuDNN take no
+  fp32, memory-efficient attention no grouped heads), copying every cached key and value H/G times; packed onto the
+  key/value heads, memory-efficient attention runs instead, in fewer kernels. For longer queries the math kernel
+  also builds and, in training, keeps the (B, H, S, K) scores.
   bf16 takes ``enable_gqa`` in cuDNN's kernel, and the CPU's SDPA kernel takes grouped heads too
   (``scripts/bench/decode_step_overhead.py``).
 

@@ -15,8 +15,8 @@ new weights, where autograd's saved tensors would raise instead. A rebuilt tenso
 saved views is unpacked, so it is made once: q_proj, k_proj and v_proj each save the one norm output, rebuilt once.
 Each recompute runs under the autocast state its tensor was made under, so its values are the forward's. Under
 autocast a projection saves its own cast of the norm output, not the output: ``autocast_inputs`` makes each
-projection's cast and registers it too (measured when q/k/v were one fused projection: SmolLM2-135M's shape, bf16
-autocast, 2 x 2048 tokens, CPU: peak 4.20 -> 3.94 GiB, gradients bitwise the same, step time the same).
+projection's cast and registers it too (a lower bf16 peak at the same step time and bitwise the same gradients,
+``scripts/bench/train_step_variants.py``).
 
 It stands aside (a plain context) when no gradient is being recorded, under ``torch.compile`` (AOTAutograd chooses
 what to recompute itself, and dynamo does not trace saved-tensor hooks), and when other saved-tensor hooks are
@@ -24,11 +24,9 @@ already active: activation checkpointing (``gradient_checkpointing=True``) and `
 own the saved tensors there, and a nested hook would take them away.
 
 It runs on the devices in ``RECOMPUTING_DEVICES`` (the CPU) and stands aside on the others. On a GPU the step of a
-small model waits on Python, and the hooks (one Python call per saved tensor) were measured to cost more than they
-save: SmolLM2-135M's shape, bf16 autocast, batch 8 x 2048, H200 (torch 2.11): 160 ms a step with them against 140 ms
-without (transformers' Llama: 151 ms), peak 26.74 against 26.92 GiB (its fused attention kernels save copies of q, k
-and v, not the registered views). On the CPU, fp32, the saved norm outputs are a large part of what a training step
-keeps. Add a device type to ``RECOMPUTING_DEVICES`` to have it recompute there too.
+small model waits on Python, and the hooks (one Python call per saved tensor) were measured to cost more time than
+they save memory (``scripts/gpu_bench.sh``; the GPU's fused attention kernels save copies of q, k and v, not the
+registered views). On the CPU, fp32, the saved norm outputs are a large part of what a training step keeps. Add a device type to ``RECOMPUTING_DEVICES`` to have it recompute there too.
 
 ``RecomputingDecoderLayer`` is ``models.decoder_layer.DecoderLayer`` with both norm outputs (and, under autocast,
 their casts) rebuilt this way: what ``hf_llmsys.kernels.apply(recompute=True)`` swaps in.

@@ -4,19 +4,10 @@ Shapes: x (..., in_features) -> (..., out_features), y = x Wᵀ + b with W (out_
 
 A decode step projects a handful of rows (one per sequence or beam) through every weight, so it is bound by reading
 the weights. ``F.linear`` asks the BLAS for x Wᵀ; the same product written (W xᵀ)ᵀ is another BLAS call, with the
-weight as the left, untransposed operand (``_weight_major``). Measured on an AMD EPYC (AVX2, torch 2.13's MKL
-2024.2, 2 threads, fp32), each weight streamed from memory as in a decode step (cycling through copies of it
-beyond the cache; ``scripts/bench/llama_vs_hf.py`` measures the whole decode):
-
-- the LM head (32000 x 512, 49152 x 576): 1.3-1.9x faster at one row, 1.9-2.8x at 8 rows;
-- weights of >= 1M elements (2752 x 512, 3072 x 576): 1.02-1.36x;
-- smaller ones (512 x 512 up to 512 x 1376), each timed alone: 0.73-1.42x, no consistent winner.
-
-Timed alone the smaller weights settle nothing; in the whole decode they do. Greedy decode with every block weight of
->= 256K elements weight-major against >= 1M only (the same model, runs interleaved with transformers' Llama, 2
-threads, idle, identical tokens): default bench shape batch 1 1.29-1.35x transformers against 1.26-1.27x, batch 8
-1.55-1.57x against 1.45x; SmolLM2-135M's shape batch 1 1.14-1.17x against 1.10x, batch 8 1.26-1.28x against 1.13x.
-So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` (every projection of those models,
+weight as the left, untransposed operand (``_weight_major``). On an x86 CPU with MKL in fp32 it is faster for the
+LM head at one to eight rows and for weights of about a million elements and more; timed alone the smaller weights
+settle nothing, but in a whole greedy decode (``scripts/bench/llama_vs_hf.py``, identical tokens) a lower threshold
+wins. So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` (every projection of those models,
 t5-small's included; tiny test models' weights stay below) and at most ``MAX_ROWS`` rows; one row is repeated to
 two (a matrix product instead of MKL's slower matrix-vector one) and one result kept. The rule
 is fixed, not timed at run time: a choice timed per call would make the same input give different float rounding
@@ -24,9 +15,9 @@ from one call (or process) to the next. Results differ from ``F.linear`` by floa
 order), and are the same for the same rows, weight and input every time.
 
 Traced by ``torch.compile`` the rule is the same and the product stays this BLAS call (inductor leaves matrix
-products to the BLAS on the CPU), so a compiled forward gives the eager bits. A static-cache greedy decode compiled
-on the CPU (default bench shape, batch 1, fp32, 2 threads) took 17.6 ms a token while compiled forwards fell back to
-``F.linear``, whose matrix-vector product MKL runs on one thread; 8.2 ms with this call, against 9.7 ms eager.
+products to the BLAS on the CPU), so a compiled forward gives the eager bits; a compiled forward that fell back to
+``F.linear`` would run MKL's matrix-vector product on one thread, a slower decode
+(``scripts/bench/llama_vs_hf.py --compile``).
 
 Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
 and dtypes than CPU float32 with MKL (only measured there), tensor subclasses; the rule is read per call, so a
