@@ -97,7 +97,7 @@ SKIPS = {
 # For the variants that can generate: transformers' test that they are run through GenerationTesterMixin.
 GENERATION_SKIPS = {"test_generation_tester_mixin_inheritance": GENERATION_SKIP} if GENERATION_SKIP else {}
 
-# GPT-3's local layers, as documented (README, "local layers keep only a window of keys in the KV cache"): a local
+# GPT-3's local layers, as documented (docs/sparse-attention.md: local layers keep only a window of keys in the KV cache): a local
 # layer attends to a band of ``local_window`` cache slots and its cache keeps the last ``local_window - 1`` of them,
 # as transformers' sliding-window layers do. With local_window=4 below the 7-token prompt, transformers' checks that
 # every layer's attentions and cache span all tokens, and that a row with padding between its tokens attends as
