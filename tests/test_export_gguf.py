@@ -158,7 +158,7 @@ def test_tied_embeddings_write_no_output_tensor(tmp_path, shared_data):
 
 
 def test_interleaved_rope_and_query_scale_are_converted(tmp_path, shared_data):
-    """Meta's pairing is llama.cpp's already (no permutation); a custom attention scale is folded into q_proj
+    """Meta's pairing is llama.cpp's (halves and back: the identity); a custom attention scale is folded into q_proj
     (0.5 = 2 / sqrt(head_dim 16): the fold multiplies by 2, exact in float). Compared in float64, where the two
     rotation layouts agree exactly; in float32 their different operation order alone leaves ~1e-5 on these logits."""
     tok = byte_bpe()

@@ -1,22 +1,24 @@
-"""Export a causal LM to one GGUF file for llama.cpp's ``llama`` architecture (``llmsys export --format gguf``).
+"""Export a decoder of ours to one GGUF file for llama.cpp's ``llama`` architecture (``llmsys export --format gguf``).
 
 What llama.cpp's ``llama`` graph computes (``src/models/llama.cpp``): token embedding, per layer RMSNorm ->
 attention with RoPE (GQA allowed, scores scaled by 1/sqrt(head_dim)) -> residual -> RMSNorm -> SwiGLU
 (``down(silu(gate(x)) * up(x))``) -> residual, final RMSNorm, output projection (``token_embd`` reused when there
 is no ``output`` tensor). A config expresses exactly that or it is refused, one line naming the feature:
 LayerNorm, non-gated or non-SiLU MLPs, biases, positions other than RoPE, windowed or sparse layers, RoPE scaling
-other than linear / llama3, encoder-decoder models (``llmsys_t5``; GPT-3's LayerNorm + GELU too). A query scale
-other than 1/sqrt(head_dim) is folded into ``q_proj`` (RoPE is linear, so the scaled rotated query is the rotated
-scaled one).
+other than linear / llama3, encoder-decoder models (``llmsys_t5``; GPT-3's LayerNorm + GELU too).
 
-Conventions followed (llama.cpp's own converter, ``convert_hf_to_gguf.py`` / ``conversion/llama.py`` and
-``base.py``, read in the sources the ``llama-cpp-python`` 0.3.36 sdist vendors):
+The weights first take the transformers export's exact rewrites (``decoder_weights.py``): a query scale other than
+1/sqrt(head_dim) folded into ``q_proj``, Meta's interleaved RoPE rows (``rope_interleaved=True``) moved to
+transformers' halves. What is left is transformers' Llama, which llama.cpp's converter then maps:
+
+``convert_hf_to_gguf.py`` / ``conversion/llama.py`` and ``base.py``, read in the sources the ``llama-cpp-python``
+0.3.36 sdist vendors, followed here:
 
 - tensor names from gguf's table for ``MODEL_ARCH.LLAMA`` (``get_tensor_name_map``: ``model.layers.N.self_attn.
   q_proj`` -> ``blk.N.attn_q`` ...); ``output`` only when the LM head is not tied to the embedding;
 - llama.cpp rotates adjacent feature pairs (Meta's layout); transformers' rotate-half layout pairs feature i with
   i + D/2, so q rows are permuted per head: ``w.reshape(n_head, 2, D/2, in).swapaxes(1, 2)``, k the same with
-  ``n_kv_head`` (``LlamaModel.permute``). A model with ``rope_interleaved=True`` already is in llama.cpp's order;
+  ``n_kv_head`` (``LlamaModel.permute``);
 - dtypes: 1-D tensors (the norms) stay F32; every matrix, the embedding and output included, is written in the
   chosen type with gguf's ``quants.quantize``; a matrix whose rows are not a multiple of Q8_0's 32-value block
   falls back to F16, as the converter does;
@@ -35,8 +37,10 @@ from pathlib import Path
 import gguf
 import torch
 
+from .decoder_weights import fold_attention_scale, permute_interleaved_rope
 from .gguf_tokenizer import write_tokenizer
 from .sources import staged_output
+from .transformers_targets import gated_activation
 
 ARCH = gguf.MODEL_ARCH.LLAMA
 DTYPES = {  # --dtype -> (file type, tensor type for matrices)
@@ -83,29 +87,27 @@ def llama_gguf_refusal(config) -> str | None:
     model_type = getattr(config, "model_type", None)
     if getattr(config, "is_encoder_decoder", False):
         return f"{model_type} is an encoder-decoder model; llama.cpp's llama architecture is a decoder only"
-    if model_type != "llama" and not hasattr(config, "norm_type"):
-        return f"model_type {model_type!r} is not a hf-llmsys decoder or transformers' llama"
-    act = getattr(config, "hidden_act", "silu")
+    if not hasattr(config, "layer_layouts"):
+        return f"model_type {model_type!r} is not an hf-llmsys decoder (llmsys_llama, llmsys_gpt3)"
+    activation = gated_activation(config)
     checks = [
-        (getattr(config, "norm_type", "rmsnorm") == "rmsnorm", f"norm_type={getattr(config, 'norm_type', None)!r} "
-         "(llama.cpp's llama normalises with RMSNorm)"),
-        (act == "swiglu" or (act == "silu" and getattr(config, "mlp_gated", True)),
-         f"MLP hidden_act={act!r}, mlp_gated={getattr(config, 'mlp_gated', True)} (llama.cpp's llama MLP is SwiGLU)"),
-        (getattr(config, "position_embedding_type", "rope") == "rope", "position_embedding_type="
-         f"{getattr(config, 'position_embedding_type', None)!r} (llama.cpp's llama uses RoPE only)"),
-        (not getattr(config, "attention_bias", False), "attention_bias=True (the llama GGUF written here has no "
-         "q/k/v biases)"),
-        (not getattr(config, "attention_out_bias", False), "attention_out_bias=True (the llama GGUF written here has "
-         "no output projection bias)"),
-        (not getattr(config, "mlp_bias", False), "mlp_bias=True (the llama GGUF written here has no MLP biases)"),
+        (config.norm_type == "rmsnorm", f"norm_type={config.norm_type!r} (llama.cpp's llama normalises with RMSNorm)"),
+        (activation == "silu", f"MLP hidden_act={config.hidden_act!r}, mlp_gated={config.mlp_gated} (llama.cpp's "
+         "llama MLP is SwiGLU: down(silu(gate(x)) * up(x)))"),
+        (config.position_embedding_type == "rope", f"position_embedding_type={config.position_embedding_type!r} "
+         "(llama.cpp's llama uses RoPE only)"),
+        (not config.attention_bias, "attention_bias=True (the llama GGUF written here has no q/k/v biases)"),
+        (not config.attention_out_bias, "attention_out_bias=True (the llama GGUF written here has no output "
+         "projection bias)"),
+        (not config.mlp_bias, "mlp_bias=True (the llama GGUF written here has no MLP biases)"),
     ]  # fmt: skip
     for ok, why in checks:
         if not ok:
             return why
-    layouts = sorted(set(config.layer_layouts())) if hasattr(config, "layer_layouts") else ["dense"]
+    layouts = sorted(set(config.layer_layouts()))
     if layouts != ["dense"]:
         return f"attention_layout {layouts} (llama.cpp's llama attends densely; windowed or sparse layers differ)"
-    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    rope_type = (config.rope_parameters or {}).get("rope_type", "default")
     if rope_type not in ROPE_TYPES:
         return f"rope_type={rope_type!r} (written here: {', '.join(ROPE_TYPES)})"
     return None
@@ -113,14 +115,14 @@ def llama_gguf_refusal(config) -> str | None:
 
 def _write_hparams(writer: gguf.GGUFWriter, config, file_type: gguf.LlamaFileType) -> None:
     """The ``llama.*`` keys llama.cpp reads for this architecture (``llama-model.cpp``, ``load_hparams``)."""
-    head_dim = config.head_dim or config.hidden_size // config.num_attention_heads
-    rope = getattr(config, "rope_parameters", None) or {}
+    head_dim = config.head_dim
+    rope = config.rope_parameters or {}
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads or config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
@@ -128,55 +130,52 @@ def _write_hparams(writer: gguf.GGUFWriter, config, file_type: gguf.LlamaFileTyp
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(rope["factor"]))
-    eps = getattr(config, "norm_eps", None) or config.rms_norm_eps
-    writer.add_layer_norm_rms_eps(float(eps))
+    writer.add_layer_norm_rms_eps(float(config.norm_eps))
     writer.add_vocab_size(config.vocab_size)
     writer.add_file_type(file_type)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
 def _gguf_tensors(model, matrix_type: gguf.GGMLQuantizationType):
-    """Yield (GGUF name, numpy data, GGML type) for every weight, in llama.cpp's layout and the chosen type."""
+    """Yield (GGUF name, numpy data, GGML type) for every weight, in llama.cpp's layout and the chosen type.
+
+    First the rewrites of the transformers export (``decoder_weights``: our attention scale folded into q_proj,
+    Meta's interleaved RoPE rows to transformers' halves), which leave transformers' Llama weights; then the step of
+    llama.cpp's own converter from those: q/k rows to adjacent pairs.
+    """
     config = model.config
+    state = {name: weight.detach().float().cpu() for name, weight in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        del state["lm_head.weight"]  # llama.cpp falls back to token_embd when the file has no output tensor
+    fold_attention_scale(state, config, config.head_dim**-0.5)  # llama.cpp scales scores by 1/sqrt(head_dim)
+    permute_interleaved_rope(state, config)
     names = gguf.get_tensor_name_map(ARCH, config.num_hidden_layers)
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    for hf_name, tensor in model.state_dict().items():
-        if tied and hf_name == "lm_head.weight":
-            continue  # llama.cpp falls back to token_embd when the file has no output tensor
+    for hf_name, weight in state.items():
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"tensor {hf_name}: no llama.cpp llama tensor corresponds to it (speed layer applied?)")
-        yield _typed(name, _llama_cpp_layout(hf_name, tensor.detach().float().cpu(), config), matrix_type)
+        if hf_name.endswith("q_proj.weight"):
+            weight = _permute_rope_rows(weight, config.num_attention_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            weight = _permute_rope_rows(weight, config.num_key_value_heads)
+        yield _typed(name, weight, matrix_type)
     if (rope_freqs := _llama3_rope_freqs(config)) is not None:
         yield _typed(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", rope_freqs, matrix_type)
 
 
-def _llama_cpp_layout(hf_name: str, weight: torch.Tensor, config) -> torch.Tensor:
-    """q/k rows in llama.cpp's adjacent-pair RoPE order, with a non-default attention scale folded into q."""
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads or config.num_attention_heads
-    if hf_name.endswith("q_proj.weight"):
-        head_dim = config.head_dim or config.hidden_size // heads
-        scale = getattr(config, "attention_scale", None)
-        if scale is not None:
-            weight = weight * (scale * math.sqrt(head_dim))  # llama.cpp scales scores by 1/sqrt(head_dim)
-        return weight if getattr(config, "rope_interleaved", False) else _permute_rope_rows(weight, heads)
-    if hf_name.endswith("k_proj.weight") and not getattr(config, "rope_interleaved", False):
-        return _permute_rope_rows(weight, kv_heads)
-    return weight
-
-
 def _permute_rope_rows(weight: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Rotate-half row order -> adjacent pairs, per head (llama.cpp's ``LlamaModel.permute``)."""
+    """Rotate-half row order -> adjacent pairs, per head (llama.cpp's ``LlamaModel.permute``): rows (heads * D, in)
+    viewed (heads, 2, D/2, in), the two halves interleaved."""
     rows = weight.shape[0]
     return weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def _llama3_rope_freqs(config) -> torch.Tensor | None:
     """Llama 3.1's per-frequency divisors (``rope_freqs``) for rope_type "llama3", else None (converter's formula)."""
-    rope = getattr(config, "rope_parameters", None) or {}
+    rope = config.rope_parameters or {}
     if rope.get("rope_type") != "llama3":
         return None
-    dim = config.head_dim or config.hidden_size // config.num_attention_heads
+    dim = config.head_dim
     freqs = 1.0 / (rope.get("rope_theta", 10000.0) ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
     old_context = rope["original_max_position_embeddings"]
