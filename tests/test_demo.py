@@ -325,7 +325,7 @@ def test_cleaning_verdict_and_text_equal_the_pipeline(served):
 def test_over_limit_requests_get_the_limit_message(served, call, message):
     with pytest.raises(AppError, match=message):
         call(served[0])
-    status, _ = served[0].predict(api_name="/zoo_status")
+    status = served[0].predict(api_name="/zoo_status")[0]
     assert status.startswith("Zoo loaded")  # the server is still up
 
 

@@ -5,7 +5,9 @@ Every event has an ``api_name`` (``/show_encoding``, ``/permutation``, ``/perple
 path: models, zoo and benchmark files are fixed when the app is built (``DemoContext``), never chosen in the page.
 
 Each tab's default view is computed when the page opens (``demo.load``); the views that need the zoo are computed
-again once when background training ends (``REFILL``), so a page opened during training fills in by itself.
+again once when background training ends (the status timer moves a hidden per-page phase box to "loaded now"; its
+change event reruns them, at most twice a page, so the queue is not polled), so a page opened during training
+fills in by itself.
 Figures are matplotlib images without a block label (the label tag would cover their titles); tables wrap their
 cells to fit the page; an error message closes when another tab is opened.
 """
@@ -449,21 +451,20 @@ def build_app(ctx: DemoContext) -> gr.Blocks:
                 loaders += build(ctx)
             tab.select(None, None, None, js=CLOSE_MESSAGES)  # an error of one tab does not stay over the next
         timer = gr.Timer(2.0)
-        phase = gr.State("waiting")  # the zoo in this page: "waiting", "loaded now" (refill), "loaded"
+        phase = gr.Textbox("waiting", visible=False)  # the zoo in this page: "waiting", "loaded now", "loaded"
 
         def tick(current):  # polls until the zoo is loaded (or training failed), then stops
             loaded = ctx.zoo.zoo is not None
             new_phase = ("loaded now" if current == "waiting" else "loaded") if loaded else "waiting"
             return ctx.zoo.status(), gr.Timer(active=not loaded and ctx.zoo.training), new_phase
 
-        ticked = timer.tick(tick, phase, [status, timer, phase], api_name="zoo_status", queue=False,
-                            show_progress="hidden")  # fmt: skip
+        timer.tick(tick, phase, [status, timer, phase], api_name="zoo_status", queue=False, show_progress="hidden")
         demo.load(lambda: "waiting" if ctx.zoo.zoo is None else "loaded", None, phase, api_name=False)
         for fn, inputs, outputs, refill in loaders:
             demo.load(fn, inputs, outputs, api_name=False)
-            if refill:
+            if refill:  # on a change of phase only (at most twice a page), not on every tick: the queue stays free
                 listed = outputs if isinstance(outputs, list) else [outputs]
-                ticked.then(refill_once_loaded(fn, len(listed)), [phase, *(inputs or [])], outputs, api_name=False,
-                            show_progress="hidden")  # fmt: skip
+                phase.change(refill_once_loaded(fn, len(listed)), [phase, *(inputs or [])], outputs, api_name=False,
+                             show_progress="hidden")  # fmt: skip
     demo.queue(max_size=ctx.limits.max_queue_size, default_concurrency_limit=ctx.limits.concurrency_limit)
     return demo
