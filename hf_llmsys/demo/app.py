@@ -33,8 +33,9 @@ from .zoo import RealModel, ZooManager
 OFFLINE_ENV = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1"}
 PERMUTATION_EXAMPLE = ("床前明月", "前床明月")
 CLOSE_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach((b) => b.click())"
-FETCH_SMOLLM2 = ("SmolLM2-135M-Instruct is not fetched, so only the zoo scores and generates: run "
-                 "`python scripts/fetch_smollm2.py` (or `bash scripts/setup.sh`) and restart the demo.")  # fmt: skip
+FETCH_SMOLLM2 = ("SmolLM2-135M-Instruct is not loaded, so only the zoo scores and generates: fetch it with "
+                 "`python scripts/fetch_smollm2.py` (or `bash scripts/setup.sh`) and restart the demo without "
+                 "`--no-real-model`.")  # fmt: skip
 ROPE_REPORT_PENDING = pd.DataFrame({"run (zoo.json, held-out text)": ["(shown when the zoo is loaded)"]})
 DEFAULT_TEXT = ("EDUCATION, n. That which discloses to the wise and disguises from the foolish their lack of "
                 "understanding. A hacker is a person who enjoys exploring the details of programmable systems.")  # fmt: skip
