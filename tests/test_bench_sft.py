@@ -113,3 +113,6 @@ def test_learn_part_task_tokenizer_and_one_short_run(tmp_path):
         assert set(run["cross"][side]) == {"ours_decoder", "trl_decoder"}
         assert all(0.0 <= v <= 1.0 for v in run["cross"][side].values())
     assert run["gap"] == pytest.approx(run["trl"] - run["ours"]) and run["ours_train_loss"] > 0
+    merged = bench.merge_learn_results([str(out), str(out)])  # e.g. two seeds run in parallel processes
+    ((setting, scores),) = merged["by_setting"].items()
+    assert setting.startswith("llmsys_gpt3 packed") and scores["ours"] == [run["ours"]] * 2 and len(merged["runs"]) == 2
