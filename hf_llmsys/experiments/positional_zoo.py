@@ -201,7 +201,9 @@ def evaluate_lengths(model, tokenizer, text: str, lengths: list[int]) -> list[di
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # beyond-context warnings are the point of the experiment
-                result = corpus_perplexity(model, tokenizer, text, max_length=length, stride=length, batch_size=8)
+                result = corpus_perplexity(
+                    model, tokenizer, text, max_length=length, stride=length, batch_size=8, show_progress=False
+                )
             rows.append({"eval_length": length, "ppl": result.ppl, "tokens": result.tokens, "error": None})
         except ValueError as error:
             rows.append({"eval_length": length, "ppl": None, "tokens": 0, "error": str(error)})
