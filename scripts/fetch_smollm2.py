@@ -7,7 +7,7 @@
     python scripts/fetch_smollm2.py --force            # rebuild the converted folder
 
 Prints the checkpoint folder; load it with ``hf_llmsys.LlmsysLlamaForCausalLM.from_pretrained(folder)`` or
-transformers' ``AutoModelForCausalLM``. Needs the ``gguf`` package (``pip install 'hf-llmsys[gguf]'``).
+transformers' ``AutoModelForCausalLM`` (transformers' GGUF reader uses the ``gguf`` package, a dependency).
 """
 
 from __future__ import annotations

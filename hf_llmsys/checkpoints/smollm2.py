@@ -160,10 +160,6 @@ def _expected_sha256(wheel: Path) -> str:
 
 def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Read a Llama GGUF with transformers (dequantising), save it as a plain float32 safetensors checkpoint."""
-    try:
-        import gguf  # noqa: F401  (transformers' GGUF reader needs it)
-    except ImportError as err:
-        raise ImportError("reading GGUF needs the `gguf` package: pip install 'hf-llmsys[gguf]'") from err
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
