@@ -25,6 +25,7 @@ import sys
 import time
 
 import torch
+from results_files import cpu_name
 
 
 def load() -> tuple[float, float, float] | None:
@@ -102,13 +103,7 @@ def describe_device(device: str | torch.device = "cpu") -> str:
     """The processor the benchmark runs on: the CUDA device's name, else the CPU's (from /proc/cpuinfo)."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
+    return cpu_name() or "cpu"
 
 
 def describe(limits: dict) -> str:

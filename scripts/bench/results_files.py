@@ -76,14 +76,15 @@ def _git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def _processor() -> str:
+def cpu_name() -> str | None:
+    """The CPU's model name from /proc/cpuinfo, or None where there is none."""
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
 
 
 def environment(device: str | None = None) -> dict:
@@ -98,7 +99,7 @@ def environment(device: str | None = None) -> dict:
                 continue
         versions[name] = getattr(module, "__version__", "unknown")
     torch = sys.modules.get("torch")
-    machine = {"processor": _processor(), "cores": os.cpu_count(), "platform": platform.platform()}
+    machine = {"processor": cpu_name() or platform.processor() or platform.machine(), "cores": os.cpu_count(), "platform": platform.platform()}
     if torch is not None:
         machine["torch_threads"] = torch.get_num_threads()
         if device and device.startswith("cuda") and torch.cuda.is_available():
