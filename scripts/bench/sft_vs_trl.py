@@ -61,20 +61,26 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    unless ``--ours_option`` / ``--trl_option`` hold one equal (the schedule: ours cosine with 3% warmup, TRL's
    linear without). Target (issue 46): |ours - TRL| <= 0.07.
 
-   What decides the gap (benchmarks/results/sft_vs_trl-learn.json; controlled runs, CPU): llmsys_llama learns the
-   task on both sides (1.000 / 1.000). llmsys_gpt3 (learned positions, tied embeddings) at lr 3e-3 sits on the edge
-   of learning it in 400 steps: a run either finds the solution (0.75-1.0) or stays near 0, and which one depends on
-   the data order and on float rounding, not on the trainer: ours with and without the speed layer (the same loss
-   and gradients step for step at first) ended at 0.175 and 0.420 from one seed; with the same supervised tokens on
-   both sides (a template with no space after "Response:", so our seam rule and TRL's agree) seed 0 gave ours 1.000
-   / TRL 0.755 and seed 1 ours 0.005 / TRL 0.000. TRL's default schedule (linear, no warmup) at 3e-3 stayed at 0.000
-   where the same run with cosine and 3% warmup (ours' default) reached 0.865. Checked equal, so ruled out as
-   causes: our training step's gradients (speed layer, chunked loss, logits on labels only) against the plain
-   model's, padded, packed and with gradient accumulation; the saved model against the trained one; greedy decoding
-   of a left-padded batch against the prompt alone (transformers' ``generate`` derives ``position_ids`` from the
-   attention mask, so learned positions see 0, 1, ...); the two trainers' ``TrainingArguments``. The two trainers
-   draw different batches for one seed, so single runs at the edge differ by chance: compare over seeds
-   (``--seed``, ``--merge_learn``) and with more steps.
+   What decides the gap (benchmarks/results/sft_vs_trl-learn.json, controlled runs on the CPU, TRL given ours'
+   cosine schedule with 3% warmup unless said): llmsys_llama learns the task on both sides (1.000 / 1.000 padded and
+   packed). llmsys_gpt3 (learned positions, tied embeddings) at lr 3e-3 is bimodal: a run either finds the solution
+   (0.73-1.0) or stays near 0, and which one depends on the batches drawn and on float rounding, on either side:
+   400 steps padded, seeds 0 / 1: ours 0.175 / 0.000, TRL 0.865 / 0.755; packed: ours 0.890 / 0.730, TRL 1.000 /
+   0.000; with the same supervised tokens on both sides (``--trl_seam ours``: TRL also learns the space our seam rule
+   puts before the answer) ours 0.175 / 0.000, TRL 1.000 / 0.000, seed 1 with the same training loss on both sides
+   (1.740 / 1.741); with a template that ends the prompt without a space
+   (tests/fixtures/sft_templates/short_no_space.json) ours 1.000 / 0.005, TRL 0.755 / 0.000; ours with and without
+   the speed layer (the same loss and gradients step for step at first) 0.175 / 0.420 from one seed; 800 steps
+   padded: ours 0.380 / 0.960, TRL 1.000 / 1.000. TRL's own default schedule (linear, no warmup) at 3e-3 stayed at
+   0.000 where cosine with warmup reached 0.865 (seed 0). Checked equal, so ruled out as causes: our training
+   step's gradients (speed layer, chunked loss, logits on labels only) against the plain model's, padded, packed
+   and with gradient accumulation (Trainer logs identical step for step); the saved model against the trained one;
+   greedy decoding of a left-padded batch against the prompt alone (transformers' ``generate`` derives
+   ``position_ids`` from the attention mask, so learned positions see 0, 1, ...); the two trainers'
+   ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. The two trainers draw different
+   batches for one seed, so single runs at the edge differ by chance: compare over seeds (``--seed``,
+   ``--merge_learn``). The 0.07 target holds for llama; for gpt3 at this learning rate it holds only where both
+   runs land on the same side of the edge.
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
@@ -205,8 +211,10 @@ def load_tokenizer(spec: str, workdir: Path, records: list[dict] | None = None):
     return tokenizer
 
 
-def trl_rows(records: list[dict], template) -> dict:
-    """TRL's prompt-completion columns for `records` under `template` (plus the record index)."""
+def trl_rows(records: list[dict], template, seam_whitespace_in_completion: bool = False) -> dict:
+    """TRL's prompt-completion columns for `records` under `template` (plus the record index); with
+    `seam_whitespace_in_completion` the prompt's trailing whitespace stays in the completion, as our seam rule puts
+    it (TRL then supervises the same tokens as ours: the learn part's ``--trl_seam ours``)."""
     if isinstance(template, ConversationTemplate):  # --template chat: one-turn conversations
         prompts = [template.messages(r)[:-1] for r in records]
         completions = [template.messages(r)[-1:] for r in records]
@@ -215,6 +223,7 @@ def trl_rows(records: list[dict], template) -> dict:
         for record in records:
             prompt, response = template.split(record)
             head = len(response) - len(response.lstrip())  # whitespace our split moved: give it back to the prompt
+            head = 0 if seam_whitespace_in_completion else head
             prompts.append(prompt + response[:head])
             completions.append(response[head:])
     return {"prompt": prompts, "completion": completions, "record_index": list(range(len(records)))}
@@ -983,7 +992,7 @@ def learn_trl(base: str, records: list[dict], tokenizer, template, out: Path, ar
         warnings.simplefilter("ignore")
         trainer = SFTTrainer(
             model=AutoModelForCausalLM.from_pretrained(base), args=config, processing_class=tokenizer,
-            train_dataset=Dataset.from_dict(trl_rows(records, template)),
+            train_dataset=Dataset.from_dict(trl_rows(records, template, args.trl_seam == "ours")),
         )  # fmt: skip
         out = trainer.train()
     return trainer.model, out.training_loss
@@ -1033,8 +1042,8 @@ def learn_part(args, workdir: Path) -> dict:
         "task": f"{LEARN_INSTRUCTION!r} of 3-6 digits", "template": args.template, "train_records": len(train),
         "held_out": len(held_out), "steps": args.steps, "batch": args.batch, "learning_rate": args.learning_rate,
         "max_length": args.max_length, "seed": args.seed, "shape": LEARN_SHAPE, "ours_options": args.ours_option,
-        "trl_options": args.trl_option, "trl_version": trl_package.__version__, "torch_version": torch.__version__,
-        "target": LEARN_TARGET, "runs": results,
+        "trl_options": args.trl_option, "trl_seam": args.trl_seam, "trl_version": trl_package.__version__,
+        "torch_version": torch.__version__, "target": LEARN_TARGET, "runs": results,
     }  # fmt: skip
     for model_type in args.learn_models:
         base = learn_base(model_type, tokenizer, workdir / f"learn-base-{model_type}", seed=args.seed)
@@ -1071,10 +1080,10 @@ def merge_learn_results(paths: list[str]) -> dict:
     learning rate, each side's options) the scores over seeds and their mean gap."""
     import statistics
 
-    setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options")
+    setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam")
     runs = []
     for path in paths:
-        part = json.loads(Path(path).read_text())["learn"]
+        part = {"trl_seam": "trl", **json.loads(Path(path).read_text())["learn"]}
         runs += [{**run, "seed": part["seed"], **{k: part[k] for k in setting_keys}} for run in part["runs"]]
     groups: dict[str, list[dict]] = {}
     for run in runs:
@@ -1138,6 +1147,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="learn part: an extra SFTConfig option for TRL's side (ablations); repeatable",
     )
     parser.add_argument("--steps", type=int, default=400, help="learn part: optimizer steps of each trainer")
+    parser.add_argument("--trl_seam", choices=("trl", "ours"), default="trl",
+                        help="learn part, text templates: TRL's prompt keeps its trailing space (trl: what a TRL user "
+                        "writes) or the space opens the completion, supervised as by our seam rule (ours)")  # fmt: skip
     parser.add_argument("--learn_records", type=int, default=4000, help="learn part: training records")
     parser.add_argument("--held_out", type=int, default=200, help="learn part: held-out prompts scored")
     parser.add_argument("--learn_models", nargs="+", default=["llmsys_llama", "llmsys_gpt3"],
