@@ -152,5 +152,6 @@ def test_a_new_layout_appears_in_the_card_and_the_demo(monkeypatch):
     assert counts.loc["previous_token", "max keys per query"] == 2
     panels = sparse_tab.layout_figure(16, 4, 4, 2).axes
     assert any(axis.get_title() == "previous_token" for axis in panels)
-    memory = sparse_tab.memory_table(16, 4, 8, 4, 4, 2).set_index("layout")
-    assert math.isnan(memory.loc["previous_token", "measured saved, no recompute (MB)"])  # no kernel: a mask
+    memory = sparse_tab.measured_memory(16, 4, 8, 4, 4, 2).set_index("layout")
+    assert memory.loc["previous_token", "masked dense"] > 0  # it runs as its mask
+    assert math.isnan(memory.loc["previous_token", "kept blocks"])  # no block kernel of the speed layer
