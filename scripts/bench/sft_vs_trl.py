@@ -71,16 +71,16 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    (1.740 / 1.741); with a template that ends the prompt without a space
    (tests/fixtures/sft_templates/short_no_space.json) ours 1.000 / 0.005, TRL 0.755 / 0.000; ours with and without
    the speed layer (the same loss and gradients step for step at first) 0.175 / 0.420 from one seed; 800 steps
-   padded: ours 0.380 / 0.960, TRL 1.000 / 1.000. TRL's own default schedule (linear, no warmup) at 3e-3 stayed at
-   0.000 where cosine with warmup reached 0.865 (seed 0). Checked equal, so ruled out as causes: our training
-   step's gradients (speed layer, chunked loss, logits on labels only) against the plain model's, padded, packed
-   and with gradient accumulation (Trainer logs identical step for step); the saved model against the trained one;
-   greedy decoding of a left-padded batch against the prompt alone (transformers' ``generate`` derives
-   ``position_ids`` from the attention mask, so learned positions see 0, 1, ...); the two trainers'
-   ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. The two trainers draw different
-   batches for one seed, so single runs at the edge differ by chance: compare over seeds (``--seed``,
-   ``--merge_learn``). The 0.07 target holds for llama; for gpt3 at this learning rate it holds only where both
-   runs land on the same side of the edge.
+   padded: ours 0.380 / 0.960, TRL 1.000 / 1.000; packed: 1.000 / 1.000 on both sides. TRL's own default schedule
+   (linear, no warmup) at 3e-3 stayed at 0.000 where cosine with warmup reached 0.865 (seed 0). Checked equal, so
+   ruled out as causes: our training step's gradients (speed layer, chunked loss, logits on labels only) against the
+   plain model's, padded, packed and with gradient accumulation (Trainer logs identical step for step); the saved
+   model against the trained one; greedy decoding of a left-padded batch against the prompt alone (transformers'
+   ``generate`` derives ``position_ids`` from the attention mask, so learned positions see 0, 1, ...); the two
+   trainers' ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. The two trainers draw
+   different batches for one seed, so single runs at the edge differ by chance: compare over seeds (``--seed``,
+   ``--merge_learn``). The 0.07 target holds for llama and for gpt3 packed at 800 steps; for gpt3 at 400 steps it
+   holds only where both runs land on the same side of the edge.
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
