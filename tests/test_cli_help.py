@@ -219,10 +219,14 @@ def test_bench_script_times_each_help_and_keeps_other_labels(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "cli_help.json"
-    out.write_text(json.dumps({"before": {"kept": True}}))
+    before = {"help_s": {"top_level": {"median_s": 8.0}, "verify": {"median_s": 9.0}}, "commit": "old"}
+    out.write_text(json.dumps({"before": before}))
     result = bench.main(["--label", "after", "--repeats", "2", "--commands", "verify", "--json", str(out)])
     saved = json.loads(out.read_text())
-    assert saved["before"] == {"kept": True} and saved["after"] == result
+    assert saved["before"] == before and saved["after"] == result and saved["benchmark"] == "cli_help"
+    rows = {row["measurement"]: row for row in saved["table"]["rows"]}
+    assert rows["llmsys verify --help"]["ratio"] == pytest.approx(9.0 / result["help_s"]["verify"]["median_s"])
+    assert "llmsys verify --help" in out.with_suffix(".md").read_text()
     for name in ("top_level", "verify"):
         timing = result["help_s"][name]
         assert timing["exit_status"] == 0 and len(timing["samples_s"]) == 2

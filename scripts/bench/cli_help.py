@@ -5,7 +5,8 @@ the median and every sample are recorded, with the load average before and after
 loaded machine shows up there, not silently in the figures), the commit measured and the Python version.
 
 Results go under `--label` (e.g. "before" / "after") into the JSON file, keeping the other labels already there,
-so one file holds both sides of a change. Goal (issue 48): top-level help < 1 s, each command's help < 2 s.
+so one file holds both sides of a change; ``results_files.write`` adds the environment and the generated table
+(the newest label against "before"). Goal: top-level help < 1 s, each command's help < 2 s.
 
     .venv/bin/python scripts/bench/cli_help.py --label after --json benchmarks/results/cli_help-cpu.json
 
@@ -34,6 +35,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 GOALS_S = {"top_level": 1.0, "command": 2.0}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
 
 
 def registered_commands() -> list[str]:
@@ -95,6 +98,35 @@ def run(repeats: int, commands: list[str], entry: list[str], cwd: Path, commit: 
     }
 
 
+def labelled_runs(results: dict) -> dict[str, dict]:
+    """The runs of a results dict, by label (the keys that hold timings)."""
+    return {label: run for label, run in results.items() if isinstance(run, dict) and "help_s" in run}
+
+
+def results_table(results: dict) -> results_files.Table:
+    """Median help time per command: the newest label ("after", else the last) against the "before..." run of the
+    lowest load, where it measured that command."""
+    runs = labelled_runs(results)
+    ours_label = "after" if "after" in runs else list(runs)[-1]
+    # the baseline measured at the lowest load: help times of the heavy import grow with the machine's load
+    baselines = [label for label in runs if label.startswith("before")]
+    before_label = min(baselines, key=lambda label: (runs[label].get("load_before") or [0])[0], default=None)
+    ours, before = runs[ours_label], runs.get(before_label)
+    rows = []
+    for name, timing in ours["help_s"].items():
+        peer = (before or {}).get("help_s", {}).get(name)
+        shown = "llmsys --help" if name == "top_level" else f"llmsys {name} --help"
+        rows.append(results_files.Row(
+            shown, f"{timing['median_s']:.2f} s", "" if peer is None else f"{peer['median_s']:.2f} s",
+            results_files.cost_ratio(timing["median_s"], peer and peer["median_s"]), headline=name == "top_level",
+        ))  # fmt: skip
+    notes = [f"{label}: commit {run.get('commit')}, {run.get('date')}, load before/after {run.get('load_before')} / "
+             f"{run.get('load_after')}, median of {run.get('repeats')}" for label, run in runs.items()]  # fmt: skip
+    notes.append(f"Goals: top-level help < {GOALS_S['top_level']} s, each command's < {GOALS_S['command']} s.")
+    peer_name = f"{before_label} (commit {before.get('commit')})" if before else "before (not measured)"
+    return results_files.Table(f"llmsys help, wall seconds ({ours_label})", peer_name, rows, notes)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="current", help="key the results are stored under (default: current)")
@@ -112,8 +144,9 @@ def main(argv: list[str] | None = None) -> dict:
     result = run(args.repeats, args.commands or registered_commands(), entry, args.cwd, commit)
     if args.json:
         existing = json.loads(args.json.read_text()) if args.json.exists() else {}
-        existing[args.label] = result
-        args.json.write_text(json.dumps(existing, indent=2) + "\n")
+        runs = {label: run for label, run in existing.items() if label not in ("benchmark", "environment", "table")}
+        runs[args.label] = result
+        results_files.write(args.json, "cli_help", runs, results_table(runs), load_average=result["load_after"])
     print(json.dumps({name: r["median_s"] for name, r in result["help_s"].items()}, indent=2))
     return result
 

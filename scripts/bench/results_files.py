@@ -99,7 +99,11 @@ def environment(device: str | None = None) -> dict:
                 continue
         versions[name] = getattr(module, "__version__", "unknown")
     torch = sys.modules.get("torch")
-    machine = {"processor": cpu_name() or platform.processor() or platform.machine(), "cores": os.cpu_count(), "platform": platform.platform()}
+    machine = {
+        "processor": cpu_name() or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+    }
     if torch is not None:
         machine["torch_threads"] = torch.get_num_threads()
         if device and device.startswith("cuda") and torch.cuda.is_available():
@@ -164,12 +168,18 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write(path: str | os.PathLike, benchmark: str, results: dict, table: Table, device: str | None = None) -> dict:
-    """Write ``results`` (+ benchmark, environment, table) to ``path`` and its markdown table beside it."""
+def write(
+    path: str | os.PathLike, benchmark: str, results: dict, table: Table, device: str | None = None,
+    load_average: list[float] | None = None,
+) -> dict:  # fmt: skip
+    """Write ``results`` (+ benchmark, environment, table) to ``path`` and its markdown table beside it.
+    ``load_average``: the load the figures were measured at, where that is not now (results kept from earlier runs)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    saved = {**results, "benchmark": benchmark, "environment": environment(device),
-             "table": dataclasses.asdict(table)}  # fmt: skip
+    env = environment(device)
+    if load_average is not None:
+        env["load_average"] = list(load_average)
+    saved = {**results, "benchmark": benchmark, "environment": env, "table": dataclasses.asdict(table)}
     _write_atomic(path, json.dumps(saved, indent=2, default=str) + "\n")
     _write_atomic(path.with_suffix(".md"), markdown(saved, path.name))
     return saved
