@@ -171,9 +171,9 @@ def test_decode_step_overhead_tiny(tmp_path, capsys):
 def test_llama_vs_hf_static_cache_decode_is_compiled_by_generate_on_the_cpu(tmp_path, monkeypatch):
     """--decode-static on the CPU: generate compiles both sides' decoding step (as it does on a GPU) and the
     tokens agree (our projections' weight-major call included: the tiny model's weights take it too)."""
-    from hf_llmsys.models import projection
+    from hf_llmsys.kernels import weight_major
 
-    monkeypatch.setattr(projection, "MIN_WEIGHT_ELEMENTS", 0)
+    monkeypatch.setattr(weight_major, "MIN_WEIGHT_ELEMENTS", 0)
     compiled = []
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(a[0]) or real_compile(*a, **k))
