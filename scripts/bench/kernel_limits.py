@@ -22,9 +22,9 @@ after a warm-up. Sections (``--sections``, default all):
   ``--attention-block`` queries over the keys up to the block's end, softmax in place) against SDPA's forward,
   with its largest difference to SDPA's output.
 - ``decode_reads``: GB/s of reading each weight once for one row, as a decoding step does (cycling through copies
-  of the weight beyond ``--cycle-mb``, so it comes from memory, not the cache): ``F.linear``; the weight-major
-  call of ``models/projection.py``; MKL's packed GEMM where torch has it; against a plain ``sum`` over a tensor of
-  the bytes a decoding step reads (every layer's projections and the LM head).
+  of the weight beyond ``--cycle-mb``, so it comes from memory, not the cache): ``F.linear``; the speed layer's
+  weight-major call (``hf_llmsys/kernels/weight_major.py``); MKL's packed GEMM where torch has it; against a plain
+  ``sum`` over a tensor of the bytes a decoding step reads (every layer's projections and the LM head).
 
     python scripts/bench/kernel_limits.py --threads 2                    # default shape, ~2 min on 2 cores
     python scripts/bench/kernel_limits.py --shape smollm2 --sections head_chunks,decode_reads
@@ -101,7 +101,7 @@ def timed(fn, repeats: int) -> float:
 
 
 def projections(shape: dict) -> dict[str, tuple[int, int]]:
-    """name -> (out_features, in_features) of our Llama's projections (fused q/k/v and gate/up, one layer's) and
+    """name -> (out_features, in_features) of our Llama's projections (q, k, v, o, gate, up, down: one layer's) and
     its LM head, read from the model itself built on the meta device (no memory, no weights)."""
     with torch.device("meta"):
         model = LlmsysLlamaForCausalLM(LlmsysLlamaConfig(**shape))
