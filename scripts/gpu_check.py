@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The GPU paths of the sparse GPT-3-style model in one run: parity first, then timings (issue 5).
+"""The GPU paths of the sparse GPT-3-style model in one run: parity first, then timings.
 
 Run through ``scripts/gpu_check.sh`` on a machine with a CUDA GPU (about 3-4 minutes on an H200). Sections:
 

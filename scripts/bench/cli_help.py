@@ -1,4 +1,4 @@
-"""Wall time of `llmsys --help` and of `llmsys <command> --help` for every registered command (issue 48).
+"""Wall time of `llmsys --help` and of `llmsys <command> --help` for every registered command.
 
 Each help runs in a fresh process through the installed console script (what a user types), `--repeats` times;
 the median and every sample are recorded, with the load average before and after (the machine is shared: a

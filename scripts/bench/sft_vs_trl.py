@@ -48,9 +48,9 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
 2. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
    trainer, without and with packing, every run in a fresh process of its own, repetitions interleaved, medians,
    ratios ours / TRL by CPU time, by wall time and by peak RSS, the machine load (the metric and what is held
-   equal: `speed_part`). Goals (issue 20): tokens/s >= 1.1x TRL padded, >= 1.3x packed, peak RSS <= TRL's.
+   equal: `speed_part`). Goals: tokens/s >= 1.1x TRL padded, >= 1.3x packed, peak RSS <= TRL's.
 
-3. Learning side by side (``--part learn``, issue 46; minutes of training, only when asked for): one randomly
+3. Learning side by side (``--part learn``; minutes of training, only when asked for): one randomly
    initialised tiny base per model type (`learn_base`, seeded; random so that the task is learnt from nothing and
    the trainers alone make the difference), the same synthetic records (reverse 3-6 digits, ``--learn_records``
    training, ``--held_out`` disjoint prompts), tokenizer (ours from ``llmsys train``, where TRL's EOS appended as
@@ -59,7 +59,7 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    its EOS by our decoding (`generate_responses`) and by a TRL user's (`decode_trl`: prompt text, ``generate`` with
    ``eos_token_id``): the cross-decoded scores tell decoding apart from training. Each side keeps its defaults
    unless ``--ours_option`` / ``--trl_option`` hold one equal (the schedule: ours cosine with 3% warmup, TRL's
-   linear without). Target (issue 46): |ours - TRL| <= 0.07.
+   linear without). Target: |ours - TRL| <= 0.07.
 
    What decides the gap (benchmarks/results/sft_vs_trl-learn.json, controlled runs on the CPU, TRL given ours'
    cosine schedule with 3% warmup unless said): llmsys_llama learns the task on both sides (1.000 / 1.000 padded and
@@ -126,8 +126,8 @@ from hf_llmsys.data import (
 
 SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
-GOALS = {"padded": 1.1, "packed": 1.3}  # issue 20: tokens/s >= 1.1x TRL's without packing, >= 1.3x with
-MEMORY_GOAL = 1.0  # issue 20: peak RSS <= TRL's
+GOALS = {"padded": 1.1, "packed": 1.3}  # tokens/s >= 1.1x TRL's without packing, >= 1.3x with
+MEMORY_GOAL = 1.0  # peak RSS <= TRL's
 RATIO_NAMES = {"tokens_per_s": "ratio", "tokens_per_cpu_s": "cpu_ratio", "peak_rss_mb": "rss_ratio",
                "peak_rss_train_mb": "train_rss_ratio"}  # fmt: skip
 CATEGORIES = ("identical", "seam_merge", "mask_shift", "trl_double_eos", "truncation", "unexplained")
@@ -919,7 +919,7 @@ def _load(loadavg) -> str:
 # ---------------------------------------------------------------- part 3: learning side by side
 
 LEARN_INSTRUCTION = "Reverse the digits."
-LEARN_TARGET = 0.07  # issue 46: greedy exact match of the two trainers within this
+LEARN_TARGET = 0.07  # greedy exact match of the two trainers within this
 LEARN_SHAPE = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64}
 
 

@@ -17,7 +17,7 @@ Variants (``hf_llmsys.kernels.sparse_blocks``):
   flex backward on CPU: there the rows are ``<kind>@flex-fwd``, forward only under ``torch.no_grad()``, against
   ``dense-fwd`` (SDPA forward only), and the output says so.
 
-Model level (issue 14): one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048,
+Model level: one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048,
 GPT-2's ``gelu_new``, sdpa) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the
 layouts buy once the projections, the MLP and the norms are paid too. Rows dense / local / strided / fixed take
 turns within each repetition; ratio = dense layer time / variant layer time (goal: >= 1.7x for local and
@@ -65,9 +65,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_files  # noqa: E402  (scripts/bench/results_files.py)
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
-MODEL_GOAL_SPEEDUP = 1.7  # issue 14: one decoder layer at 8k, local and strided vs dense, forward + backward
+MODEL_GOAL_SPEEDUP = 1.7  # one decoder layer at 8k, local and strided vs dense, forward + backward
 MODEL_KINDS = ("dense", "local", "strided", "fixed")
-# issue 22: at 8k and 16k every sparse kernel needs no more memory than dense flash SDPA, speed kept
+# at 8k and 16k every sparse kernel needs no more memory than dense flash SDPA, speed kept
 SPARSE_MEMORY_LENGTHS, SPARSE_MEMORY_GOAL = (8192, 16384), 1.0
 SPARSE_SPEED_GOALS = {"local": 6.0, "strided": 12.0}
 
@@ -300,7 +300,7 @@ def print_tables(results: dict, lengths: list[int]) -> None:
             print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
     kinds_measured = all(results.get(kind) for kind in ("dense", "local", "strided", "fixed"))
     for seq_len in (s for s in lengths if s in SPARSE_MEMORY_LENGTHS and kinds_measured):
-        print(f"\ngoal at S={seq_len} (issue 22): peak memory <= {SPARSE_MEMORY_GOAL:.2f} of dense flash SDPA, speed "
+        print(f"\ngoal at S={seq_len}: peak memory <= {SPARSE_MEMORY_GOAL:.2f} of dense flash SDPA, speed "
               + ", ".join(f"{kind} >= {goal}x" for kind, goal in SPARSE_SPEED_GOALS.items()))  # fmt: skip
         ref = results["dense"][seq_len]
         for kind in ("local", "strided", "fixed"):
