@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: the demo's speed goals (issue 13), against references run in the same process.
+"""Benchmark: the demo's speed goals, against references run in the same process.
 
 1. Perplexity tab: the ``/perplexity`` event through gradio_client on a 512-token text for every zoo model, against
    the same scoring called directly (``corpus_perplexity`` per model, the reference): goal <= 2 s on 2 cores;

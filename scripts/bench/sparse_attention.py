@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: dense causal attention vs the sparse layouts of issue 5, forward + backward, time and memory.
+"""Benchmark: dense causal attention vs the sparse layouts (local, strided, fixed), forward + backward, time and memory.
 
 Not a test: it measures and prints tables. Inputs are (1, 8, S, 64) q, k, v (batch 1, 8 heads, head_dim 64) at
 1k ... 16k tokens. Each variant runs forward, then backward of ``(out * g).sum()``; warm-up runs are discarded
@@ -64,7 +64,7 @@ from hf_llmsys.layout_views import flex_layout_attention  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_files  # noqa: E402  (scripts/bench/results_files.py)
 
-GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # issue 5: at 8k, >= 5x faster and <= 1/4 memory
+GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # one decoder layer at 8k, local and strided vs dense, forward + backward
 MODEL_KINDS = ("dense", "local", "strided", "fixed")
 # at 8k and 16k every sparse kernel needs no more memory than dense flash SDPA, speed kept
@@ -387,7 +387,7 @@ def run_model_level(args: argparse.Namespace) -> dict:
                     times[name].append(time.perf_counter() - start)
         row = {name: statistics.median(times[name]) * 1e3 for name in models}
         row["activation"] = {name: statistics.median(times[name]) * 1e3 for name in acts}
-        with torch.no_grad():  # the fused GELU must be the same function (issue 14: <= 1e-5)
+        with torch.no_grad():  # the fused GELU must be the same function (<= 1e-5)
             outputs = [fn(act_input).float() for fn in acts.values()]
         row["activation_max_abs_diff"] = max(float((out - outputs[0]).abs().max()) for out in outputs)
         row["hidden_act"] = hidden_act
