@@ -15,6 +15,7 @@
    on first run): goal <= 180 s on 2 cores. Wall and CPU seconds are printed; CPU seconds stay comparable when
    other jobs share the machine.
 
+    python scripts/bench/demo_latency.py --json benchmarks/results/demo_latency-cpu.json   # + results file
     python scripts/bench/demo_latency.py                       # the cached demo zoo (or --zoo DIR)
     python scripts/bench/demo_latency.py --zoo-train           # also time the background training (and use
                                                                # that zoo when none is cached)
@@ -35,6 +36,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
+
 os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
 
@@ -156,6 +160,61 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def results_table(results: dict) -> results_files.Table:
+    """Each page's time against the same work called directly (or /config over HTTP), with its goal."""
+    cost, rows = results_files.cost_ratio, []
+    ppl = results.get("perplexity") or {}
+    if ppl:
+        rows.append(
+            results_files.Row(
+                f"perplexity tab, {ppl['tokens']} tokens x {ppl['models']} zoo models, s (goal <= {GOAL_PPL_S})",
+                f"{ppl['page_s']:.3f}",
+                f"{ppl['direct_s']:.3f}",
+                cost(ppl["page_s"], ppl["direct_s"]),
+            )
+        )
+    if "page_real_s" in ppl:
+        rows.append(
+            results_files.Row(
+                f"perplexity tab with {ppl['real_model']}, s (goal <= {GOAL_PPL_REAL_S})",
+                f"{ppl['page_real_s']:.3f}",
+                f"{ppl['direct_real_s']:.3f}",
+                cost(ppl["page_real_s"], ppl["direct_real_s"]),
+            )
+        )
+    if sparse := results.get("sparse"):
+        rows.append(
+            results_files.Row(
+                f"sparse tab at length {sparse['length']}, s (goal <= {GOAL_SPARSE_S:.0f})",
+                f"{sparse['page_s']:.3f}",
+                f"{sparse['direct_s']:.3f}",
+                cost(sparse["page_s"], sparse["direct_s"]),
+            )
+        )
+    if page := results.get("page_load"):
+        browser = page.get("browser_s")
+        rows.append(
+            results_files.Row(
+                f"first page load in chromium (peer: /config over HTTP), s (goal <= {GOAL_LOAD_S})",
+                "n/a" if browser is None else f"{browser:.3f}",
+                f"{page['config_http_s']:.3f}",
+                cost(browser, page["config_http_s"]),
+            )
+        )
+    if train := results.get("zoo_train"):
+        rows.append(
+            results_files.Row(
+                f"demo zoo training from scratch, wall s (goal <= {GOAL_TRAIN_S:.0f})",
+                f"{train['wall_s']:.1f}",
+                "",
+                None,
+            )
+        )
+    notes = ["Ratios under 1 are the page's overhead over the same work called directly; the goals are absolute."]
+    return results_files.Table("The demo's pages against the same work called directly", "called directly", rows,
+                               notes)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zoo", default=None, help="zoo folder (default: the full zoo or the cached demo zoo)")
@@ -163,6 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--zoo-train", action="store_true", help="also time training the demo zoo from scratch")
     parser.add_argument("--no-smollm2", action="store_true", help="leave the fetched SmolLM2 out")
+    parser.add_argument("--json", default=None, help="results file (and its .md table beside it)")
     args = parser.parse_args(argv)
     scratch = tempfile.TemporaryDirectory()
 
@@ -208,6 +268,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         demo.close()
         scratch.cleanup()
+    if args.json:
+        results_files.write(args.json, "demo_latency", results, results_table(results))
     return results
 
 
