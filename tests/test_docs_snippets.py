@@ -28,7 +28,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*(slow|no-run:\s*(?P<reason>.+?))\s*-->\s*$")
 # benchmarks whose scripts do not write through scripts/bench/results_files.py yet
-NOT_YET_WRITTEN_BY_RESULTS_FILES = ("sft_vs_trl",)
+NOT_YET_WRITTEN_BY_RESULTS_FILES = ()
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 

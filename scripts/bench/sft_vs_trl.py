@@ -42,8 +42,8 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
      and touches a token both supervise: `whitespace_edge`) or ``unexplained``. A conversation the template
      itself refuses (Mistral's on a system turn) is counted, on neither side.
 
-   The JSON records TRL's and transformers' versions; ``--markdown`` writes the table
-   (benchmarks/results/sft_vs_trl-masks.md).
+   The JSON records TRL's and transformers' versions; ``--json`` writes it through ``results_files`` with the
+   generated table beside it (benchmarks/results/sft_vs_trl-masks.md).
 
 2. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
    trainer, without and with packing, every run in a fresh process of its own, repetitions interleaved, medians,
@@ -87,7 +87,7 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
                                                                           # t5_unigram (see load_tokenizer)
     python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
     python scripts/bench/sft_vs_trl.py --part masks --chat_family all --n 300 --conversations 200 \
-        --json benchmarks/results/sft_vs_trl-masks.json --markdown benchmarks/results/sft_vs_trl-masks.md
+        --json benchmarks/results/sft_vs_trl-masks.json
     python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
     python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
@@ -105,6 +105,7 @@ import io
 import json
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -114,7 +115,10 @@ from pathlib import Path
 
 import torch
 
-import hf_llmsys  # noqa: F401  (registers the Auto classes)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_files  # noqa: E402  (scripts/bench/results_files.py)
+
+import hf_llmsys  # noqa: F401, E402  (registers the Auto classes)
 from hf_llmsys.data import (
     IGNORE_INDEX,
     ConversationEncoder,
@@ -609,38 +613,38 @@ def chat_masks_part(args, workdir: Path) -> dict:
             "whitespace_rule": WHITESPACE_RULE, "runs": results}  # fmt: skip
 
 
-def chat_masks_markdown(result: dict) -> str:
-    """A table of `chat_masks_part`'s counts (written beside its JSON by ``--markdown``)."""
-    lines = [
-        f"# Label masks through chat templates: ours vs TRL {result['trl_version']} (scripts/bench/sft_vs_trl.py)",
-        "",
-        f"{result['date']}; transformers {result['transformers_version']}; {result['alpaca_records']} Alpaca records "
-        f"as one-turn conversations (max_length {result['max_length']}) against TRL's prompt-completion "
-        "conversational path; multi-turn conversations (the fixture "
-        f"{result['conversation_fixture']} + conversations built from Alpaca records) against TRL's "
-        "`assistant_only_loss=True`. Explained one-turn differences are checked, not assumed (module doc of the "
-        "bench: `mask_shift` = same ids, only whitespace tokens at the boundary differ, here where TRL's prompt ids "
-        "are not a prefix of its prompt + completion ids, its own 'Mismatch' warning; `truncation` = over "
-        "max_length, TRL keeps the first tokens).",
-        "",
-        f"Whitespace rule: {result['whitespace_rule']}.",
-        "",
-        "| base | family | one-turn identical | one-turn explained | one-turn unexplained | conversations | "
-        "identical | whitespace_edge | unexplained | refused by template |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in result["runs"]:
-        one, multi = run["alpaca_one_turn"]["counts"], run["conversations"]
-        reasons = ", ".join(f"{k} {v}" for k, v in one.items() if v and k not in ("identical", "unexplained"))
-        explained = run["alpaca_one_turn"]["records"] - one["identical"] - one["unexplained"]
-        explained = f"{explained} ({reasons})" if reasons else "0"
-        c = multi["counts"]
-        lines.append(
-            f"| {run['base']} | {run['family']} | {one['identical']} | {explained} | {one['unexplained']} | "
-            f"{multi['conversations']} | {c['identical']} | {c['whitespace_edge']} | {c['unexplained']} | "
-            f"{multi['refused_by_template']} |"
+def results_table(results: dict) -> results_files.Table:
+    """The results file's table: training speed (ours / TRL, tokens per second), learning (greedy exact match per
+    setting, mean over seeds) and the mask comparison (counts; no ratio)."""
+    rows = []
+    for mode, entry in (results.get("speed") or {}).items():
+        if not isinstance(entry, dict) or "ratio" not in entry:
+            continue
+        ours, trl = (
+            statistics.median(run["tokens"] / run["wall_s"] for run in entry["runs"][side]) for side in ("ours", "trl")
         )
-    return "\n".join(lines) + "\n"
+        rows.append(results_files.Row(f"SFT training {mode}, tokens/s", f"{ours:.0f}", f"{trl:.0f}", entry["ratio"],
+                                      headline=True))  # fmt: skip
+    for setting, entry in ((results.get("learn") or {}).get("by_setting") or {}).items():
+        ours, trl = statistics.mean(entry["ours"]), statistics.mean(entry["trl"])
+        rows.append(results_files.Row(f"greedy exact match, {setting} (seeds {entry['seeds']})",
+                                      f"{ours:.3f}", f"{trl:.3f}", results_files.rate_ratio(ours, trl)))  # fmt: skip
+    for run in (results.get("masks") or {}).get("runs") or []:
+        one, multi = run["alpaca_one_turn"], run["conversations"]
+        rows.append(results_files.Row(
+            f"label masks, {run['base']} + {run['family']}: one-turn records identical / conversations identical",
+            f"{one['counts']['identical']}/{one['records']} ({one['counts']['unexplained']} unexplained), "
+            f"{multi['counts']['identical']}/{multi['conversations']} ({multi['counts']['unexplained']} unexplained)",
+            "TRL's labels", None))  # fmt: skip
+    notes = []
+    if masks := results.get("masks"):
+        notes.append(f"Masks: whitespace rule: {masks.get('whitespace_rule')}; explained differences are classified "
+                     "in the JSON (`mask_shift`, `truncation`, `whitespace_edge`).")  # fmt: skip
+    if learn := results.get("learn"):
+        notes.append(f"Learning: task {learn.get('task')}, {learn.get('held_out')} held-out prompts, target "
+                     f"|ours - TRL| <= {learn.get('target')}.")  # fmt: skip
+    trl_version = (results.get("masks") or results.get("learn") or {}).get("trl_version", "")
+    return results_files.Table("Instruction tuning: hf-llmsys against TRL", f"TRL {trl_version}".strip(), rows, notes)
 
 
 # ---------------------------------------------------------------- part 2: training throughput
@@ -1126,7 +1130,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=200,
                         help="masks part with --chat_family: conversations built from Alpaca records (besides the "
                         "fixture's)")  # fmt: skip
-    parser.add_argument("--markdown", metavar="OUT", help="masks part with --chat_family: also write a table here")
     parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
     parser.add_argument("--train_records", type=int, default=64, help="speed part: records trained (one epoch)")
     parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
@@ -1208,9 +1211,7 @@ def main(argv=None) -> dict:
         elif args.part == "learn":  # minutes of training: only when asked for
             results["learn"] = learn_part(args, Path(tmp))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    if args.markdown and "runs" in results.get("masks", {}):
-        Path(args.markdown).write_text(chat_masks_markdown(results["masks"]))
+        results_files.write(args.json, "sft_vs_trl", results, results_table(results))
     return results
 
 
