@@ -26,20 +26,17 @@ Ours render the unmarked published text.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 from sft_fixtures import SPM_FETCH, gpt2, mistral_sentencepiece
 
 BENCH_FILE = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_sft_vs_trl_families", BENCH_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH_FILE, "bench_sft_vs_trl_families")
 
 
 bench = _bench()

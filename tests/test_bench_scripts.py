@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -11,16 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_modules import load_script
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 
 
 def _load_script(name: str):
     path = BENCH_DIR / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path, f"bench_{name}")
 
 
 @pytest.mark.timeout(300)
@@ -328,9 +325,7 @@ def test_sparse_attention_bench_runs_and_its_memory_counter_is_right(tmp_path):
 def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     """scripts/gpu_check.py is for a lent GPU; on CPU its --quick mode runs the same code on tiny sizes."""
     path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(path, "gpu_check")
     assert module.main(["--device", "cpu", "--quick", "--skip-bench"]) == 0
     printed = capsys.readouterr().out
     assert "parity: all ok" in printed and printed.count(" ok\n") >= 14

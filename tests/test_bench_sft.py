@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 pytest.importorskip("trl")
 
@@ -15,10 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_sft_vs_trl_speed", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "bench_sft_vs_trl_speed")
 
 
 @pytest.mark.slow  # four short Trainer runs (two per side): about a minute on 2 shared cores

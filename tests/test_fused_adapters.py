@@ -69,7 +69,9 @@ def test_dora_magnitudes_split_by_rows_and_plain_adapters_are_left_alone(tmp_pat
     fused_adapter(tmp_path, base, dora=True)
     assert upgrade_fused_adapter(tmp_path, base_config=base.config.to_dict())
     model = PeftModel.from_pretrained(base, tmp_path)  # shapes fit: PEFT loads every tensor strictly
-    assert model.base_model.model.model.layers[0].self_attn.k_proj.lora_magnitude_vector["default"].weight.shape == (16,)
+    assert model.base_model.model.model.layers[0].self_attn.k_proj.lora_magnitude_vector["default"].weight.shape == (
+        16,
+    )
     assert not upgrade_fused_adapter(tmp_path)  # already separate: nothing to do
 
 

@@ -9,10 +9,8 @@ KV cache: every forward sees the whole sequence (start_pos = 0).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from script_modules import load_script
 from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -29,11 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_converter():
-    spec = importlib.util.spec_from_file_location("convert_meta_llama", ROOT / "scripts" / "convert_meta_llama.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/convert_meta_llama.py", "convert_meta_llama")
 
 
 convert = _load_converter()

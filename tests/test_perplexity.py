@@ -270,7 +270,9 @@ def test_peft_wrapped_model(tokenizer):
     from peft import LoraConfig, get_peft_model
 
     base = _tiny_llama(len(tokenizer))
-    peft_model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj"], init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj"], init_lora_weights=False)
+    )
     result = corpus_perplexity(peft_model, tokenizer, [LONG_TEXT, SHORT_TEXT], max_length=8, stride=4)
     merged = copy.deepcopy(peft_model).merge_and_unload()
     reference = corpus_perplexity(merged, tokenizer, [LONG_TEXT, SHORT_TEXT], max_length=8, stride=4)

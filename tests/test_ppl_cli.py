@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
@@ -130,10 +130,7 @@ def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_pat
 
 @pytest.mark.timeout(60)
 def test_bench_script_quick(tmp_path):
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "ppl.py"
-    spec = importlib.util.spec_from_file_location("bench_ppl", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("scripts/bench/ppl.py", "bench_ppl")
     out = tmp_path / "ppl.json"
     results = bench.main(["--quick", "--max-tokens", "512", "--data-dir", str(tmp_path / "absent"), "--json", str(out)])
     assert json.loads(out.read_text())["text_tokens"] == results["text_tokens"] <= 512

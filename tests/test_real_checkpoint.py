@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import math
 import zipfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_modules import load_script
 
 from hf_llmsys import LlmsysLlamaForCausalLM
 from hf_llmsys.checkpoints import smollm2
@@ -263,10 +263,7 @@ PERPLEXITY_FALL = 0.10
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("smollm2_lora_sft", EXAMPLE_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE_SCRIPT, "smollm2_lora_sft")
 
 
 @pytest.fixture(scope="module")

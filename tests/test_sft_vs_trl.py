@@ -8,11 +8,11 @@ alpaca_5000.json on all four families. Real chat templates: test_sft_chat_templa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 pytest.importorskip("trl")
 
@@ -20,9 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_sft_vs_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(BENCH, "bench_sft_vs_trl")
     module.quiet()
     return module
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "t5_vs_hf.py"
 
 
 def test_t5_vs_hf_tiny(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_t5_vs_hf", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(SCRIPT, "bench_t5_vs_hf")
     out = tmp_path / "results.json"
     bench.main(["--tiny", "--steps", "2", "--repeats", "1", "--new-tokens", "3", "--batch", "2", "--input-length", "12",
                 "--target-length", "6", "--prompt", "8", "--compile", "--compile-backend", "aot_eager",
