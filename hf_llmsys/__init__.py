@@ -8,6 +8,7 @@ config.json and a bare vocab.json + merges.txt tokenizer folder clearly (`hf_llm
 
 from .auto_loading import install as _install_local_source_checks
 from .checkpoints.atomic_saving import install as _install_atomic_saving
+from .checkpoints.gpt_sources import install as _install_gpt_sources
 from .checkpoints.strict_loading import install as _install_strict_loading
 from .checkpoints.weight_integrity import install as _install_weight_checks
 from .models import (
@@ -29,6 +30,7 @@ register_all()
 _install_strict_loading()  # from_pretrained refuses checkpoints that do not fit (hf_llmsys/checkpoints/strict_loading.py)
 _install_atomic_saving()  # save_pretrained is staged and moved into place (hf_llmsys/checkpoints/atomic_saving.py)
 _install_local_source_checks()  # clear errors for missing / incomplete local folders (hf_llmsys/auto_loading.py)
+_install_gpt_sources()  # GPT-2 / GPT-Neo folders read as llmsys_gpt3 (hf_llmsys/checkpoints/gpt_sources.py)
 _install_weight_checks()  # checksum manifests written on save, checked on load (hf_llmsys/checkpoints/weight_integrity.py)
 
 __version__ = "0.1.0"

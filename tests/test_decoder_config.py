@@ -18,7 +18,7 @@ def test_both_architectures_specialise_one_decoder_config():
     assert not issubclass(LlmsysGPT3Config, LlmsysLlamaConfig)
     decoder_fields = set(DecoderConfig.__dataclass_fields__)
     assert set(LlmsysLlamaConfig.__dataclass_fields__) == decoder_fields  # defaults only
-    assert set(LlmsysGPT3Config.__dataclass_fields__) - decoder_fields == {"checkpoint_format"}  # its save format
+    assert set(LlmsysGPT3Config.__dataclass_fields__) == decoder_fields
 
 
 @pytest.mark.parametrize("cls", [LlmsysLlamaConfig, LlmsysGPT3Config])

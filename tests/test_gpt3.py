@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
 import torch
 from remote_code import assert_loads_without_the_package
+from safetensors.torch import load_file
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -165,22 +167,28 @@ def test_gpt_neo_checkpoint_logits_and_greedy_generation_match(gpt_neo_dir):
     assert torch.equal(ours.generate(ids[:, :6], **kwargs), reference.generate(ids[:, :6], **kwargs))
 
 
-def test_gpt_neo_models_save_in_gpt_neo_layout_beside_gpt2_models(gpt_neo_dir, gpt2_dir, tmp_path):
+def test_gpt_neo_models_save_in_the_types_own_layout_and_export_to_gpt_neo(gpt_neo_dir, tmp_path):
+    """A model read from a GPT-Neo folder saves as every llmsys_gpt3 does (GPT-2's key layout, our field names:
+    the folder loads with its shipped remote code alone); transformers' GPT-Neo folder comes from the export."""
+    from hf_llmsys.export import export
+
     neo_path, neo_reference = gpt_neo_dir
-    gpt2_path, gpt2_reference = gpt2_dir
     neo = LlmsysGPT3ForCausalLM.from_pretrained(neo_path).eval()
-    gpt2 = LlmsysGPT3ForCausalLM.from_pretrained(gpt2_path).eval()  # loaded after: both layouts in one process
-    neo.save_pretrained(tmp_path / "neo")
-    gpt2.save_pretrained(tmp_path / "gpt2")
+    neo.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["model_type"] == "llmsys_gpt3" and "checkpoint_format" not in saved
+    keys = load_file(tmp_path / "saved" / "model.safetensors").keys()
+    assert any(".attn.c_attn." in key for key in keys) and not any(".attn.attention." in key for key in keys)
     ids = torch.randint(0, 100, (1, 30))
     with torch.no_grad():
-        for saved, ours, reference_class, reference in (
-            (tmp_path / "neo", neo, GPTNeoForCausalLM, neo_reference),
-            (tmp_path / "gpt2", gpt2, GPT2LMHeadModel, gpt2_reference),
-        ):
-            assert torch.equal(LlmsysGPT3ForCausalLM.from_pretrained(saved).eval()(ids).logits, ours(ids).logits)
-            theirs = reference_class.from_pretrained(saved, config=reference.config).eval()
-            assert torch.equal(theirs(ids).logits, reference(ids).logits)
+        expected = neo_reference(ids).logits
+        assert torch.equal(
+            LlmsysGPT3ForCausalLM.from_pretrained(tmp_path / "saved").eval()(ids).logits, neo(ids).logits
+        )
+        export(tmp_path / "saved", tmp_path / "as-gpt-neo")
+        theirs = GPTNeoForCausalLM.from_pretrained(tmp_path / "as-gpt-neo").eval()
+        torch.testing.assert_close(theirs(ids).logits, expected, atol=1e-5, rtol=0)
+    assert_loads_without_the_package(neo, tmp_path / "remote", vocab_size=100, base_class_name="LlmsysGPT3Model")
 
 
 def test_residual_projections_use_gpt2_scaled_init():
@@ -263,8 +271,7 @@ def test_gpt2_names_are_aliases():
         (dict(attention_layout=["fixed"], sparse_stride=4), "sparse_summary"),
         (dict(attention_layout=["fixed"], sparse_stride=4, sparse_summary=5), "sparse_summary <= sparse_stride"),
         (dict(attention_layout=["strided"]), "sparse_stride"),
-        (dict(scale_attn_weights=False), "scale_attn_weights=False is not supported"),
-        (dict(checkpoint_format="gpt-j"), "checkpoint_format='gpt-j' is unknown"),
+        (dict(model_type="gpt2", scale_attn_weights=False), "scale_attn_weights=False is not supported"),
         (dict(attention_scale=0.0), "attention_scale must be > 0"),
     ],
 )

@@ -35,9 +35,8 @@ MODELS = {
         LlmsysT5Config(vocab_size=64, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8)
     ),
 }
-# Lines of the .py files a save ships (docstrings and comments included): llama and T5 within the goals of the
-# models/ redesign (2,000 and 1,800); GPT-3's ceiling (goal 2,400) holds what was reached, so the code only shrinks.
-LINE_CEILINGS = {"llmsys_llama": 2000, "llmsys_gpt3": 2475, "llmsys_t5": 1800}
+# Lines of the .py files a save ships (docstrings and comments included): the goals of the models/ redesign.
+LINE_CEILINGS = {"llmsys_llama": 2000, "llmsys_gpt3": 2400, "llmsys_t5": 1800}
 FORBIDDEN = {
     "a custom autograd function": r"autograd\.Function",
     "a torch.compile branch": r"torch\.compiler\.is_compiling",

@@ -38,11 +38,13 @@ def check_values(config, recorded: dict) -> None:
 
     Intended differences: ``sliding_window`` was None when no layer was "local"; it is now a stored field (the band
     of "local" layers, alias ``local_window``) that keeps its value, unused, in such configs. The speed fields
-    (``SPEED_LAYER_FIELDS``) are options of ``hf_llmsys.kernels.apply`` now: read and dropped.
+    (``SPEED_LAYER_FIELDS``) are options of ``hf_llmsys.kernels.apply`` now: read and dropped. So is
+    ``checkpoint_format``: the weights of such a folder are read in the layout it names, and llmsys_gpt3 saves in
+    GPT-2's (``hf_llmsys/checkpoints/gpt_sources.py``).
     """
     kinds = recorded.get("layer_layouts")
     for name, value in recorded.items():
-        if name in SPEED_LAYER_FIELDS:
+        if name in SPEED_LAYER_FIELDS or name == "checkpoint_format":
             assert not hasattr(config, name), name
         elif name == "layer_layouts":
             assert config.layer_layouts() == value

@@ -61,7 +61,7 @@ ModelTesterMixin, ConfigTester = common.ModelTesterMixin, config_common.ConfigTe
 
 def _instance_conversions(model, *args, _transformers_lookup=common.get_model_conversion_mapping, **kwargs):
     """The suite reads a model's key map from transformers' global registry (by class name or model type); ours is
-    chosen per instance (``config.checkpoint_format``, and only ops that touch the model's keys: see
+    chosen per instance (only the ops that touch the model's keys: see
     hf_llmsys/models/weight_conversion.py), so the suite is pointed at the instance's own list."""
     if isinstance(model, ConvertedCheckpoints):  # llama: transformers' Llama names, looked up as transformers does
         return model.checkpoint_conversions()
@@ -330,11 +330,10 @@ TestGPT3Fixed = causal_case(
     "TestGPT3Fixed", LlmsysGPT3Config, GPT3, **GPT3_CASE, attention_layout=["fixed"], sparse_stride=3,
     sparse_summary=1,
 )  # fmt: skip
-# GPT-Neo's layout (Linear modules, separate q/k/v, no q/k/v bias) is the other format an llmsys_gpt3 model reads
-# and writes: its reverse-loading test too.
-TestGPT3NeoFormat = causal_case(
-    "TestGPT3NeoFormat", LlmsysGPT3Config, GPT3, **GPT3_LOCAL_CASE, checkpoint_format="gpt_neo",
-    attention_bias=False, attention_out_bias=True,
+# GPT-Neo's shape (no q/k/v bias, an output bias) stored in GPT-2's layout (a c_attn without bias): the saved
+# layout of an llmsys_gpt3 model read from a GPT-Neo folder, with its reverse-loading test too.
+TestGPT3NeoShape = causal_case(
+    "TestGPT3NeoShape", LlmsysGPT3Config, GPT3, **GPT3_LOCAL_CASE, attention_bias=False, attention_out_bias=True,
 )  # fmt: skip
 
 

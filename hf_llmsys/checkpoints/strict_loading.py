@@ -5,7 +5,8 @@ installed (``install``, run by ``import hf_llmsys``), all three raise one ValueE
 checkpoint with more layers than its config is refused, not silently truncated. ``strict=False`` restores
 transformers' lenient behaviour; a caller who asks for the report (``output_loading_info=True``) gets it instead of
 an error. A local folder is checked first: it must hold ``config.json`` (unless a config or a GGUF file is given),
-then ``FOLDER_CHECKS`` run on it (the checksum manifests, ``weight_integrity.py``).
+then ``FOLDER_CHECKS`` run on it (the checksum manifests, ``weight_integrity.py``), and a folder whose weights are in
+a foreign key layout (``FOLDER_KEY_MAPPINGS``: GPT-Neo's, ``gpt_sources.py``) is read with its renames.
 
 Remote-code users (``trust_remote_code=True`` without hf_llmsys) load with transformers' own, lenient rules: the
 model files in ``models/`` carry no loading policy.
@@ -24,6 +25,10 @@ from ..models.modeling_base import LlmsysPreTrainedModel
 
 # folder, strict, full (verify every byte: None = the checker's default) -> None, raising when the folder is refused
 FOLDER_CHECKS: list[Callable[[Path, bool, bool | None], None]] = []
+# (model class, local folder) -> renames {regex: replacement} of a foreign key layout the folder's weights are in,
+# or None (``gpt_sources.gpt_neo_key_mapping``): given as ``key_mapping``, before the model's own map; the loaded
+# model forgets them, so it saves in its own layout
+FOLDER_KEY_MAPPINGS: list[Callable[[type, Path], dict[str, str] | None]] = []
 
 
 def strict_from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
@@ -31,14 +36,23 @@ def strict_from_pretrained(cls, *args, strict: bool = True, verify_checksums: bo
     docstring. ``verify_checksums=True`` hashes every byte of a local folder's weight files against its manifest."""
     lenient = not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info")
     source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+    foreign = None
     if source is not None and os.path.isdir(source):
         folder = Path(source, kwargs.get("subfolder") or "")
         given_config = kwargs.get("config") is not None or kwargs.get("gguf_file") is not None  # GGUF: no config.json
         check_local_folder(folder, needs_config=not given_config, strict=not lenient, full=verify_checksums)
+        foreign = next(filter(None, (mapping(cls, folder) for mapping in FOLDER_KEY_MAPPINGS)), None)
+        if foreign is not None and kwargs.get("key_mapping") is None:
+            kwargs["key_mapping"] = foreign
     load = super(LlmsysPreTrainedModel, cls).from_pretrained
     if lenient:
-        return load(*args, **kwargs)
+        loaded = load(*args, **kwargs)
+        if foreign is not None:
+            del (loaded[0] if isinstance(loaded, tuple) else loaded)._weight_conversions  # saves in its own layout
+        return loaded
     model, info = load(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    if foreign is not None:
+        del model._weight_conversions  # what the load used: the model saves in its own layout
     problems = [f"{key}: checkpoint {tuple(old)} vs model {tuple(new)}" for key, old, new in info["mismatched_keys"]]
     problems += [f"{key}: missing from the checkpoint" for key in sorted(info["missing_keys"])]
     problems += [f"{key}: in the checkpoint but not in the model" for key in sorted(info["unexpected_keys"])

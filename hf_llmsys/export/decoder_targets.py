@@ -16,6 +16,7 @@ GPT-2 / GPT-Neo dropouts other than the attention's (``resid_pdrop``, ``embd_pdr
 
 from __future__ import annotations
 
+from ..checkpoints.gpt_sources import gpt_neo_conversions
 from .decoder_weights import fold_attention_scale, fold_biases_for_gpt_neo, permute_interleaved_rope
 from .foreign_names import foreign_state_dict
 from .transformers_targets import (
@@ -149,6 +150,7 @@ def gpt2_family_target(name: str, config, kinds: list[str]) -> Target:
         fold_attention_scale(state, config, target_scale=target_scale)
         if name == "gpt_neo":
             fold_biases_for_gpt_neo(state, config)
+            return foreign_state_dict(state, name, config, gpt_neo_conversions())
         return foreign_state_dict(state, name, config)
 
     return Target(name, GPT2_FAMILY_CLASSES[name], "AutoModelForCausalLM", fields, weights, notes)

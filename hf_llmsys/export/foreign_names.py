@@ -1,7 +1,8 @@
 """Our state-dict names -> a foreign checkpoint layout (GPT-2, GPT-Neo, T5), by the key maps our own saves use.
 
 The layouts are declared once, as transformers ``WeightRenaming`` / ``WeightConverter`` lists, in
-``hf_llmsys/models/*_checkpoint_conversion.py`` (``weight_conversion.CHECKPOINT_KEY_MAPS``). ``save_pretrained``
+``hf_llmsys/models/*_checkpoint_conversion.py`` (``weight_conversion.CHECKPOINT_KEY_MAPS``; GPT-Neo's, which no
+type stores, in ``hf_llmsys/checkpoints/gpt_sources.py``). ``save_pretrained``
 writes them through transformers' ``revert_weight_conversion``; an export calls the same function on a state dict
 that was rewritten first (``decoder_weights.py``), with the transforms that touch its keys
 (``weight_conversion.transforms_matching``). Keys no transform matches keep their names.

@@ -1,12 +1,11 @@
-"""Checkpoint keys of transformers' GPT-2 (``GPT2LMHeadModel``) and GPT-Neo (``GPTNeoForCausalLM``) <-> ours.
+"""Checkpoint keys of transformers' GPT-2 (``GPT2LMHeadModel``) <-> ours: the layout llmsys_gpt3 stores.
 
-The two formats a GPT-3-style model reads and writes (``LlmsysGPT3Config.checkpoint_format``), registered in
-``weight_conversion.CHECKPOINT_KEY_MAPS``, which applies them on every loading path and reverses them on save.
+Registered as the "gpt2" format of ``weight_conversion.CHECKPOINT_KEY_MAPS``, which applies it on every loading
+path and reverses it on save. (With hf_llmsys installed, GPT-Neo folders are read too: its renames run before
+these, ``hf_llmsys/checkpoints/gpt_sources.py``.)
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from transformers.core_model_loading import (
@@ -15,7 +14,6 @@ from transformers.core_model_loading import (
     Transpose,
     WeightConverter,
     WeightRenaming,
-    WeightTransform,
 )
 
 from .weight_conversion import CHECKPOINT_KEY_MAPS
@@ -76,25 +74,4 @@ def gpt2_conversions() -> list:
     return transforms
 
 
-# transformers GPT-Neo key -> hf-llmsys key, on top of the GPT-2 renames (same embeddings, norms and blocks).
-# GPT-Neo's modules are nn.Linear (no transpose); q/k/v are separate (no bias), as ours.
-GPT_NEO_RENAMES = {
-    r"\.attn\.attention\.(q|k|v)_proj\.": r".self_attn.\1_proj.",
-    r"\.attn\.attention\.out_proj\.": ".self_attn.o_proj.",
-    r"\.mlp\.c_fc\.": ".mlp.up_proj.",
-    r"\.mlp\.c_proj\.": ".mlp.down_proj.",
-}
-
-
-def gpt_neo_conversions() -> list:
-    """Renamings that load a transformers ``GPTNeoForCausalLM`` checkpoint."""
-    renames = {**GPT2_RENAMES, **GPT_NEO_RENAMES}
-    return [WeightRenaming(source, target) for source, target in renames.items()]
-
-
-# Checkpoint layouts a GPT-3-style model can read and write (``LlmsysGPT3Config.checkpoint_format``).
-CHECKPOINT_FORMATS: dict[str, Callable[[], list[WeightTransform]]] = {
-    "gpt2": gpt2_conversions,
-    "gpt_neo": gpt_neo_conversions,
-}
-CHECKPOINT_KEY_MAPS.update(CHECKPOINT_FORMATS)
+CHECKPOINT_KEY_MAPS["gpt2"] = gpt2_conversions

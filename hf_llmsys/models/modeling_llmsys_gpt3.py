@@ -3,9 +3,8 @@
 Built from the shared blocks in ``decoder.py``, which give every decoder its per-layer layouts (``attention_layout``,
 run as kernels or masks: ``sparse_layouts.py``); GPT-3's defaults live in ``LlmsysGPT3Config``. What is GPT-3's
 own is here: init follows GPT-2 (residual output projections, o_proj and down_proj, get std
-initializer_range / sqrt(2 * layers)), and transformers ``GPT2LMHeadModel`` and ``GPTNeoForCausalLM`` checkpoints
-load through the key maps in ``gpt2_checkpoint_conversion.py`` (``config.checkpoint_format`` says which layout a model reads
-and writes, per instance).
+initializer_range / sqrt(2 * layers)), and weights are stored in transformers ``GPT2LMHeadModel``'s key layout
+(``gpt2_checkpoint_conversion.py``), so GPT-2 checkpoints load and our saves load in GPT-2's class.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from transformers.generation import GenerationMixin
 from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
+from .gpt2_checkpoint_conversion import gpt2_conversions  # noqa: F401  (registers "gpt2", the layout stored)
 from .weight_conversion import ConvertedCheckpoints
 
 
@@ -26,10 +26,7 @@ class LlmsysGPT3PreTrainedModel(ConvertedCheckpoints, DecoderPreTrainedModel):
     config: LlmsysGPT3Config
     config_class = LlmsysGPT3Config
 
-    @property
-    def checkpoint_format(self) -> str:
-        """The key layout this instance reads and writes: ``config.checkpoint_format`` ("gpt2" or "gpt_neo")."""
-        return self.config.checkpoint_format
+    checkpoint_format = "gpt2"  # the key layout saves write and loads read (gpt2_checkpoint_conversion.py)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Shared init, then GPT-2's scaled residual projections (Radford et al. 2019, section 2.3).

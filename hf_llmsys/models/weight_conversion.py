@@ -3,22 +3,20 @@
 Our modules carry transformers' Llama names (``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ...), so a
 Llama-layout checkpoint needs no map. A format is a list of transformers ``WeightRenaming`` / ``WeightConverter``
 ops (``CHECKPOINT_KEY_MAPS``, name -> function returning a fresh list): "gpt2" (GPT-2's Conv1D modules, fused
-``c_attn``, split into q/k/v on load and joined on save) and "gpt_neo" (GPT-Neo's Linear modules) in
-``gpt2_checkpoint_conversion.py``, "t5" in ``t5_checkpoint_conversion.py``; each model type's files import only
-its own. Renamings run in order (each may see the result of the previous ones), then at
+``c_attn``, split into q/k/v on load and joined on save) in ``gpt2_checkpoint_conversion.py``, "t5" in
+``t5_checkpoint_conversion.py``; each model type's files import only its own. Renamings run in order (each may see the result of the previous ones), then at
 most one converter per key, as in transformers' loader; saving runs the reverse.
 
 Which format a model uses is chosen per instance: ``ConvertedCheckpoints.checkpoint_format`` (a class constant for
-t5, ``config.checkpoint_format`` for GPT-3; llama reads transformers' Llama names and has no map). ``checkpoint_key_map()`` is the format's whole list, used
+t5, "gpt2" for GPT-3; llama reads transformers' Llama names and has no map). ``checkpoint_key_map()`` is the format's whole list, used
 when loading (a head model's checkpoint loads into the base model, so rules this model's keys do not need may
 apply); ``checkpoint_conversions()`` keeps the ops that touch this model's keys (``transforms_matching``: a
 bias-free LLaMA has no bias converters, the T5 encoder no decoder rules, a GPT-3 without learned positions no
 ``wpe`` rule): what its saves apply, reversed. Why not transformers' registry
 (``register_checkpoint_conversion_mapping``): transformers 5 looks conversions up in a process-global table by
 class name, then model type (``conversion_mapping.get_model_conversion_mapping``), and nothing in that lookup sees
-the instance. One GPT-3 class reads two layouts, and which ops can match depends on the config, so a global entry
-is wrong for some instances or has to be re-pointed before every load and save (two models of different formats
-in one process then race). So nothing is registered, and the instance's list is handed to transformers' own
+the instance. Which ops can match depends on the config, so a global entry is wrong for some instances or has to
+be re-pointed before every load and save (two models in one process then race). So nothing is registered, and the instance's list is handed to transformers' own
 machinery at the points where transformers holds the instance (``ConvertedCheckpoints`` below):
 
 - ``from_pretrained``: ``_load_pretrained_model(model, ..., load_config)`` receives the new instance; its list is
@@ -48,7 +46,7 @@ from transformers.core_model_loading import (
 from transformers.modeling_utils import PreTrainedModel
 
 # Every format a model may name in ``checkpoint_format``, filled by the files that define them:
-# gpt2_checkpoint_conversion.py ("gpt2", "gpt_neo") and t5_checkpoint_conversion.py ("t5").
+# gpt2_checkpoint_conversion.py ("gpt2") and t5_checkpoint_conversion.py ("t5").
 CHECKPOINT_KEY_MAPS: dict[str, Callable[[], list[WeightTransform]]] = {}
 
 
