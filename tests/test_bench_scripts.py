@@ -476,3 +476,19 @@ def test_results_files_writes_json_and_its_table_and_the_readme_rows(tmp_path):
     assert len(rows) == 3 and "[demo-cpu](r/demo-cpu.md)" in rows[2] and "3.00x" in rows[2]  # headline rows only
     with pytest.raises(ValueError, match="no performance block"):
         results_files.readme_with_table("# a README without markers\n", "\n".join(rows))
+
+
+def test_a_childs_peak_rss_is_its_own_not_its_parents(tmp_path):
+    """Linux carries ru_maxrss over execve: a child of a large process would report the parent's resident set as its
+    own peak. ``self_peak_rss`` reads the child's own high-water mark, so it stays below what the parent holds."""
+    limits = _load_script("llama_vs_hf").machine_limits  # (machine_limits imports its sibling results_files)
+    script = tmp_path / "child.py"
+    script.write_text(
+        f"import json, sys\nsys.path.insert(0, {str(Path(limits.__file__).parent)!r})\n"
+        "import machine_limits\nprint(json.dumps({'peak_rss': machine_limits.self_peak_rss()}))\n"
+    )
+    held = bytearray(1536 * 2**20)  # 1.5 GiB resident in this process while the child runs
+    held[::4096] = b"\x01" * len(held[::4096])
+    child = limits.peak_rss_child(str(script), [])
+    del held
+    assert 0 < child["peak_rss"] < 1024 * 2**20, child

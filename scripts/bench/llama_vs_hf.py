@@ -28,7 +28,7 @@ anything is timed, and the run aborts otherwise.
    its weights stay memory-mapped until used; ours fuses q/k/v and gate/up, which reads them).
 7. Peak memory: one fresh process per side (``--memory-child``) builds the SmolLM2-135M-shaped model (random
    weights), runs ``--memory-steps`` training steps at ``--memory-batch`` x ``--memory-seq`` (2 x 2048) and
-   reports its peak RSS (ru_maxrss) and tokens/s; ours trains with the chunked loss (``--loss-chunk-size``).
+   reports its peak RSS (its own high-water mark, VmHWM: ``machine_limits.self_peak_rss``) and tokens/s; ours trains with the chunked loss (``--loss-chunk-size``).
    ``--memory-allocator returning`` runs both children with glibc's MALLOC_MMAP_THRESHOLD_=131072, so freed
    tensors leave the resident set at once and the peak is that of the live tensors rather than glibc's heap
    high-water mark (the default, ``glibc``, measures what a user sees; both are the same for both sides).
@@ -642,7 +642,7 @@ def memory_child(args) -> None:
         step_s.append(time.perf_counter() - start)
     print(json.dumps({
         "side": args.memory_child, "peak_rss": peak(), "built_rss": built_rss,
-        "measure": "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss",
+        "measure": "torch.cuda.max_memory_allocated" if cuda else "VmHWM",
         "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
         "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
@@ -781,7 +781,7 @@ def results_table(results: dict) -> results_files.Table:
              f"runs it; steps interleaved, medians; optimizer {w.get('optimizer', 'adamw_torch')}; malloc "
              f"{results['malloc']}; device {results.get('device', 'cpu')}, {results['threads']} threads."]  # fmt: skip
     if results.get("memory"):
-        notes.append("Peak RSS: one fresh process per side (ru_maxrss), one training step of the memory shape.")
+        notes.append("Peak RSS: one fresh process per side (its VmHWM), one training step of the memory shape.")
     return results_files.Table("Llama: hf-llmsys against transformers' LlamaForCausalLM", "transformers", rows, notes)
 
 
