@@ -7,7 +7,7 @@ repository) from the embedded corpus and the real text of the shared data folder
 People's Daily): documents of 8 to 40 paragraphs drawn with a fixed seed, so every size has the same mix.
 
 Jobs, each run in its own subprocess (peak RSS = the largest sum of the resident memory of the process and all
-its children, sampled every 0.05 s with psutil; the kernel's ru_maxrss of the children is printed beside it):
+its children, sampled every 0.05 s with psutil; not the kernel's ru_maxrss, which a child inherits from its parent):
 
   * ``train-stream``: `llmsys train --streaming` data preparation: the job's own training stream
     (`streaming_data.training_stream`, one pass), read through a torch DataLoader with 2 workers as the Trainer
@@ -47,7 +47,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -324,7 +323,6 @@ def measure(name: str, corpus: Path, text_bytes: int, tokenizer_dir: str, model_
     return {
         "job": name, "text_mb": round(text_bytes / 1e6, 2), "seconds": round(seconds, 2),
         "peak_rss_mb": round(peak / 2**20, 1), "peak_pss_mb": round(peak_pss / 2**20, 1),
-        "children_ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
         **counts, "mb_per_s": round(text_bytes / 1e6 / counts["work_seconds"], 3),
     }  # fmt: skip
