@@ -64,23 +64,31 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    What decides the gap (benchmarks/results/sft_vs_trl-learn.json, controlled runs on the CPU, TRL given ours'
    cosine schedule with 3% warmup unless said): llmsys_llama learns the task on both sides (1.000 / 1.000 padded and
    packed). llmsys_gpt3 (learned positions, tied embeddings) at lr 3e-3 is bimodal: a run either finds the solution
-   (0.73-1.0) or stays near 0, and which one depends on the batches drawn and on float rounding, on either side:
-   400 steps padded, seeds 0 / 1: ours 0.175 / 0.000, TRL 0.865 / 0.755; packed: ours 0.890 / 0.730, TRL 1.000 /
-   0.000; with the same supervised tokens on both sides (``--trl_seam ours``: TRL also learns the space our seam rule
-   puts before the answer) ours 0.175 / 0.000, TRL 1.000 / 0.000, seed 1 with the same training loss on both sides
-   (1.740 / 1.741); with a template that ends the prompt without a space
-   (tests/fixtures/sft_templates/short_no_space.json) ours 1.000 / 0.005, TRL 0.755 / 0.000; ours with and without
-   the speed layer (the same loss and gradients step for step at first) 0.175 / 0.420 from one seed; 800 steps
-   padded: ours 0.380 / 0.960, TRL 1.000 / 1.000; packed: 1.000 / 1.000 on both sides. TRL's own default schedule
-   (linear, no warmup) at 3e-3 stayed at 0.000 where cosine with warmup reached 0.865 (seed 0). Checked equal, so
-   ruled out as causes: our training step's gradients (speed layer, chunked loss, logits on labels only) against the
-   plain model's, padded, packed and with gradient accumulation (Trainer logs identical step for step); the saved
-   model against the trained one; greedy decoding of a left-padded batch against the prompt alone (transformers'
-   ``generate`` derives ``position_ids`` from the attention mask, so learned positions see 0, 1, ...); the two
-   trainers' ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. The two trainers draw
-   different batches for one seed, so single runs at the edge differ by chance: compare over seeds (``--seed``,
-   ``--merge_learn``). The 0.07 target holds for llama and for gpt3 packed at 800 steps; for gpt3 at 400 steps it
-   holds only where both runs land on the same side of the edge.
+   or stays near 0, and float rounding decides which, not the trainer. Traced step by step (padded, ``--trl_seam
+   ours``, seed 0, all 400 steps), both trainers draw the same 32 rows in the same order at every step, each with the
+   same input_ids, attention_mask and labels (right padding; no position_ids on either side), the same
+   ``num_items_in_batch``, learning rate and weight decay; the loss agrees to 5e-7 at step 1 and to 1e-6 up to step
+   38, then the rounding grows (above 1e-4 at step 88, 1e-2 at step 93), just as between our own trainer on one
+   torch thread and on two (1e-4 at step 88, 1e-2 at step 93). That rounding alone flips runs: seed 0 gives ours
+   0.175 on one thread and 1.000 on two, TRL 0.865 and 0.775. So the learn part trains on ``--threads`` (default 1)
+   and records ``torch_threads``; the runs recorded without it were on one thread (re-run with ``--threads 1``,
+   padded seeds 0 and 1 give the same scores and training losses). Which side of the edge a seed lands on is then
+   chance on both sides, and the same seed can land apart: 400 steps padded, one thread, seeds 0-19: ours mean
+   0.281, TRL 0.371 (runs >= 0.5: 5 and 8 of 20), |gap| <= 0.07 for 6 of 20 seeds, mean gap +0.090 with a standard
+   error of 0.115 over the seeds; with the same supervised tokens (``--trl_seam ours``), seeds 0-13: ours 0.215,
+   TRL 0.312, mean gap +0.097 (standard error 0.094); two threads, seeds 0-3: ours 0.440, TRL 0.386. Earlier
+   single runs (seeds 0 / 1, no thread count recorded): packed ours 0.890 / 0.730, TRL 1.000 / 0.000; a template
+   that ends the prompt without a space (tests/fixtures/sft_templates/short_no_space.json) ours 1.000 / 0.005, TRL
+   0.755 / 0.000; ours without the speed layer 0.420 (seed 0); 800 steps padded ours 0.380 / 0.960, TRL 1.000 /
+   1.000, packed 1.000 / 1.000 on both sides; TRL's own default schedule (linear, no warmup) 0.000 where cosine with
+   warmup reached 0.865 (seed 0). Checked equal besides, so ruled out as causes: our training step's gradients
+   (speed layer, chunked loss, logits on labels only) against the plain model's, padded, packed and with gradient
+   accumulation; the saved model against the trained one; greedy decoding of a left-padded batch against the prompt
+   alone (transformers' ``generate`` derives ``position_ids`` from the attention mask, so learned positions see 0,
+   1, ...); the two trainers' ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. The
+   0.07 target holds for llama and for gpt3 packed at 800 steps; for gpt3 padded at 400 steps no single seed can
+   show it (the same trainer moves by up to 0.825 with the thread count), and over 20 seeds the mean gap (+0.090)
+   is within one standard error of 0: compare over seeds (``--seed``, ``--merge_learn``).
 
     python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
     python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
@@ -1030,7 +1038,17 @@ def learn_part(args, workdir: Path) -> dict:
     """Part 3: the same base, records, steps, batch and learning rate trained by ``llmsys sft`` and by TRL's
     ``SFTTrainer``; greedy exact match on held-out prompts, each model decoded by both decoders (so a difference
     in decoding is told apart from one in training). Each side keeps its own defaults otherwise (schedule, warmup,
-    ...); ``--ours_option`` / ``--trl_option`` override them for controlled experiments."""
+    ...); ``--ours_option`` / ``--trl_option`` override them for controlled experiments. Both train on
+    ``--threads`` torch threads (recorded): the float rounding, which decides llmsys_gpt3's runs, depends on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _learn_runs(args, workdir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _learn_runs(args, workdir: Path) -> dict:
     from hf_llmsys.training.sft_generation import exact_match
 
     template = load_template(args.template)
@@ -1046,8 +1064,9 @@ def learn_part(args, workdir: Path) -> dict:
         "task": f"{LEARN_INSTRUCTION!r} of 3-6 digits", "template": args.template, "train_records": len(train),
         "held_out": len(held_out), "steps": args.steps, "batch": args.batch, "learning_rate": args.learning_rate,
         "max_length": args.max_length, "seed": args.seed, "shape": LEARN_SHAPE, "ours_options": args.ours_option,
-        "trl_options": args.trl_option, "trl_seam": args.trl_seam, "trl_version": trl_package.__version__,
-        "torch_version": torch.__version__, "target": LEARN_TARGET, "runs": results,
+        "trl_options": args.trl_option, "trl_seam": args.trl_seam, "torch_threads": torch.get_num_threads(),
+        "trl_version": trl_package.__version__, "torch_version": torch.__version__, "target": LEARN_TARGET,
+        "runs": results,
     }  # fmt: skip
     for model_type in args.learn_models:
         base = learn_base(model_type, tokenizer, workdir / f"learn-base-{model_type}", seed=args.seed)
@@ -1081,13 +1100,20 @@ def learn_part(args, workdir: Path) -> dict:
 def merge_learn_results(paths: list[str]) -> dict:
     """Several ``--part learn`` JSON files (other seeds, model types, settings; e.g. run in parallel processes) as
     one result: every run with the settings it ran under, and per setting (model type, mode, template, steps,
-    learning rate, each side's options) the scores over seeds and their mean gap."""
+    learning rate, each side's options, torch threads) the scores over seeds and their mean gap. A merged result
+    (the results file) may be one of them: its runs carry their settings, so new runs are added to it."""
     import statistics
 
-    setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam")
+    setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam",
+                    "torch_threads")  # fmt: skip
     runs = []
+    known = {"trl_seam": "trl", "torch_threads": None}  # files older than a key: its value then (None: not recorded)
     for path in paths:
-        part = {"trl_seam": "trl", **json.loads(Path(path).read_text())["learn"]}
+        part = json.loads(Path(path).read_text())["learn"]
+        if "by_setting" in part:  # merged before
+            runs += [{**known, **run} for run in part["runs"]]
+            continue
+        part = {**known, **part}
         runs += [{**run, "seed": part["seed"], **{k: part[k] for k in setting_keys}} for run in part["runs"]]
     groups: dict[str, list[dict]] = {}
     for run in runs:
@@ -1136,7 +1162,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--lora_r", type=int, default=0, help="speed part: LoRA rank (0: full fine-tuning)")
     parser.add_argument("--repeats", type=int, default=3, help="speed part: interleaved repetitions")
-    parser.add_argument("--threads", type=int, default=1, help="speed part: torch threads for both trainers")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="speed and learn parts: torch threads for both trainers (learn: the float rounding, which "
+                        "decides llmsys_gpt3's runs, depends on it)")  # fmt: skip
     parser.add_argument("--ours_option", action="append", default=[], metavar="KEY=VALUE",
                         help="speed part: an extra sft() option for our side (ablations), e.g. "
                         "logits_on_labels_only=false or packing_strategy=flatten; repeatable")  # fmt: skip
@@ -1159,7 +1187,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="learn part: model types trained")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="learn part: seed of the base model and both trainers")
     parser.add_argument("--merge_learn", nargs="+", metavar="JSON",
-                        help="learn part: merge these --part learn results (other seeds / models) into --json")  # fmt: skip
+                        help="learn part: merge these --part learn results (other seeds / models; a merged result "
+                        "such as the results file too) into --json")  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one measured run (speed part)
     args = parser.parse_args(argv)
