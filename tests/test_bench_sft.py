@@ -54,7 +54,7 @@ def test_speed_part_runs_both_trainers_with_and_without_packing(tmp_path):
 
 def test_speed_part_peak_rss_per_run_in_its_own_process(tmp_path, capsys):
     """Fast smoke test of the memory columns: one packed run per side, each a fresh process whose peak RSS is its
-    own (ru_maxrss), printed with the ratio and the load."""
+    own (VmHWM), printed with the ratio and the load."""
     bench = _bench()
     if not bench.DEFAULT_RECORDS.is_file() or not (bench.SHARED_DATA / "tokenizers" / "gpt2").is_dir():
         pytest.skip(f"{bench.SHARED_DATA} lacks alpaca_5000.json or the GPT-2 tokenizer (set LLMSYS_DATA_DIR)")

@@ -124,6 +124,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
 import results_files  # noqa: E402  (scripts/bench/results_files.py)
 
 import hf_llmsys  # noqa: F401, E402  (registers the Auto classes)
@@ -699,11 +700,9 @@ def current_rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far (``ru_maxrss``: KiB on Linux, bytes on macOS), in MiB."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    """Peak resident set size of this process so far, in MiB: its own high-water mark (``machine_limits``: not
+    ``ru_maxrss``, which a child inherits from its parent on Linux)."""
+    return machine_limits.self_peak_rss() / 2**20
 
 
 @contextlib.contextmanager
@@ -795,7 +794,7 @@ MODES = {"padded": False, "packed": True}
 def worker(spec_file: str) -> None:
     """``--worker SPEC``: one measured training run in this fresh process; prints its figures as one JSON line.
 
-    Each run is its own process so that its peak RSS (``ru_maxrss``) is its own: nothing allocated by an earlier
+    Each run is its own process so that its peak RSS (VmHWM) is its own: nothing allocated by an earlier
     run, the other side or the parent is counted, and both sides pay the same interpreter, torch and
     transformers start-up (``peak_rss_mb`` is the whole process's peak, ``peak_rss_train_mb`` its peak up to the
     end of ``Trainer.train``; ours evaluates and saves afterwards, TRL does neither, so the first is the fair
