@@ -115,20 +115,23 @@ def test_learn_part_task_tokenizer_and_one_short_run(tmp_path):
     assert setting.startswith("llmsys_gpt3 packed") and scores["ours"] == [run["ours"]] * 2 and len(merged["runs"]) == 2
 
 
-@pytest.mark.slow  # four trainings of 400 steps (two per side): about 30 minutes on 2 shared cores
+@pytest.mark.slow  # eight trainings of 800 steps (two per model type and mode) on one thread: about 15 minutes
 @pytest.mark.timeout(7200)
-def test_llama_learns_the_task_as_well_as_with_trl_padded_and_packed(tmp_path):
-    """Issue 46's target for llmsys_llama: the same base, records, steps, batch, learning rate and schedule trained
-    by llmsys sft and by TRL's SFTTrainer reach the same greedy exact match (within 0.07) on 200 held-out prompts,
-    each decoded until its EOS. (llmsys_gpt3 at this learning rate is bimodal on both sides: see the bench's doc.)"""
+def test_both_decoders_learn_the_task_as_well_as_with_trl_padded_and_packed(tmp_path):
+    """Issue 46's target: the same base, records, steps, batch, learning rate and schedule trained by llmsys sft and
+    by TRL's SFTTrainer reach the same greedy exact match (within 0.07) on 200 held-out prompts, each decoded until
+    its EOS, for llmsys_llama and llmsys_gpt3, padded and packed. At lr 1e-3 for 800 steps both learn reliably; at
+    3e-3 llmsys_gpt3 sits at the edge where float rounding decides a run on either side (the bench's doc)."""
     bench = _bench()
     if not (bench.SHARED_DATA / "tinyshakespeare.txt").is_file():
         pytest.skip(f"{bench.SHARED_DATA} lacks tinyshakespeare.txt (set LLMSYS_DATA_DIR)")
     out = tmp_path / "learn.json"
-    bench.main(["--part", "learn", "--template", "short", "--max_length", "64", "--steps", "400", "--batch", "32",
-                "--learning_rate", "3e-3", "--learn_models", "llmsys_llama", "--trl_option", "lr_scheduler_type=cosine",
-                "--trl_option", "warmup_steps=0.03", "--json", str(out)])  # fmt: skip
+    bench.main(["--part", "learn", "--template", "short", "--max_length", "64", "--steps", "800", "--batch", "32",
+                "--learning_rate", "1e-3", "--trl_option", "lr_scheduler_type=cosine", "--trl_option",
+                "warmup_steps=0.03", "--json", str(out)])  # fmt: skip
     runs = json.loads(out.read_text())["learn"]["runs"]
-    assert [(r["model_type"], r["mode"]) for r in runs] == [("llmsys_llama", "padded"), ("llmsys_llama", "packed")]
+    assert [(r["model_type"], r["mode"]) for r in runs] == [
+        (model_type, mode) for model_type in ("llmsys_llama", "llmsys_gpt3") for mode in ("padded", "packed")
+    ]
     for run in runs:
         assert abs(run["gap"]) <= bench.LEARN_TARGET and run["ours"] >= 0.9, run
