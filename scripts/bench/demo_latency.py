@@ -162,35 +162,22 @@ def load_average() -> str:
 
 def results_table(results: dict) -> results_files.Table:
     """Each page's time against the same work called directly (or /config over HTTP), with its goal."""
-    cost, rows = results_files.cost_ratio, []
+    rows = []
+
+    def page_against_direct(measurement: str, page_s: float, direct_s: float) -> None:
+        rows.append(results_files.Row(measurement, f"{page_s:.3f}", f"{direct_s:.3f}",
+                                      results_files.cost_ratio(page_s, direct_s)))  # fmt: skip
+
     ppl = results.get("perplexity") or {}
     if ppl:
-        rows.append(
-            results_files.Row(
-                f"perplexity tab, {ppl['tokens']} tokens x {ppl['models']} zoo models, s (goal <= {GOAL_PPL_S})",
-                f"{ppl['page_s']:.3f}",
-                f"{ppl['direct_s']:.3f}",
-                cost(ppl["page_s"], ppl["direct_s"]),
-            )
-        )
+        page_against_direct(f"perplexity tab, {ppl['tokens']} tokens x {ppl['models']} zoo models, s (goal <= "
+                            f"{GOAL_PPL_S})", ppl["page_s"], ppl["direct_s"])  # fmt: skip
     if "page_real_s" in ppl:
-        rows.append(
-            results_files.Row(
-                f"perplexity tab with {ppl['real_model']}, s (goal <= {GOAL_PPL_REAL_S})",
-                f"{ppl['page_real_s']:.3f}",
-                f"{ppl['direct_real_s']:.3f}",
-                cost(ppl["page_real_s"], ppl["direct_real_s"]),
-            )
-        )
+        page_against_direct(f"perplexity tab with {ppl['real_model']}, s (goal <= {GOAL_PPL_REAL_S})",
+                            ppl["page_real_s"], ppl["direct_real_s"])  # fmt: skip
     if sparse := results.get("sparse"):
-        rows.append(
-            results_files.Row(
-                f"sparse tab at length {sparse['length']}, s (goal <= {GOAL_SPARSE_S:.0f})",
-                f"{sparse['page_s']:.3f}",
-                f"{sparse['direct_s']:.3f}",
-                cost(sparse["page_s"], sparse["direct_s"]),
-            )
-        )
+        page_against_direct(f"sparse tab at length {sparse['length']}, s (goal <= {GOAL_SPARSE_S:.0f})",
+                            sparse["page_s"], sparse["direct_s"])  # fmt: skip
     if page := results.get("page_load"):
         browser = page.get("browser_s")
         rows.append(
@@ -198,7 +185,7 @@ def results_table(results: dict) -> results_files.Table:
                 f"first page load in chromium (peer: /config over HTTP), s (goal <= {GOAL_LOAD_S})",
                 "n/a" if browser is None else f"{browser:.3f}",
                 f"{page['config_http_s']:.3f}",
-                cost(browser, page["config_http_s"]),
+                results_files.cost_ratio(browser, page["config_http_s"]),
             )
         )
     if train := results.get("zoo_train"):
