@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,8 +139,8 @@ def run_demo(command: str, where: str) -> None:
                 address = line.split()[2]
         assert address is not None, f"{where}: `{command}` never served its page:\n{''.join(seen)[-3000:]}"
         assert address == f"http://127.0.0.1:{port}", address
-        with urllib.request.urlopen(address, timeout=60) as page:
-            assert page.status == 200 and "gradio" in page.read().decode("utf-8", "replace").lower()
+        html = fetch_when_up(address, deadline)  # the address is printed as the server starts
+        assert "gradio" in html.lower(), html[:500]
     finally:
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -147,6 +148,20 @@ def run_demo(command: str, where: str) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def fetch_when_up(address: str, deadline: float) -> str:
+    """The page at `address`, asked again while the server is still starting (connection refused) until
+    `deadline`."""
+    while True:
+        try:
+            with urllib.request.urlopen(address, timeout=60) as page:
+                assert page.status == 200
+                return page.read().decode("utf-8", "replace")
+        except urllib.error.URLError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def run_llmsys(command: str, where: str) -> None:
