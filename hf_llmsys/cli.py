@@ -36,6 +36,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "hf_llmsys.training.sft:main",
         "instruction-tune a model on Alpaca records or conversations (loss on the responses; LoRA, packing)",
     ),
+    "dpo": (
+        "hf_llmsys.training.dpo:main",
+        "preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer (full or LoRA)",
+    ),
     "card": ("hf_llmsys.hub.cli:card_main", "write or refresh README.md (the model card) of a saved model folder"),
     "push": ("hf_llmsys.hub.cli:push_main", "push a saved model, adapter or dataset folder to the Hub"),
     "pull": ("hf_llmsys.hub.cli:pull_main", "download a Hub repo (or one revision of it) into a folder"),
