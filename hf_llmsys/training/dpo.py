@@ -35,20 +35,18 @@ generation config, ``prompt_template.json``, README.md; ``--save_merged`` (LoRA 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, HfArgumentParser
+from transformers import HfArgumentParser
 from transformers.utils import logging
 from trl import DPOTrainer
 
-from ..chat.loading import ADAPTER_CONFIG, adapter_base
 from ..data.conversation_labels import ConversationTemplate
 from ..data.preference_pairs import COLUMNS, PreferencePairEncoder, build_preference_dataset, marked_pair
 from ..data.preference_records import load_preference_records
-from ..data.pretrained_sources import check_source, load_causal_lm
+from ..data.pretrained_sources import ADAPTER_CONFIG, adapter_base, check_source, load_causal_lm, load_config
 from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import TEMPLATE_FILE, ChatPromptTemplate, PromptTemplate, load_template, save_template
 from ..data.sft_labels import check_tokenizer
@@ -140,19 +138,15 @@ def inspect_model(model_args: DPOModelArguments) -> tuple[object, str | None]:
     flag = "--model_name_or_path"
     source = model_args.model_name_or_path
     check_source(source, flag, needs=("config.json", ADAPTER_CONFIG))
-    if not Path(source).is_dir():
+    if not Path(source).expanduser().is_dir():
         raise ValueError(f"{flag} {source}: no such folder (give a saved model or adapter folder)")
-    base = None
-    if (Path(source) / ADAPTER_CONFIG).is_file():
-        base = adapter_base(source, json.loads((Path(source) / ADAPTER_CONFIG).read_text(encoding="utf-8")))
-        if model_args.lora_r:
-            raise ValueError(
-                f"--lora_r {model_args.lora_r}: {source} is a LoRA adapter, which dpo trains further as it is; drop "
-                "--lora_r, or give the merged model (llmsys sft --save_merged) to start a new adapter"
-            )
-    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
-    config = AutoConfig.from_pretrained(base or source)
+    base = adapter_base(source, flag)
+    if base is not None and model_args.lora_r:
+        raise ValueError(
+            f"--lora_r {model_args.lora_r}: {source} is a LoRA adapter, which dpo trains further as it is; drop "
+            "--lora_r, or give the merged model (llmsys sft --save_merged) to start a new adapter"
+        )
+    config = load_config(source, flag)
     if config.is_encoder_decoder:
         raise ValueError(
             f"{flag} {source}: {config.model_type} is an encoder-decoder; TRL 1.16's DPOTrainer tunes decoder-only "
@@ -177,15 +171,12 @@ def check_job(model_args: DPOModelArguments, training_args, kind: str) -> None:
                          "(the reference is the adapter disabled or its frozen copy); drop it or tune the full model")  # fmt: skip
 
 
-def load_tokenizer(model_args: DPOModelArguments, base: str | None):
-    """--tokenizer_name, else the model (or adapter) folder's tokenizer, else an adapter's base's; pad = --pad_token,
-    else the tokenizer's, else its EOS (TRL's rule)."""
+def load_tokenizer(model_args: DPOModelArguments):
+    """--tokenizer_name, else the model or adapter folder's tokenizer (an adapter without one: its base's, the shared
+    loader's rule); pad = --pad_token, else the tokenizer's, else its EOS (TRL's rule)."""
     source, flag = model_args.tokenizer_name, "--tokenizer_name"
     if source is None:
-        folder = Path(model_args.model_name_or_path)
-        has_files = any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
-        source = str(folder) if has_files or base is None else base
-        flag = "--model_name_or_path (no --tokenizer_name given)"
+        source, flag = model_args.model_name_or_path, "--model_name_or_path (no --tokenizer_name given)"
     tokenizer = match_special_tokens_in_text(load_named_tokenizer(source, flag), flag)
     if model_args.pad_token:
         tokenizer.pad_token = tokenizer.eos_token if model_args.pad_token == "eos" else model_args.pad_token
@@ -247,16 +238,11 @@ def build_datasets(records, held_out, encoder: PreferencePairEncoder, max_length
     return train_ds, eval_ds, train_stats, eval_stats
 
 
-def load_policy(model_args: DPOModelArguments, base: str | None):
-    """The model to tune: a model folder through the shared loader, or an adapter folder's base with the adapter on
-    it, trainable (PEFT's `PeftModel.from_pretrained`: the one place an adapter is loaded here)."""
+def load_policy(model_args: DPOModelArguments):
+    """The model to tune through the shared loader: a model folder, or an adapter folder's base with that adapter on
+    it, left trainable (the adapter is what this run trains)."""
     kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
-    if base is None:
-        return load_causal_lm(model_args.model_name_or_path, "--model_name_or_path", **kwargs)
-    from peft import PeftModel
-
-    model = load_causal_lm(base, f"{model_args.model_name_or_path}/{ADAPTER_CONFIG} base_model_name_or_path", **kwargs)
-    return PeftModel.from_pretrained(model, model_args.model_name_or_path, is_trainable=True)
+    return load_causal_lm(model_args.model_name_or_path, "--model_name_or_path", trainable_adapter=True, **kwargs)
 
 
 def held_out_metrics(trainer: LlmsysDPOTrainer, eval_ds, with_trl: bool) -> dict:
@@ -394,7 +380,7 @@ def run_dpo(model_args: DPOModelArguments, data_args: DPODataArguments, training
     kind = tuning_kind(model_args, base)
     check_job(model_args, training_args, kind)
     max_length_rule = fit_max_length(training_args, config)
-    tokenizer = load_tokenizer(model_args, base)
+    tokenizer = load_tokenizer(model_args)
     records, held_out, counts = read_preference_records(data_args, training_args.seed)
     template, origin = choose_template(data_args, tokenizer, counts["records_format"], model_args.model_name_or_path)
     encoder = PreferencePairEncoder(
@@ -403,7 +389,7 @@ def run_dpo(model_args: DPOModelArguments, data_args: DPODataArguments, training
     train_ds, eval_ds, train_stats, eval_stats = build_datasets(records, held_out, encoder, training_args.max_length)
     prepare_output_dir(training_args.output_dir, config, training_args.overwrite_output_dir)
     checkpoint = find_checkpoint(training_args)
-    model = seeded_build(training_args.seed, lambda: load_policy(model_args, base))
+    model = seeded_build(training_args.seed, lambda: load_policy(model_args))
     peft_config = None
     if kind == "lora":
         peft_config = lora_config(
