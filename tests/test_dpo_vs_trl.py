@@ -68,7 +68,7 @@ def trl_pairs(rows: list[dict], tokenizer) -> list[dict]:
     class Preparer:  # the one attribute _prepare_dataset reads from the trainer
         _tokenizer = tokenizer
 
-    args = DPOConfig(output_dir="unused", max_length=None, report_to="none", bf16=False)
+    args = DPOConfig(output_dir="unused", max_length=None, report_to="none", bf16=False, activation_checkpointing=False)
     prepared = DPOTrainer._prepare_dataset(Preparer(), Dataset.from_list(rows), tokenizer, args, "train")
     return [{c: row[c] for c in COLUMNS} for row in prepared]
 
@@ -212,7 +212,7 @@ def run_trl(task, model_type: str, kind: str, out: Path, **extra):
     if kind == "adapter":
         base = AutoModelForCausalLM.from_pretrained(task[model_type])
         model = PeftModel.from_pretrained(base, sft_adapter(task, model_type), is_trainable=True)
-    args = DPOConfig(output_dir=str(out), gradient_checkpointing=False, **{**SETTINGS, **extra})
+    args = DPOConfig(output_dir=str(out), activation_checkpointing=False, **{**SETTINGS, **extra})
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows(task["train"])),
                          eval_dataset=Dataset.from_list(rows(task["held_out"])), processing_class=copy.deepcopy(
                              task["tokenizer"]), peft_config=peft_config)  # fmt: skip
