@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 from dpo_fixtures import CONVERSATION_PAIRS, PAIRS, QUICK, chatml_tokenizer, write_jsonl
+from hub_fixtures import client, hub  # noqa: F401 (fixtures)
 from sft_fixtures import byte_bpe, one_thread, save_base_model  # noqa: F401
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -343,3 +344,44 @@ def test_loss_types_are_trl_1_16s():
     help_text = next(f for f in dataclasses.fields(DPOConfig) if f.name == "loss_type").metadata["help"]
     documented = re.findall(r"`'([a-z_]+)'`", help_text.split("Possible values are:")[1].split(". If")[0])
     assert tuple(documented) == LOSS_TYPES
+
+
+def test_llmsys_push_publishes_the_folder_and_it_loads_back_from_the_hub(work, client, hub, tmp_path):  # noqa: F811
+    """The loopback Hub (tests/hub_server.py) through the unmodified huggingface_hub client: `llmsys push` of a DPO
+    model folder and of a DPO LoRA adapter; both load back with the logits of the local folder and keep the card."""
+    full, adapter = tmp_path / "full", tmp_path / "adapter"
+    dpo(work["llama"], work["pairs"], full, template="short", max_length=64, **QUICK)
+    dpo(work["llama"], work["pairs"], adapter, template="short", max_length=64, lora_r=4, **QUICK)
+    result = client.run(
+        f"""
+        import torch, hf_llmsys
+        from huggingface_hub import ModelCard, hf_hub_download
+        from peft import AutoPeftModelForCausalLM
+        from transformers import AutoModelForCausalLM
+        from hf_llmsys.cli import main as llmsys
+
+        ids = torch.tensor([[5, 17, 42, 99, 7]])
+        result = {{}}
+        for name, folder, auto in (("dpo-full", {str(full)!r}, AutoModelForCausalLM),
+                                   ("dpo-adapter", {str(adapter)!r}, AutoPeftModelForCausalLM)):
+            assert llmsys(["push", folder, "alice/" + name]) == 0
+            with torch.no_grad():
+                hub_logits = auto.from_pretrained("alice/" + name).eval()(ids).logits
+                local_logits = auto.from_pretrained(folder).eval()(ids).logits
+            card = ModelCard.load(hf_hub_download("alice/" + name, "README.md"))
+            result[name] = {{"diff": (hub_logits - local_logits).abs().max().item(), "card": card.text,
+                             "library": card.data.to_dict().get("library_name")}}
+        """
+    )
+    assert result["dpo-full"]["diff"] == 0.0 and result["dpo-adapter"]["diff"] == 0.0
+    assert "Method: DPO (TRL 1.16" in result["dpo-full"]["card"] and result["dpo-adapter"]["library"] == "peft"
+    assert "A LoRA adapter for" in result["dpo-adapter"]["card"] and "Method: DPO" in result["dpo-adapter"]["card"]
+
+
+def test_precomputed_reference_log_probs_train_the_same_without_a_second_model(work, tmp_path):
+    common = {"template": "short", "max_length": 64, "validation_data": str(work["held_out"]), **QUICK}
+    kept = dpo(work["llama"], work["pairs"], tmp_path / "kept", **common)
+    precomputed = dpo(work["llama"], work["pairs"], tmp_path / "precomputed", precompute_ref_log_probs=True, **common)
+    assert precomputed["reference"].endswith("computed once before training")
+    for key in ("dpo_loss", "reward_margin", "reward_accuracy", "logps_chosen"):
+        assert precomputed["held_out_after"][key] == pytest.approx(kept["held_out_after"][key], abs=1e-6), key

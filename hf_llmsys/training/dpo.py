@@ -238,11 +238,12 @@ def build_datasets(records, held_out, encoder: PreferencePairEncoder, max_length
     return train_ds, eval_ds, train_stats, eval_stats
 
 
-def load_policy(model_args: DPOModelArguments):
+def load_policy(model_args: DPOModelArguments, trainable_adapter: bool = True):
     """The model to tune through the shared loader: a model folder, or an adapter folder's base with that adapter on
-    it, left trainable (the adapter is what this run trains)."""
+    it, left trainable (the adapter is what this run trains). Also the full run's reference (a second copy)."""
     kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
-    return load_causal_lm(model_args.model_name_or_path, "--model_name_or_path", trainable_adapter=True, **kwargs)
+    return load_causal_lm(model_args.model_name_or_path, "--model_name_or_path", trainable_adapter=trainable_adapter,
+                          **kwargs)  # fmt: skip
 
 
 def held_out_metrics(trainer: LlmsysDPOTrainer, eval_ds, with_trl: bool) -> dict:
@@ -395,10 +396,9 @@ def run_dpo(model_args: DPOModelArguments, data_args: DPODataArguments, training
         peft_config = lora_config(
             model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target
         )
-    ref_model = None
+    ref_model = None  # TRL's rule for an adapter (module doc) and for --precompute_ref_log_probs
     if kind == "full" and not training_args.precompute_ref_log_probs:
-        ref_model = load_causal_lm(model_args.model_name_or_path, "--model_name_or_path", **(
-            {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}))  # fmt: skip
+        ref_model = load_policy(model_args, trainable_adapter=False)
     logger.info(f"max_length {training_args.max_length}: {max_length_rule}")
     logger.info(f"template {template.name!r} ({origin}); {len(train_ds)} training / {len(eval_ds)} held-out pairs")
     if training_args.overwrite_output_dir:
