@@ -285,6 +285,28 @@ def test_an_sft_adapter_is_trained_further_against_itself_as_it_started(work, tm
     assert results["held_out_before"]["logps_chosen"] == pytest.approx(sft_model["c"].mean().item(), abs=1e-4)
     assert reward_margin(sft_model, tuned) == pytest.approx(results["reward_margin"], abs=1e-5)
     assert abs(reward_margin(bare, tuned) - results["reward_margin"]) > 1e-3  # so the check above tells them apart
+    # the adapter folder chats and exports as an SFT adapter folder does
+    assert (
+        llmsys(["chat", str(out), "--prompt", "Say hi with an emoji.", "--temperature", "0", "--max_new_tokens", "4"])
+        == 0
+    )
+    assert llmsys(["export", str(out), str(tmp_path / "exported"), "--format", "transformers"]) == 0
+    assert (tmp_path / "exported" / "config.json").is_file()
+
+
+def test_full_tuning_from_a_full_sft_folder_keeps_its_template(work, tmp_path):
+    from hf_llmsys.training import sft
+
+    data = tmp_path / "sft.json"
+    data.write_text(json.dumps([{"instruction": r["prompt"], "input": r.get("input", ""), "output": r["chosen"]}
+                                for r in PAIRS]))  # fmt: skip
+    sft(work["gpt3"], str(data), tmp_path / "sft", template="short", max_length=64, max_steps=2,
+        num_generation_examples=0, report_to="none", disable_tqdm=True)  # fmt: skip
+    results = dpo(tmp_path / "sft", work["pairs"], tmp_path / "dpo", validation_data=str(work["held_out"]), **QUICK)
+    assert results["tuning"] == "full" and results["template"] == "short"
+    assert results["template_from"] == "prompt_template.json saved beside the model by llmsys sft"
+    assert (tmp_path / "dpo" / "model.safetensors").is_file()
+    assert f"Fine-tuned from `{tmp_path / 'sft'}`" in (tmp_path / "dpo" / "README.md").read_text()
 
 
 def test_conversations_use_the_chat_template_and_its_end_of_turn_stops(work, tmp_path):
