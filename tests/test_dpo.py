@@ -312,8 +312,12 @@ def test_full_tuning_from_a_full_sft_folder_keeps_its_template(work, tmp_path):
 def test_conversations_use_the_chat_template_and_its_end_of_turn_stops(work, tmp_path):
     tok = chatml_tokenizer()
     base = save_base_model(tmp_path / "base", "llmsys_llama", tok, hidden=32, max_positions=256)
-    data = write_jsonl(tmp_path / "chats.jsonl", CONVERSATION_PAIRS * 4)
+    from datasets import Dataset
+
+    data = tmp_path / "chats"  # a save_to_disk folder in TRL's format (the implicit-prompt row's prompt is None)
+    Dataset.from_list(CONVERSATION_PAIRS * 4).save_to_disk(str(data))
     results = dpo(base, data, tmp_path / "out", max_length=256, **{**QUICK, "num_generation_examples": 1})
+    assert results["records_read"] == 12 and results["train_pairs"] + results["validation_pairs"] == 12
     assert results["records_format"] == "conversation" and results["template"] == "chat"
     assert results["template_from"] == "the default for conversation records"
     assert json.loads((tmp_path / "out" / "prompt_template.json").read_text()) == {

@@ -1,4 +1,4 @@
-"""`llmsys dpo` / `hf_llmsys.training.dpo(...)`: preference tuning on TRL's `DPOTrainer`, the llmsys job's way.
+"""`llmsys dpo` / `hf_llmsys.training.dpo.dpo(...)`: preference tuning on TRL's `DPOTrainer`, the llmsys job's way.
 
 TRL is the engine: its `DPOTrainer` computes the loss (every TRL 1.16 ``--loss_type``: sigmoid, ipo, hinge, ...), the
 reference log-probabilities, the rewards and its metrics; `LlmsysDPOTrainer` only takes the pairs this job
