@@ -182,7 +182,8 @@ def load_model(source: str | os.PathLike, flag: str = "--model", *, merge_adapte
                prefer_ours: bool = False, trainable_adapter: bool = False, **kwargs):  # fmt: skip
     """A model folder, Hub id or PEFT adapter folder (base + adapter; merged with `merge_adapter`; left trainable
     with `trainable_adapter`, PEFT's ``is_trainable``, as ``llmsys dpo`` trains an SFT adapter further), as a causal
-    LM or, for an encoder-decoder config, a seq2seq LM; `prefer_ours`: see `_model_class`. ``kwargs`` go to
+    LM or, for an encoder-decoder config, a seq2seq LM. `prefer_ours` reads a transformers ``llama`` folder (or an
+    adapter's ``llama`` base) with our Llama class, which has the same module names. ``kwargs`` go to
     ``from_pretrained`` (of the base, for an adapter)."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 

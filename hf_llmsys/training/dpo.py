@@ -43,6 +43,7 @@ from transformers import HfArgumentParser
 from transformers.utils import logging
 from trl import DPOTrainer
 
+from ..cli.parsing import dataclass_parser
 from ..data.conversation_labels import ConversationTemplate
 from ..data.preference_pairs import COLUMNS, PreferencePairEncoder, build_preference_dataset, marked_pair
 from ..data.preference_records import load_preference_records
@@ -85,6 +86,11 @@ REFERENCES = {
 def parse_args(argv: list[str] | None) -> tuple[DPOModelArguments, DPODataArguments, DPOTrainingArguments]:
     """Parse `llmsys dpo` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
     return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys dpo", DESCRIPTION)
+
+
+def build_parser():
+    """The flags of `llmsys dpo` (transformers' HfArgumentParser over the job's dataclasses)."""
+    return dataclass_parser(ARGUMENT_CLASSES, "llmsys dpo", DESCRIPTION)
 
 
 def help_text() -> str:

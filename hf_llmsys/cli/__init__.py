@@ -1,13 +1,18 @@
-"""The `llmsys` command line: `llmsys <subcommand> [args]`.
+"""The `llmsys` command line: `llmsys <command> [options]`, all of it in this subpackage.
 
-Subcommands live in a registry of name -> ("module:function", help); the module is imported only when its
-subcommand runs. Each function takes the remaining argv and parses it with argparse.
+- ``__init__.py`` (this file): the commands (`SUBCOMMANDS`: name -> ("module:function", one-line help)) and the
+  dispatcher (`main`), which imports a command's module only when that command runs.
+- ``parsing.py``: the conventions every command's parser follows (both spellings of each flag, one-line usage
+  errors, short grouped help, ``--config FILE`` for the commands parsed from dataclasses);
+  ``stored_help.py``: those commands' short help, generated (building their parser imports torch).
+- ``errors.py``: which exceptions are the user's to fix and the one line that says so;
+  ``log_output.py``: what a command shows of the library's log records.
+- one module per command family parsed with argparse (``ppl.py``, ``ifd.py``, ``chat.py``, ``export.py``,
+  ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
+  clean) keep their arguments beside their code (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
 
-Help is fast: this module imports only the standard library at the top, and so does each command's module (its
-heavy imports happen inside the function, after parsing), so the console script (`hf_llmsys_cli`) answers
-``--help`` without importing torch or transformers. The commands parsed by transformers' HfArgumentParser
-(train, sft, clean: `command_parser.STORED_HELP_MODULES`) have their short help stored (`stored_help.py`,
-generated and tested equal to the live text); ``--help-all`` builds their full parser.
+Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
+(``hf_llmsys_cli``) enters it without running ``hf_llmsys/__init__.py`` when only help is asked for.
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ from __future__ import annotations
 import importlib
 import sys
 import textwrap
+import warnings
 
-from .command_parser import stored_help, wants_help, wants_help_all
+from .parsing import stored_help_text, wants_help, wants_help_all
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "hf_llmsys.training.train:main",
         "pre-train a tokenizer and a tiny model: LLaMA, GPT-3 or T5 style (default: the embedded corpus)",
     ),
-    "ppl": ("hf_llmsys.evaluation.ppl_cli:main", "corpus perplexity of a causal LM over text files (sliding window)"),
+    "ppl": ("hf_llmsys.cli.ppl:main", "corpus perplexity of a causal LM over text files (sliding window)"),
     "ifd": (
-        "hf_llmsys.evaluation.ifd_cli:main",
+        "hf_llmsys.cli.ifd:main",
         "score Alpaca records by instruction-following difficulty (IFD) and keep the top fraction",
     ),
     "clean": (
@@ -40,17 +46,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "hf_llmsys.training.dpo:main",
         "preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer (full or LoRA)",
     ),
-    "card": ("hf_llmsys.hub.cli:card_main", "write or refresh README.md (the model card) of a saved model folder"),
-    "push": ("hf_llmsys.hub.cli:push_main", "push a saved model, adapter or dataset folder to the Hub"),
-    "pull": ("hf_llmsys.hub.cli:pull_main", "download a Hub repo (or one revision of it) into a folder"),
-    "verify": ("hf_llmsys.checkpoints.verify:main", "check every weight file of a saved folder against its sha256"),
+    "card": ("hf_llmsys.cli.hub:card_main", "write or refresh README.md (the model card) of a saved model folder"),
+    "push": ("hf_llmsys.cli.hub:push_main", "push a saved model, adapter or dataset folder to the Hub"),
+    "pull": ("hf_llmsys.cli.hub:pull_main", "download a Hub repo (or one revision of it) into a folder"),
+    "verify": ("hf_llmsys.cli.verify:main", "check every weight file of a saved folder against its sha256"),
     "demo": (
-        "hf_llmsys.demo.cli:main",
+        "hf_llmsys.cli.demo:main",
         "open the Gradio demo: positional encodings, perplexity, sparse attention, generation, cleaning",
     ),
-    "chat": ("hf_llmsys.chat.cli:main", "talk to a causal LM in the terminal (chat template, streamed)"),
-    "export": ("hf_llmsys.export.cli:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
+    "chat": ("hf_llmsys.cli.chat:main", "talk to a causal LM in the terminal (chat template, streamed)"),
+    "export": ("hf_llmsys.cli.export:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
 }
+# the commands parsed from dataclasses by HfArgumentParser: their modules define `help_text()` (stored_help.py)
+DATACLASS_COMMANDS = ("train", "sft", "dpo", "clean")
 
 
 def usage() -> str:
@@ -67,10 +75,18 @@ def resolve(name: str):
     return getattr(importlib.import_module(module), func)
 
 
+def build_parser(name: str):
+    """The full parser of command `name` (imports its module): ``build_parser`` beside its ``main``, or
+    ``build_<x>_parser`` beside ``<x>_main``."""
+    module, func = SUBCOMMANDS[name][0].split(":")
+    builder = "build_parser" if func == "main" else f"build_{func.removesuffix('_main')}_parser"
+    return getattr(importlib.import_module(module), builder)()
+
+
 def command_help(name: str, argv: list[str]) -> None:
-    """`llmsys <name> --help`: the stored short help when current, else the command's parser prints it; either
-    way SystemExit(0), as argparse's --help."""
-    text = stored_help(name)
+    """`llmsys <name> --help`: the stored short help of a command parsed from dataclasses, else its parser prints
+    its help; either way SystemExit(0), as argparse's --help."""
+    text = stored_help_text(name)
     if text is None:
         resolve(name)(argv)
     else:
@@ -96,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if wants_help(rest) and not wants_help_all(rest):
         command_help(name, rest)
-    from .command_logging import command_logging
-    from .user_errors import debug_enabled, describe
+    from .errors import debug_enabled, describe
+
+    # PEFT (0.21) asks transformers (5.x) a deprecated question each time it wraps a model: nothing the user can act on
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    from .log_output import command_logging
 
     try:
         with command_logging():  # the library's log records on stderr for this command
