@@ -234,7 +234,7 @@ def test_cli_full_run_saves_a_folder_chat_export_and_the_demo_take(work, monkeyp
     with torch.no_grad():
         assert torch.allclose(exported(ids).logits, AutoModelForCausalLM.from_pretrained(out)(ids).logits, atol=1e-5)
     # the demo's --model loader
-    from hf_llmsys.demo.cli import load_user_model
+    from hf_llmsys.cli.demo import load_user_model
 
     assert load_user_model(str(out)).name == "full"
 
@@ -411,3 +411,19 @@ def test_precomputed_reference_log_probs_train_the_same_without_a_second_model(w
     assert precomputed["reference"].endswith("computed once before training")
     for key in ("dpo_loss", "reward_margin", "reward_accuracy", "logps_chosen"):
         assert precomputed["held_out_after"][key] == pytest.approx(kept["held_out_after"][key], abs=1e-6), key
+
+
+def test_a_config_file_holds_the_flags_and_the_command_line_overrides_it(work, tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"model_name_or_path: {work['llama']}\ndata: [{work['pairs']}]\ntemplate: short\nmax_length: 64\n"
+        f"output_dir: {tmp_path / 'out'}\nbeta: 0.5\nloss_type: ipo\nmax_steps: 1\nreport_to: none\n"
+        "disable_tqdm: true\nnum_generation_examples: 0\n"
+    )
+    assert llmsys(["dpo", "--config", str(config), "--max-steps", "2", "--beta", "0.25"]) == 0
+    results = json.loads((tmp_path / "out" / "train_results.json").read_text())
+    assert results["loss_type"] == ["ipo"] and results["beta"] == 0.25 and results["global_step"] == 2
+    capsys.readouterr()
+    config.write_text(config.read_text() + "no_such_option: 1\n")
+    assert llmsys(["dpo", "--config", str(config)]) == 2
+    assert "'no_such_option' is not an option of llmsys dpo" in capsys.readouterr().err
