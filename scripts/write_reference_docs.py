@@ -107,6 +107,7 @@ PYTHON_API = [
     ("The speed layer", "hf_llmsys.kernels.applied"),
     ("The speed layer", "hf_llmsys.kernels.restore"),
     ("Training", "hf_llmsys.training.sft"),
+    ("Training", "hf_llmsys.training.dpo.dpo"),
     ("Evaluation", "hf_llmsys.evaluation.corpus_perplexity"),
     ("Evaluation", "hf_llmsys.evaluation.ifd_scores"),
     ("Export", "hf_llmsys.export.export"),

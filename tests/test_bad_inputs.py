@@ -19,7 +19,13 @@ import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from hf_llmsys import LlmsysGPT3Config, LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysT5Config
+from hf_llmsys import (
+    LlmsysGPT3Config,
+    LlmsysLlamaConfig,
+    LlmsysLlamaForCausalLM,
+    LlmsysT5Config,
+    LlmsysT5ForConditionalGeneration,
+)
 from hf_llmsys.cli import main
 
 CONFIG_ERRORS = (ValueError, StrictDataclassError, TypeError)
@@ -359,6 +365,7 @@ class Files:
     slotless_template: Path
     no_tokenizer: Path
     ppl_recipe: Path
+    preference: dict = field(default_factory=dict)  # llmsys dpo: pair files, an adapter, an encoder-decoder
 
 
 def snapshot(path: Path) -> dict:
@@ -409,7 +416,35 @@ def files(tmp_path_factory) -> Files:
         f"steps:\n  - step: perplexity\n    model: {root / 'no_such_model'}\n    max_perplexity: 100\n"
     )
     return Files(root, model, text, empty, not_utf8, folder, root / "missing", out, alpaca, mixed, readonly, bad_alpaca,
-                 slotless, no_tokenizer, ppl_recipe)  # fmt: skip
+                 slotless, no_tokenizer, ppl_recipe, preference_files(root, model, tokenizer, config))  # fmt: skip
+
+
+def preference_files(root: Path, model: Path, tokenizer, config) -> dict:
+    """What the `llmsys dpo` rows point at: good pairs, pairs with a fault, conversations, an adapter, a T5 folder."""
+    from peft import LoraConfig, get_peft_model
+
+    def jsonl(name: str, records: list) -> Path:
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+        return root / name
+
+    pair = {"prompt": "Say hi.", "chosen": "Hi there.", "rejected": "Go away."}
+    adapter = root / "adapter"
+    lora = LoraConfig(r=2, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    get_peft_model(LlmsysLlamaForCausalLM.from_pretrained(model), lora).save_pretrained(adapter)
+    tokenizer.save_pretrained(adapter)
+    t5 = root / "t5"
+    LlmsysT5ForConditionalGeneration(_t5(vocab_size=len(tokenizer))).save_pretrained(t5)
+    tokenizer.save_pretrained(t5)
+    answer = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    chat = {"prompt": [{"role": "user", "content": "Say hi."}], "chosen": answer("Hi."), "rejected": answer("No.")}
+    return {
+        "pairs": jsonl("pairs.jsonl", [pair] * 20),
+        "identical": jsonl("identical.jsonl", [pair, {**pair, "rejected": "Hi there."}]),
+        "no_rejected": jsonl("no_rejected.jsonl", [{"prompt": "Say hi.", "chosen": "Hi there."}]),
+        "chats": jsonl("chats.jsonl", [chat] * 4),
+        "adapter": adapter,
+        "t5": t5,
+    }
 
 
 TRAIN_TINY = [
@@ -439,6 +474,13 @@ def sft(
     return ["sft", "--model_name_or_path", str(model or f.model), "--data", str(data or f.alpaca), "--output_dir",
             str(out or f.out / "sft"), "--max_steps", "1", "--template", "short", "--max_length", "64", "--disable_tqdm", "true",
             "--report_to", "none", "--num_generation_examples", "0", *extra]  # fmt: skip
+
+
+def dpo(f: Files, *extra: str, data: Path | None = None, model: Path | None = None) -> list[str]:
+    """`llmsys dpo` on tiny settings over the tiny model (a wrongly accepted row still ends in seconds)."""
+    return ["dpo", "--model_name_or_path", str(model or f.model), "--data", str(data or f.preference["pairs"]),
+            "--output_dir", str(f.out / "dpo"), "--max_steps", "1", "--template", "short", "--max_length", "64",
+            "--disable_tqdm", "true", "--report_to", "none", "--num_generation_examples", "0", *extra]  # fmt: skip
 
 
 def clean(f: Files, *extra: str, data: Path | None = None) -> list[str]:
@@ -501,6 +543,25 @@ CLI_CASES = [
     CliCase("sft-lora-r-negative", lambda f: sft(f, "--lora_r", "-1"), ("--lora_r",)),
     CliCase("sft-mixture-ratio-count", lambda f: sft(f, "--mixture_ratios", "1", "2"), ("--mixture_ratios",)),
     CliCase("sft-max-steps-zero", lambda f: sft(f, "--max_steps", "0"), ("--max_steps",)),
+    # llmsys dpo
+    CliCase("dpo-missing-model", lambda f: dpo(f, model=f.missing), ("missing", "--model_name_or_path")),
+    CliCase("dpo-folder-not-a-model", lambda f: dpo(f, model=f.folder), ("a_folder", "config.json")),
+    CliCase("dpo-missing-records", lambda f: dpo(f, data=f.missing), ("missing",)),
+    CliCase("dpo-missing-column", lambda f: dpo(f, data=f.preference["no_rejected"]), ("record 0", "'rejected'")),
+    CliCase("dpo-chosen-equals-rejected", lambda f: dpo(f, data=f.preference["identical"]), ("record 1", "'chosen' equals 'rejected'")),
+    CliCase("dpo-alpaca-records-not-pairs", lambda f: dpo(f, data=f.alpaca), ("record 0", "missing field 'prompt'")),
+    CliCase("dpo-conversations-without-chat-template", lambda f: dpo(f, "--template", "chat", data=f.preference["chats"]), ("--template", "chat template")),
+    CliCase("dpo-encoder-decoder-refused", lambda f: dpo(f, model=f.preference["t5"]), ("llmsys_t5", "encoder-decoder", "TRL")),
+    CliCase("dpo-new-lora-on-an-adapter", lambda f: dpo(f, "--lora_r", "4", model=f.preference["adapter"]), ("--lora_r", "adapter")),
+    CliCase("dpo-unknown-loss", lambda f: dpo(f, "--loss_type", "kto"), ("--loss_type kto", "sigmoid")),
+    CliCase("dpo-beta-zero", lambda f: dpo(f, "--beta", "0"), ("--beta",)),
+    CliCase("dpo-exo-pair-without-smoothing", lambda f: dpo(f, "--loss_type", "exo_pair"), ("--label_smoothing",)),
+    CliCase("dpo-loss-weights-count", lambda f: dpo(f, "--loss_type", "sigmoid", "sft", "--loss_weights", "1"), ("loss_weights",)),
+    CliCase("dpo-save-merged-without-adapter", lambda f: dpo(f, "--save_merged", "true"), ("--save_merged",)),
+    CliCase("dpo-sync-reference-with-lora", lambda f: dpo(f, "--lora_r", "4", "--sync_ref_model", "true"), ("--sync_ref_model",)),
+    CliCase("dpo-max-length-below-template", lambda f: dpo(f, "--max_length", "3"), ("--max_length",)),
+    CliCase("dpo-max-steps-zero", lambda f: dpo(f, "--max_steps", "0"), ("--max_steps",)),
+    CliCase("dpo-unknown-flag", lambda f: dpo(f, "--no_such_flag", "1"), ("--no_such_flag",)),
     # llmsys card / push / pull / demo
     CliCase("card-not-a-model", lambda f: ["card", str(f.folder)], ("a_folder",)),
     CliCase("card-missing-folder", lambda f: ["card", str(f.missing)], ("missing",)),

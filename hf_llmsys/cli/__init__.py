@@ -42,6 +42,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "hf_llmsys.training.sft:main",
         "instruction-tune a model on Alpaca records or conversations (loss on the responses; LoRA, packing)",
     ),
+    "dpo": (
+        "hf_llmsys.training.dpo:main",
+        "preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer (full or LoRA)",
+    ),
     "card": ("hf_llmsys.cli.hub:card_main", "write or refresh README.md (the model card) of a saved model folder"),
     "push": ("hf_llmsys.cli.hub:push_main", "push a saved model, adapter or dataset folder to the Hub"),
     "pull": ("hf_llmsys.cli.hub:pull_main", "download a Hub repo (or one revision of it) into a folder"),
@@ -54,7 +58,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("hf_llmsys.cli.export:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
 }
 # the commands parsed from dataclasses by HfArgumentParser: their modules define `help_text()` (stored_help.py)
-DATACLASS_COMMANDS = ("train", "sft", "clean")
+DATACLASS_COMMANDS = ("train", "sft", "dpo", "clean")
 
 
 def usage() -> str:

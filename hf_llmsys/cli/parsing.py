@@ -202,10 +202,14 @@ def explain_epochs(parser: argparse.ArgumentParser) -> None:
         )
 
 
+LIBRARY_MODULES = ("transformers.", "trl.")  # argument classes whose options `own_fields` leaves to --help-all
+
+
 def own_fields(dataclass_type) -> list[str]:
     """The option names a job declares: every init field of a plain dataclass; of a ``TrainingArguments`` subclass
-    only the fields its own classes declare (new defaults and additions), not the Trainer's hundred others."""
-    bases = [cls for cls in dataclass_type.__mro__ if cls.__module__.startswith("transformers.")]
+    (or of TRL's configs, e.g. ``DPOConfig``) only the fields its own classes declare (new defaults and additions),
+    not the library's hundred others."""
+    bases = [cls for cls in dataclass_type.__mro__ if cls.__module__.startswith(LIBRARY_MODULES)]
     if not bases:
         return [f.name for f in dataclasses.fields(dataclass_type) if f.init]
     declared = set()
@@ -344,10 +348,13 @@ def print_help_and_exit(text: str) -> None:
 
 
 def trainer_epilog(prog: str, dataclass_types) -> str | None:
-    """The one line that stands for the Trainer's options, when the job takes a ``TrainingArguments`` subclass."""
-    if any(cls.__name__ == "TrainingArguments" for t in dataclass_types for cls in t.__mro__):
-        return f"plus every `transformers.TrainingArguments` option: `{prog} {HELP_ALL}`"
-    return None
+    """The one line that stands for the Trainer's options, when the job takes a ``TrainingArguments`` subclass
+    (naming TRL's config too when the job's arguments are one of TRL's, e.g. ``trl.DPOConfig``)."""
+    if not any(cls.__name__ == "TrainingArguments" for t in dataclass_types for cls in t.__mro__):
+        return None
+    trl = [cls.__name__ for t in dataclass_types for cls in t.__mro__ if cls.__module__.startswith("trl.")]
+    also = f"`trl.{trl[0]}` and " if trl else ""
+    return f"plus every {also}`transformers.TrainingArguments` option: `{prog} {HELP_ALL}`"
 
 
 def command_help(parser: argparse.ArgumentParser, dataclass_types) -> str:

@@ -279,6 +279,122 @@ Records, template, truncation, packing and the held-out split:
 
 plus every `transformers.TrainingArguments` option: `llmsys sft --help-all`
 """,
+    "dpo": """\
+usage: llmsys dpo [options]
+
+Preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer: full or
+LoRA, from a base, an SFT folder or an SFT adapter folder, prompts rendered as llmsys sft renders
+them. Each --flag_name also parses as --flag-name.
+
+options:
+  -h, --help                      this help: the options of this command
+  --config FILE                   a YAML or JSON file of options (its keys are flag names, e.g.
+                                  `learning_rate: 1e-3`); flags given on the command line override
+                                  it
+  --help-all                      every option, the Trainer's included
+
+The model to tune (a base, an SFT folder or an SFT adapter folder), its tokenizer and the optional LoRA:
+  --model_name_or_path MODEL_NAME_OR_PATH
+                                  Model folder: a base, a full `llmsys sft` folder, or an `llmsys
+                                  sft --lora_r` adapter folder (its adapter is trained further; the
+                                  reference is the adapter as it starts, TRL's rule). (required)
+  --tokenizer_name TOKENIZER_NAME
+                                  Tokenizer folder; None = the model's.
+  --pad_token PAD_TOKEN           Set the pad token when the tokenizer has none: 'eos' or a token
+                                  string.
+  --attn_implementation ATTN_IMPLEMENTATION
+                                  Attention backend (sdpa, eager, flex_attention, ...); None = the
+                                  default.
+  --lora_r INT                    LoRA rank; 0 = full fine-tuning (no adapter). (default: 0)
+  --lora_alpha FLOAT              LoRA alpha (scale = alpha / r). (default: 16.0)
+  --lora_dropout FLOAT            Dropout on the LoRA input. (default: 0.05)
+  --lora_target LORA_TARGET [LORA_TARGET ...]
+                                  Module names (or suffixes) LoRA adapts; None = the model type's
+                                  default (ours: every attention and MLP projection, q_proj ...
+                                  down_proj), 'all-linear' for every linear layer but the head.
+  --save_merged [BOOL]            With LoRA: also save the merged model (merge_and_unload) to
+                                  output_dir/merged. (default: False)
+
+Preference records, template, truncation and the held-out split:
+  --data DATA [DATA ...]          Preference records (prompt, chosen, rejected; text or messages):
+                                  JSON list / JSONL files, save_to_disk folders or datasets ids (a
+                                  mixture). (required)
+  --mixture_ratios FLOAT [FLOAT ...]
+                                  Sampling ratio per --data source (interleave_datasets); None =
+                                  equal.
+  --data_split DATA_SPLIT         Split of saved folders / datasets ids to read. (default: train)
+  --validation_data VALIDATION_DATA
+                                  Held-out records (same formats); None = hold out
+                                  --validation_fraction.
+  --validation_fraction FLOAT     Fraction of the records held out (seeded) when --validation_data
+                                  is unset. (default: 0.05)
+  --skip_invalid [BOOL]           Drop bad records (counted in the summary) instead of stopping with
+                                  an error. (default: False)
+  --template TEMPLATE             How prompts are rendered, as `llmsys sft` renders them. None: the
+                                  prompt_template.json an SFT run saved beside the model, else
+                                  alpaca for text records and the chat template for conversations.
+                                  Text records: alpaca, short, chat or a template file;
+                                  conversations: chat or a .jinja file.
+  --prompt_truncation PROMPT_TRUNCATION
+                                  How over-long prompts are cut: one of ('middle', 'left') (text
+                                  templates; a chat template's prompt is kept and the pair dropped
+                                  when no answer fits). (default: middle)
+  --response_overflow RESPONSE_OVERFLOW
+                                  Answers still too long after cutting the prompt: one of
+                                  ('truncate', 'drop'). (default: truncate)
+  --num_generation_examples INT   Held-out prompts answered greedily (before and after) in the final
+                                  summary. (default: 3)
+  --generation_max_new_tokens INT
+                                  Most new tokens of each summary answer. (default: 64)
+
+TRL's `DPOConfig` (so `TrainingArguments` too) with the DPO options shown here and CPU-friendly defaults:
+  --output_dir OUTPUT_DIR         Where to save everything. (default: runs/llmsys-dpo)
+  --per_device_train_batch_size INT
+                                  Pairs per device per micro-batch. (default: 4)
+  --learning_rate FLOAT           Peak learning rate (1e-6: TRL's DPO default; LoRA usually wants
+                                  ~5e-6 to 5e-5).
+  --bf16 [BOOL]                   bf16 mixed precision (TRL's default is on; here fp32 unless
+                                  asked).
+  --activation_checkpointing [BOOL]
+                                  Recompute activations in the backward pass (TRL's default is on;
+                                  here off unless asked).
+  --gradient_checkpointing [BOOL]
+                                  Deprecated alias of --activation_checkpointing.
+  --logging_steps FLOAT           Log every N steps. (default: 10)
+  --disable_tqdm [BOOL]           Hide the progress bar. (default: False)
+  --per_device_eval_batch_size INT
+                                  Pairs per evaluation batch. (default: 8)
+  --save_steps FLOAT              Checkpoint every N steps (for resuming). (default: 200)
+  --save_total_limit INT          Checkpoints kept. (default: 2)
+  --dataloader_pin_memory [BOOL]  Pin batches in memory (GPU only). (default: False)
+  --max_length INT                Tokens of the prompt + the longer answer; None = min(512, the
+                                  model's context). A value past a learned position table is refused
+                                  before any work.
+  --precompute_ref_log_probs [BOOL]
+                                  Score every pair with the reference once before training (no
+                                  reference model in memory). (default: False)
+  --loss_type LOSS_TYPE [LOSS_TYPE ...]
+                                  TRL's DPO loss, one of sigmoid, hinge, ipo, exo_pair, nca_pair,
+                                  robust, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero,
+                                  apo_down, discopop, sft, sigmoid_norm; several are summed with
+                                  --loss_weights (sigmoid: the DPO paper's; ipo: Azar et al.).
+                                  (default: ['sigmoid'])
+  --loss_weights FLOAT [FLOAT ...]
+                                  Weight per --loss_type when several are given; None = 1 each.
+  --label_smoothing FLOAT         robust: the probability a preference label is flipped, in [0,
+                                  0.5); exo_pair: its epsilon. (default: 0.0)
+  --beta FLOAT                    How far the policy may move from the reference (higher: closer);
+                                  for ipo the regularisation tau. (default: 0.1)
+  --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
+                                  (default: False)
+  --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir
+                                  (--no_resume: start fresh). (default: True)
+  --no_resume                     turn off --resume (resume from the newest complete checkpoint in
+                                  output_dir)
+  --max_new_tokens INT            max_new_tokens of the saved GenerationConfig. (default: 256)
+
+plus every `trl.DPOConfig` and `transformers.TrainingArguments` option: `llmsys dpo --help-all`
+""",
     "clean": """\
 usage: llmsys clean [options]
 

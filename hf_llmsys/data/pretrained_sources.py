@@ -179,9 +179,10 @@ def _model_class(config, auto_class, prefer_ours: bool):
 
 
 def load_model(source: str | os.PathLike, flag: str = "--model", *, merge_adapter: bool = False,
-               prefer_ours: bool = False, **kwargs):  # fmt: skip
-    """A model folder, Hub id or PEFT adapter folder (base + adapter; merged with `merge_adapter`), as a causal LM
-    or, for an encoder-decoder config, a seq2seq LM. `prefer_ours` reads a transformers ``llama`` folder (or an
+               prefer_ours: bool = False, trainable_adapter: bool = False, **kwargs):  # fmt: skip
+    """A model folder, Hub id or PEFT adapter folder (base + adapter; merged with `merge_adapter`; left trainable
+    with `trainable_adapter`, PEFT's ``is_trainable``, as ``llmsys dpo`` trains an SFT adapter further), as a causal
+    LM or, for an encoder-decoder config, a seq2seq LM. `prefer_ours` reads a transformers ``llama`` folder (or an
     adapter's ``llama`` base) with our Llama class, which has the same module names. ``kwargs`` go to
     ``from_pretrained`` (of the base, for an adapter)."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -200,7 +201,7 @@ def load_model(source: str | os.PathLike, flag: str = "--model", *, merge_adapte
         upgrade_fused_adapter(folder)
     base_model = load_model(base, f"{flag} {source}: the adapter's base_model_name_or_path", merge_adapter=True,
                             prefer_ours=prefer_ours, **kwargs)  # fmt: skip
-    model = PeftModel.from_pretrained(base_model, source)
+    model = PeftModel.from_pretrained(base_model, source, is_trainable=trainable_adapter)
     if not merge_adapter:
         return model
     merged = model.merge_and_unload()

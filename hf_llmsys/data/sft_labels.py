@@ -93,6 +93,36 @@ def cut_prompt(ids: list[int], keep: int, side: str) -> list[int]:
     return ids[:head] + ids[len(ids) - (keep - head) :]
 
 
+def fit_to_budget(
+    prompt: list[int], responses: Sequence[list[int]], budget: int, prompt_truncation: str | None, overflow: str
+) -> tuple[tuple[list[int], list[list[int]]] | None, list[str]]:
+    """(prompt, responses) cut so that the prompt followed by any one response fits `budget` tokens, and the events.
+
+    The prompt is cut first (`cut_prompt` with `prompt_truncation`; None: never cut, as the conversation path does),
+    never below ``min(len(prompt), budget // 2)`` tokens and only as far as the LONGEST response needs; then each
+    response still too long is cut from the right (``response_truncated``), or the whole example dropped with
+    `overflow` ``"drop"`` (``response_too_long``). No room left for a response token: None, ``no_response_left``.
+    One response is an SFT example; two (chosen, rejected) a preference pair sharing its prompt
+    (`data/preference_pairs.py`).
+    """
+    events = []
+    longest = max(len(r) for r in responses)
+    if len(prompt) + longest > budget:
+        keep = len(prompt) if prompt_truncation is None else max(budget - longest, min(len(prompt), budget // 2))
+        if keep < len(prompt):
+            prompt = cut_prompt(prompt, keep, prompt_truncation)
+            events.append("prompt_truncated")
+        room = budget - len(prompt)
+        if room < longest:
+            if room <= 0:
+                return None, ["no_response_left"]
+            if overflow == "drop":
+                return None, ["response_too_long"]
+            responses = [r[:room] for r in responses]
+            events.append("response_truncated")
+    return (prompt, list(responses)), events
+
+
 def has_offsets(tokenizer) -> bool:
     """Whether `tokenizer` gives character offsets (a fast, `tokenizers`-backed tokenizer)."""
     return bool(getattr(tokenizer, "is_fast", False))
@@ -196,7 +226,8 @@ class SFTExampleEncoder:
     def _tokens(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] if text else []
 
-    def _response_ids(self, response_ids: list[int]) -> list[int]:
+    def with_eos(self, response_ids: list[int]) -> list[int]:
+        """The response ids and, when the template appends one, the EOS id."""
         eos = [self.tokenizer.eos_token_id] if self.template.appends_eos else []
         return response_ids + eos
 
@@ -206,8 +237,8 @@ class SFTExampleEncoder:
         Decoder-only: the two lists are the split of ONE tokenization at the seam (`tokenize_at_seams`).
         """
         if self.is_encoder_decoder:
-            return self._seq2seq(prompt_ids, self._response_ids(response_ids))
-        return self._causal(prompt_ids, self._response_ids(response_ids))
+            return self._seq2seq(prompt_ids, self.with_eos(response_ids))
+        return self._causal(prompt_ids, self.with_eos(response_ids))
 
     def encode(self, record: dict) -> tuple[dict | None, list[str]]:
         """One example for `record` (see class doc)."""
@@ -226,22 +257,12 @@ class SFTExampleEncoder:
         return [(ids[:at], ids[at:]) for ids, at in cut]
 
     def _causal(self, prompt: list[int], response: list[int]) -> tuple[dict | None, list[str]]:
-        events = []
         budget = self.max_length - len(self.lead)
-        if len(prompt) + len(response) > budget:
-            keep = max(budget - len(response), min(len(prompt), budget // 2))
-            if keep < len(prompt):
-                prompt = cut_prompt(prompt, keep, self.prompt_truncation)
-                events.append("prompt_truncated")
-            room = budget - len(prompt)
-            if room < len(response):
-                if room <= 0:
-                    return None, ["no_response_left"]
-                if self.response_overflow == "drop":
-                    return None, ["response_too_long"]
-                response = response[:room]
-                events.append("response_truncated")
-        prefix = self.lead + prompt
+        fitted, events = fit_to_budget(prompt, [response], budget, self.prompt_truncation, self.response_overflow)
+        if fitted is None:
+            return None, events
+        prefix = self.lead + fitted[0]
+        response = fitted[1][0]
         return {"input_ids": prefix + response, "labels": [IGNORE_INDEX] * len(prefix) + response}, events
 
     def _seq2seq(self, prompt: list[int], response: list[int]) -> tuple[dict | None, list[str]]:

@@ -8,10 +8,12 @@
 - ``adapter_config.json`` (PEFT) -> the adapter table, ``base_model`` and the base's architecture when the base
   folder or its Hub config is at hand (``adapters.py``);
 - ``report.json`` of a `llmsys clean` folder -> a dataset card instead (``dataset_cards.py``);
-- ``train_results.json`` (written by `llmsys train` / `llmsys sft`) -> the training budget (tokens, steps, time,
-  hardware), the evaluation table and the ``model-index`` (validation perplexity and the split it was measured
-  on). Keys read beyond the training job's losses: ``dataset`` (name of the training data), ``datasets`` (Hub
-  dataset ids), ``eval_split``, ``base_model``, ``hardware``; any other scalar key is listed as recorded.
+- ``train_results.json`` (written by `llmsys train` / `llmsys sft` / `llmsys dpo`) -> the training budget (tokens,
+  steps, time, hardware), the evaluation table (for dpo the held-out preference figures) and the ``model-index``
+  (validation perplexity and the split it was measured on). Keys read beyond the training job's losses: ``dataset``
+  (name of the training data), ``datasets`` (Hub dataset ids), ``eval_split``, ``base_model``, ``method`` (how the
+  folder was trained from its base, e.g. DPO's loss, beta and reference), ``hardware``; any other scalar key is
+  listed as recorded.
 
 The metadata is a ``huggingface_hub.ModelCardData`` (``library_name: transformers``, ``pipeline_tag``, tags
 including ``custom_code``, ``base_model``, ``datasets``, ``license``, ``model-index`` from ``EvalResult``s). The body
@@ -58,8 +60,14 @@ EVALUATION_ROWS = {
     "perplexity_ratio": ("baseline / model", lambda v: f"{float(v):.2f}x"),
     "validation_tokens": ("validation tokens", lambda v: f"{int(v):,}"),
     "validation_target_tokens": ("validation target tokens", lambda v: f"{int(v):,}"),
+    # llmsys dpo: held-out preference pairs
+    "preference_accuracy_before": ("pairs whose chosen answer is the more likely, before", lambda v: f"{float(v):.3f}"),
+    "preference_accuracy_after": ("pairs whose chosen answer is the more likely, after", lambda v: f"{float(v):.3f}"),
+    "reward_margin": ("DPO reward margin (chosen - rejected)", lambda v: f"{float(v):.4f}"),
+    "reward_accuracy": ("DPO reward accuracy (chosen reward > rejected)", lambda v: f"{float(v):.3f}"),
+    "dpo_loss": ("DPO loss", lambda v: f"{float(v):.4f}"),
 }
-DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model"}
+DESCRIPTIVE_KEYS = {"dataset", "datasets", "eval_split", "base_model", "method"}
 
 # Architecture.decoding -> the card's "Decoding" section: how to decode as the architecture's paper does.
 DECODING_SECTIONS = {
@@ -178,6 +186,7 @@ class Run:
     datasets: list[str]
     dataset_name: str | None
     split: str
+    method: str | None = None  # how the folder was trained from its base (llmsys dpo: "DPO (TRL ...) ...")
 
     @property
     def dataset_id(self) -> str:
@@ -196,6 +205,7 @@ def run_facts(folder: SavedFolder, base_model, datasets, hardware, adapter_base)
         datasets=datasets,
         dataset_name=results.get("dataset") or (datasets[0] if datasets else None),
         split=results.get("eval_split") or "validation",
+        method=results.get("method"),
     )
 
 
@@ -218,12 +228,14 @@ def card_metadata(architecture: Architecture | None, run: Run, task: str, model_
 
 
 def summary_line(architecture: Architecture | None, run: Run, adapter: bool) -> str:
+    method = f" Method: {run.method}." if run.method else ""
     if adapter:
         return (
             f"A LoRA adapter for `{run.base}`, trained with hf-llmsys (PEFT format: `adapter_config.json` + weights)."
+            + method
         )
     summary = f"A {human_count(architecture.parameters)}-parameter {architecture.name} built with hf-llmsys."
-    return summary + (f" Fine-tuned from `{run.base}`." if run.base else "")
+    return summary + (f" Fine-tuned from `{run.base}`." if run.base else "") + method
 
 
 def card_context(folder: SavedFolder, repo_id, base_model, datasets, license, hardware) -> tuple[ModelCardData, dict]:

@@ -1,4 +1,4 @@
-"""PEFT LoRA for the SFT job: default target modules per model type, checked targets, merge.
+"""PEFT LoRA for the SFT and DPO jobs: default target modules per model type, checked targets, merge.
 
 Defaults (`default_lora_targets`: all attention and MLP projections, not the LM head): our architectures' are their
 rows' ``lora_targets`` in the registry (``hf_llmsys/architectures.py``: ``q_proj`` ``k_proj`` ``v_proj`` ``o_proj``
@@ -57,15 +57,21 @@ def resolve_targets(model, requested: list[str] | None) -> list[str] | str:
     return matched
 
 
-def add_lora(model, r: int, alpha: float, dropout: float, targets: list[str] | None):
-    """Wrap `model` in a PEFT LoRA model (B = 0 at start, so the wrapped model computes the base model)."""
-    from peft import LoraConfig, TaskType, get_peft_model
+def lora_config(model, r: int, alpha: float, dropout: float, targets: list[str] | None):
+    """The PEFT `LoraConfig` for `model`: its task type and the checked target modules (`resolve_targets`)."""
+    from peft import LoraConfig, TaskType
 
     task = TaskType.SEQ_2_SEQ_LM if model.config.is_encoder_decoder else TaskType.CAUSAL_LM
-    config = LoraConfig(
+    return LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=resolve_targets(model, targets), task_type=task
     )
-    return get_peft_model(model, config)
+
+
+def add_lora(model, r: int, alpha: float, dropout: float, targets: list[str] | None):
+    """Wrap `model` in a PEFT LoRA model (B = 0 at start, so the wrapped model computes the base model)."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(model, r, alpha, dropout, targets))
 
 
 def lora_summary(model) -> dict | None:

@@ -132,26 +132,26 @@ def load_base_config(model_args: SFTModelArguments):
     return load_config(model_args.model_name_or_path, "--model_name_or_path")
 
 
-def _load_one_kind(source: str, data_args: SFTDataArguments, kinds: dict) -> tuple[list[dict], dict]:
-    """One source's checked records; every source of a run must hold the same kind (instruction / conversation)."""
-    records, dropped, kind = load_sft_records(source, data_args.data_split, data_args.skip_invalid)
+def _load_one_kind(source: str, data_args, kinds: dict, loader) -> tuple[list[dict], dict]:
+    """One source's checked records; every source of a run must hold the same kind (e.g. instruction / conversation)."""
+    records, dropped, kind = loader(source, data_args.data_split, data_args.skip_invalid)
     kinds[source] = kind
     if len(set(kinds.values())) > 1:
         spelled = ", ".join(f"{s}: {k}" for s, k in kinds.items())
-        raise ValueError(
-            f"--data / --validation_data mix instruction records and conversations ({spelled}); use one kind per run"
-        )
+        raise ValueError(f"--data / --validation_data mix kinds of records ({spelled}); use one kind per run")
     return records, dropped
 
 
-def read_records(data_args: SFTDataArguments, seed: int) -> tuple[list[dict], list[dict], dict]:
+def read_records(data_args, seed: int, loader=load_sft_records) -> tuple[list[dict], list[dict], dict]:
     """(training records, held-out records, counts): sources read, checked, mixed and split by seed.
 
-    ``counts["records_format"]``: ``"instruction"`` (Alpaca records) or ``"conversation"`` (messages / ShareGPT).
+    `loader(source, split, skip_invalid)` -> (records, dropped counts, kind): SFT records by default (``llmsys dpo``
+    passes its preference records' loader). ``counts["records_format"]``: the kind, for SFT ``"instruction"``
+    (Alpaca records) or ``"conversation"`` (messages / ShareGPT).
     """
     sources, invalid, kinds = [], {}, {}
     for source in data_args.data:
-        records, dropped = _load_one_kind(source, data_args, kinds)
+        records, dropped = _load_one_kind(source, data_args, kinds, loader)
         sources.append(records)
         for reason, n in dropped.items():
             invalid[reason] = invalid.get(reason, 0) + n
@@ -162,7 +162,7 @@ def read_records(data_args: SFTDataArguments, seed: int) -> tuple[list[dict], li
         "invalid_records": invalid,
     }
     if data_args.validation_data:
-        held_out, dropped = _load_one_kind(data_args.validation_data, data_args, kinds)
+        held_out, dropped = _load_one_kind(data_args.validation_data, data_args, kinds, loader)
         counts["invalid_validation_records"] = dict(dropped)
         return records, held_out, counts
     if len(records) < 2:
