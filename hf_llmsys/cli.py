@@ -24,6 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "pre-train a tokenizer and a tiny model: LLaMA, GPT-3 or T5 style (default: the embedded corpus)",
     ),
     "ppl": ("hf_llmsys.evaluation.ppl_cli:main", "corpus perplexity of a causal LM over text files (sliding window)"),
+    "eval": (
+        "hf_llmsys.evaluation.eval_cli:main",
+        "score a model on lm-evaluation-harness tasks (registry names or task YAMLs); lm-eval's results JSON",
+    ),
     "ifd": (
         "hf_llmsys.evaluation.ifd_cli:main",
         "score Alpaca records by instruction-following difficulty (IFD) and keep the top fraction",

@@ -6,7 +6,8 @@ HELP_TEXTS = {
     "train": {
         "sources": {
             "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
-            "training/job.py": "3e9be80b8ddcd6ce3ca27816b762f3109bbe135cd76b029346d217d9554342b9",
+            "training/eval_tasks.py": "6f567b8e1ce4802febf37f2695b01019951c0361efb41ab75a3b74e1025241f9",
+            "training/job.py": "30a0fe745ba100653f2f376ba73f8b039aba451a32796957180aeee73c8852f1",
             "training/pretrain_arguments.py": "8dc847510826f9e9ff89e38c9ce586e7decfb8c013d40f6ad71625c4a783fa91",
         },
         "text": """\
@@ -129,6 +130,17 @@ Where the training text comes from and how it is split:
   --save_steps FLOAT              Checkpoint every N steps (for resuming). (default: 200)
   --save_total_limit INT          Checkpoints kept. (default: 2)
   --dataloader_pin_memory [BOOL]  Pin batches in memory (GPU only). (default: False)
+  --eval_tasks EVAL_TASKS [EVAL_TASKS ...]
+                                  lm-eval task names or task YAML files (comma-separated or several)
+                                  scored at every evaluation and logged beside eval_loss as
+                                  eval_<task>/<metric>; needs lm-eval (pip install
+                                  'hf-llmsys[eval]').
+  --eval_tasks_limit FLOAT        --eval_tasks: documents per task, a count (>= 1) or a fraction (<
+                                  1); None = all.
+  --eval_tasks_num_fewshot INT    --eval_tasks: examples in each prompt; None = each task's own,
+                                  else 0.
+  --eval_tasks_batch_size INT     --eval_tasks: requests per forward; None =
+                                  --per_device_eval_batch_size.
   --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
                                   (default: False)
   --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir
@@ -143,7 +155,8 @@ plus every `transformers.TrainingArguments` option: `llmsys train --help-all`
     "sft": {
         "sources": {
             "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
-            "training/job.py": "3e9be80b8ddcd6ce3ca27816b762f3109bbe135cd76b029346d217d9554342b9",
+            "training/eval_tasks.py": "6f567b8e1ce4802febf37f2695b01019951c0361efb41ab75a3b74e1025241f9",
+            "training/job.py": "30a0fe745ba100653f2f376ba73f8b039aba451a32796957180aeee73c8852f1",
             "training/sft_arguments.py": "9b40f35161459adddf916e68d61dd07f680ca3f020e264bfe5887c0936f2163c",
         },
         "text": """\
@@ -270,6 +283,17 @@ Records, template, truncation, packing and the held-out split:
   --save_steps FLOAT              Checkpoint every N steps (for resuming). (default: 200)
   --save_total_limit INT          Checkpoints kept. (default: 2)
   --dataloader_pin_memory [BOOL]  Pin batches in memory (GPU only). (default: False)
+  --eval_tasks EVAL_TASKS [EVAL_TASKS ...]
+                                  lm-eval task names or task YAML files (comma-separated or several)
+                                  scored at every evaluation and logged beside eval_loss as
+                                  eval_<task>/<metric>; needs lm-eval (pip install
+                                  'hf-llmsys[eval]').
+  --eval_tasks_limit FLOAT        --eval_tasks: documents per task, a count (>= 1) or a fraction (<
+                                  1); None = all.
+  --eval_tasks_num_fewshot INT    --eval_tasks: examples in each prompt; None = each task's own,
+                                  else 0.
+  --eval_tasks_batch_size INT     --eval_tasks: requests per forward; None =
+                                  --per_device_eval_batch_size.
   --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
                                   (default: False)
   --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir

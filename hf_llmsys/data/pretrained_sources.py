@@ -54,3 +54,13 @@ def load_causal_lm(source: str | os.PathLike, flag: str = "--model", **kwargs):
 
     check_source(source, flag)
     return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+
+
+def load_seq2seq_lm(source: str | os.PathLike, flag: str = "--model", **kwargs):
+    """`AutoModelForSeq2SeqLM.from_pretrained(source)` after `check_source` for config.json (llmsys_t5, T5, ...)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
+
+    check_source(source, flag)
+    return AutoModelForSeq2SeqLM.from_pretrained(source, **kwargs)

@@ -29,12 +29,14 @@ from ..command_logging import follow_trainer_log_level
 from ..command_parser import answer_help, command_help, dataclass_parser, parse_into_dataclasses
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
+from .eval_tasks import EvalTasksArguments
 from .output_dir import atomic_save
 
 
 @dataclass
-class JobTrainingArguments(TrainingArguments):
-    """`TrainingArguments` plus what every llmsys job adds: resuming, refusing other models, CPU-friendly defaults."""
+class JobTrainingArguments(EvalTasksArguments, TrainingArguments):
+    """`TrainingArguments` plus what every llmsys job adds: resuming, refusing other models, CPU-friendly defaults,
+    lm-eval tasks scored at each evaluation (`eval_tasks.py`)."""
 
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace a different model already in output_dir and start fresh."}
