@@ -17,6 +17,7 @@ multiple_choice (loglikelihood), generate_until (greedy generation) and loglikel
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -176,7 +177,9 @@ def test_llmsys_eval_equals_the_lm_eval_command_line(folders, in_fixtures, tmp_p
     command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "hf", "--model_args", model_args,
                "--tasks", ",".join(TASK_FILES), "--device", "cpu", "--batch_size", "1",
                "--output_path", str(tmp_path / "theirs"), "--log_samples"]  # fmt: skip
-    env = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": "/usr/bin:/bin"}
+    # the same thread count as this process: float sums split over other threads round differently
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"),
+           "OMP_NUM_THREADS": str(torch.get_num_threads())}  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=FIXTURES, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     _assert_same_scores(_ours(folder, tmp_path / "ours"), _written(tmp_path / "theirs"))
