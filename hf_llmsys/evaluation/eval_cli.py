@@ -4,9 +4,10 @@
     llmsys eval runs/sft --tasks my_task.yaml --output_path results    # a task YAML of yours (dataset_path: json)
     llmsys eval runs/t5 --tasks my_task.yaml --num_fewshot 2 --batch_size 8
 
-MODEL is a folder (or Hub id) of a causal LM or an encoder-decoder (llmsys_t5: lm-eval's seq2seq backend), loaded
-as every llmsys command loads it, then handed to lm-eval as the model object (`lm_eval_tasks.harness_model`), so
-the scores equal ``lm_eval --model hf --model_args pretrained=MODEL,trust_remote_code=True`` on the same folder.
+MODEL is a folder (or Hub id) of a causal LM or an encoder-decoder (llmsys_t5: lm-eval's seq2seq backend), or a
+LoRA adapter folder of ``llmsys sft`` (scored on its base with the adapter on), loaded as every llmsys command
+loads it (`data.pretrained_sources`), then handed to lm-eval as the model object (`lm_eval_tasks.harness_model`),
+so the scores equal ``lm_eval --model hf --model_args pretrained=MODEL,trust_remote_code=True`` on the same folder.
 ``--output_path`` gets what lm-eval's own ``--output_path`` writes (``<path>/<model>/results_<date>.json``, or
 ``<stem>_<date>.json`` for a path ending in .json; with ``--log_samples`` one samples JSONL per task); stdout gets
 lm-eval's table. Every flag, task and data file is checked before the model loads; nothing is written unless the
@@ -114,21 +115,6 @@ def check_output_path(output_path: str) -> None:
         raise ValueError(f"--output_path {output_path}: {existing} is not writable; choose another path")
 
 
-def is_encoder_decoder(source: str, trust_remote_code: bool) -> bool:
-    """Whether MODEL's config is an encoder-decoder's (read before any weight; an adapter folder: False)."""
-    from transformers import AutoConfig
-
-    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
-    from ..data.pretrained_sources import check_source
-
-    if (Path(source).expanduser() / "adapter_config.json").is_file():
-        return False
-    check_source(source, "MODEL")
-    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
-    return bool(getattr(config, "is_encoder_decoder", False))
-
-
 def pick_device(name: str) -> str:
     """--device auto: the GPU when there is one, else the CPU."""
     import torch
@@ -138,12 +124,12 @@ def pick_device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_model_and_tokenizer(args: argparse.Namespace, encoder_decoder: bool):
-    """MODEL and its tokenizer (or --tokenizer) through the shared loader, in eval mode on --device."""
-    from ..data.pretrained_sources import load_causal_lm, load_seq2seq_lm, load_tokenizer
+def load_model_and_tokenizer(args: argparse.Namespace):
+    """MODEL (a causal LM or an encoder-decoder; an adapter folder: its base with the adapter on) and its tokenizer
+    (or --tokenizer) through the shared loader, in eval mode on --device."""
+    from ..data.pretrained_sources import load_model, load_tokenizer
 
-    load = load_seq2seq_lm if encoder_decoder else load_causal_lm
-    model = load(args.model, "MODEL", dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    model = load_model(args.model, "MODEL", dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     flag = "--tokenizer" if args.tokenizer else "MODEL (no --tokenizer given)"
     tokenizer = load_tokenizer(args.tokenizer or args.model, flag, trust_remote_code=args.trust_remote_code)
     return model.to(pick_device(args.device)).eval(), tokenizer
@@ -158,6 +144,7 @@ def run_header(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys eval`: prints lm-eval's table (and where the results went); returns lm-eval's results dict."""
     args = parse_args(argv)
+    from ..data.pretrained_sources import load_config
     from .lm_eval_tasks import (
         evaluate_tasks,
         evaluation_tracker,
@@ -169,9 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     check_flags(args)
     require_lm_eval("llmsys eval")
-    encoder_decoder = is_encoder_decoder(args.model, args.trust_remote_code)
+    load_config(args.model, "MODEL", trust_remote_code=args.trust_remote_code)  # MODEL checked before the tasks
     selection = select_tasks(args.tasks, "--tasks", args.include_path)
-    model, tokenizer = load_model_and_tokenizer(args, encoder_decoder)
+    model, tokenizer = load_model_and_tokenizer(args)
     tracker = evaluation_tracker(args.output_path) if args.output_path else None
     results = evaluate_tasks(
         model, tokenizer, selection, num_fewshot=args.num_fewshot, limit=args.limit, batch_size=args.batch_size,

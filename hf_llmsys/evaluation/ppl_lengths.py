@@ -101,15 +101,10 @@ class ModelPlan:
 
 def plan_model(source: str, label: str, args, default_length: int) -> ModelPlan:
     """The windows of one model from its config alone (no weight read): each of --lengths, or its default."""
-    from transformers import AutoConfig
-
-    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
-    from ..data.pretrained_sources import check_source
+    from ..data.pretrained_sources import load_config
     from .model_limits import config_position_limit, fit_length
 
-    check_source(source, "--model")
-    config = AutoConfig.from_pretrained(source, trust_remote_code=args.trust_remote_code)
+    config = load_config(source, "--model", trust_remote_code=args.trust_remote_code)
     limit = config_position_limit(config, trust_remote_code=args.trust_remote_code)
     if args.lengths is None:
         length, _ = fit_length("--max-length", args.max_length, limit, default_length, warn=False)
