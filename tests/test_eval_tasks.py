@@ -126,14 +126,15 @@ def _responses(samples: dict[str, list[dict]]) -> dict[str, list]:
             for task, rows in samples.items()}  # fmt: skip
 
 
-def _assert_same_scores(ours: tuple, theirs: tuple) -> None:
+def _assert_same_scores(ours: tuple, theirs: tuple, generates_text: bool = True) -> None:
     (our_results, our_samples), (their_results, their_samples) = ours, theirs
     assert our_results["results"] == their_results["results"]  # every metric, to the last digit
     assert our_results["n-shot"] == their_results["n-shot"]
     assert _responses(our_samples) == _responses(their_samples)
     # what is compared is not trivially equal: real numbers and real text
     generated = [r[2][0] for r in _responses(our_samples)["tiny_generate"]]
-    assert all(isinstance(text, str) for text in generated) and any(text.strip() for text in generated)
+    assert all(isinstance(text, str) for text in generated)
+    assert any(text.strip() for text in generated) or not generates_text
     assert 1 < our_results["results"]["tiny_rolling"]["byte_perplexity,none"] < 1e6
     assert len(our_samples["tiny_choice"]) == 8 and len(our_samples["tiny_rolling"]) == 4
 
@@ -166,6 +167,34 @@ def test_llmsys_eval_prints_the_table_and_writes_lm_evals_files(folders, in_fixt
     assert results["config"]["model_args"] == {"pretrained": str(folders["llmsys_gpt3"])}
 
 
+def test_an_adapter_folder_is_scored_as_lm_eval_scores_base_and_peft(folders, in_fixtures, tmp_path):
+    """A LoRA adapter folder (what llmsys sft --lora_r saves) through our loader against lm-eval's own
+    ``pretrained=BASE,peft=ADAPTER``; the adapter changes the scores (its B matrices are not zero)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = folders["llmsys_llama"]
+    torch.manual_seed(1)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(LlmsysLlamaForCausalLM.from_pretrained(base), lora).save_pretrained(tmp_path / "adapter")
+    tasks = ["tiny_choice.yaml", "tiny_rolling.yaml"]
+    ours = evaluate_folder(tmp_path / "adapter", tasks, tmp_path / "ours")
+    theirs = simple_evaluate(
+        model="hf", model_args=f"pretrained={base},peft={tmp_path / 'adapter'},trust_remote_code=True",
+        device="cpu", batch_size=1, tasks=[load_yaml(FIXTURES / name) for name in tasks],
+        task_manager=TaskManager(include_defaults=False),
+    )  # fmt: skip
+    assert ours["results"] == json.loads(json.dumps(theirs["results"], default=str))
+    plain = evaluate_folder(base, tasks, tmp_path / "base")
+    assert plain["results"]["tiny_rolling"] != ours["results"]["tiny_rolling"]
+
+
+def evaluate_folder(folder: Path, tasks: list[str], out: Path) -> dict:
+    """`llmsys eval FOLDER --tasks ...`: the results JSON it wrote."""
+    assert llmsys(["eval", str(folder), "--tasks", *tasks, "--output_path", str(out), "--device", "cpu"]) == 0
+    (results,) = out.rglob("results_*.json")
+    return json.loads(results.read_text(encoding="utf-8"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", sorted(BUILDERS))
 def test_llmsys_eval_equals_the_lm_eval_command_line(folders, in_fixtures, tmp_path, model_type):
@@ -182,7 +211,8 @@ def test_llmsys_eval_equals_the_lm_eval_command_line(folders, in_fixtures, tmp_p
            "OMP_NUM_THREADS": str(torch.get_num_threads())}  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=FIXTURES, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    _assert_same_scores(_ours(folder, tmp_path / "ours"), _written(tmp_path / "theirs"))
+    # the untrained T5 answers with its end token at once: empty texts, compared all the same
+    _assert_same_scores(_ours(folder, tmp_path / "ours"), _written(tmp_path / "theirs"), model_type != "llmsys_t5")
 
 
 @pytest.mark.slow
@@ -269,8 +299,10 @@ def test_task_scoring_leaves_training_draws_unchanged(folders, tokenizer, in_fix
     assert all(torch.equal(weights[name], weights_with_tasks[name]) for name in weights)
 
 
-@pytest.mark.parametrize("command", ["train", "sft"])
+@pytest.mark.parametrize("command", ["train", "sft", "sft-lora"])
 def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path, capsys):
+    """The flags reach the jobs: the task metrics are printed with each eval_loss (a LoRA run scores the base with
+    its adapter on, the PEFT model the Trainer trains)."""
     if command == "train":
         argv = ["train", "--train_files", str(FIXTURES / "tiny_rolling.jsonl"), "--text_column", "text",
                 "--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "1",
@@ -281,6 +313,7 @@ def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path,
         records.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi there."}] * 8))
         argv = ["sft", "--model_name_or_path", str(folders["llmsys_llama"]), "--data", str(records), "--template",
                 "short", "--max_length", "64", "--num_generation_examples", "0"]  # fmt: skip
+        argv += ["--lora_r", "4", "--learning_rate", "1e-2"] if command == "sft-lora" else []
     argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps",
              "1", "--disable_tqdm", "true", "--report_to", "none", "--eval_tasks", "tiny_rolling.yaml",
              "--eval_tasks_limit", "1"]  # fmt: skip
