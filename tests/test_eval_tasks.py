@@ -215,16 +215,6 @@ def test_llmsys_eval_equals_the_lm_eval_command_line(folders, in_fixtures, tmp_p
     _assert_same_scores(_ours(folder, tmp_path / "ours"), _written(tmp_path / "theirs"), model_type != "llmsys_t5")
 
 
-@pytest.mark.slow
-def test_a_task_lm_eval_does_not_have_is_one_line(folders, tmp_path, capsys):
-    """The real registry (its ~15 s index): an unknown name and a misspelt one, nothing written."""
-    assert llmsys(["eval", str(folders["llmsys_llama"]), "--tasks", "hellaswagg", "--output_path",
-                   str(tmp_path / "out")]) == 2  # fmt: skip
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--tasks hellaswagg" in err and "closest: hellaswag" in err
-    assert not (tmp_path / "out").exists()
-
-
 # --- --eval_tasks: lm-eval tasks scored at each evaluation of a Trainer run
 
 
