@@ -28,7 +28,11 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `llmsys eval` (values checked by `check_flags`)."""
     parser = CommandParser(prog="llmsys eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", metavar="MODEL", help="a saved model folder or Hub id (causal LM or encoder-decoder)")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a saved model folder or Hub id (causal LM or encoder-decoder), or a LoRA adapter folder",
+    )
     parser.add_argument("--tasks", required=True, nargs="+", metavar="TASK",
                         help="lm-eval task / group names or patterns (hellaswag, arc_*), task YAML files or folders of "
                         "them; comma-separated or several")  # fmt: skip
