@@ -541,6 +541,7 @@ CLI_CASES = [
     CliCase("eval-batch-size-zero", lambda f: eval_(f, "--batch_size", "0"), ("--batch_size",)),
     CliCase("eval-log-samples-without-output", lambda f: ["eval", str(f.model), "--tasks", GOOD_TASK, "--log_samples"], ("--log_samples", "--output_path")),
     CliCase("eval-output-path-is-a-file", lambda f: ["eval", str(f.model), "--tasks", GOOD_TASK, "--output_path", str(f.text)], ("--output_path", "is a file")),
+    CliCase("eval-chat-template-missing", lambda f: eval_(f, "--apply_chat_template", tasks=task_yaml(f, "good.yaml", choice_task("task: tiny_choice", "task: tiny_choice"))), ("--apply_chat_template", "no chat template")),
     CliCase("eval-gen-kwargs-not-pairs", lambda f: eval_(f, "--gen_kwargs", "greedy"), ("--gen_kwargs",)),
     CliCase("sft-eval-tasks-missing-yaml", lambda f: sft(f, "--eval_tasks", str(f.root / "no_task.yaml")), ("--eval_tasks", "no_task.yaml")),
     CliCase("train-eval-tasks-limit-zero", lambda f: train(f, "--eval_tasks", GOOD_TASK, "--eval_tasks_limit", "0"), ("--eval_tasks_limit",)),

@@ -133,15 +133,19 @@ def load_model_and_tokenizer(args: argparse.Namespace):
     (or --tokenizer) through the shared loader, in eval mode on --device."""
     from ..data.pretrained_sources import load_model, load_tokenizer
 
-    model = load_model(args.model, "MODEL", dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     flag = "--tokenizer" if args.tokenizer else "MODEL (no --tokenizer given)"
     tokenizer = load_tokenizer(args.tokenizer or args.model, flag, trust_remote_code=args.trust_remote_code)
+    if args.apply_chat_template and not tokenizer.chat_template:
+        raise ValueError(f"--apply_chat_template: the tokenizer of {args.tokenizer or args.model} has no chat "
+                         "template; leave the flag out, or give --tokenizer a folder whose tokenizer has one")  # fmt: skip
+    model = load_model(args.model, "MODEL", dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     return model.to(pick_device(args.device)).eval(), tokenizer
 
 
 def run_header(args: argparse.Namespace) -> str:
     """The line above the table, as lm-eval's CLI prints it."""
-    return (f"{args.model}: limit {args.limit}, num_fewshot {args.num_fewshot}, batch_size {args.batch_size}, "
+    limit = "None" if args.limit is None else f"{args.limit:g}"
+    return (f"{args.model}: limit {limit}, num_fewshot {args.num_fewshot}, batch_size {args.batch_size}, "
             f"gen_kwargs {args.gen_kwargs}")  # fmt: skip
 
 

@@ -9,7 +9,7 @@ and its table (``make_table``). What is added here is what a user needs before a
   (its ``dataset_path: json`` data files read from the current folder, as lm-eval reads them) or a folder of task
   YAMLs; a name that matches nothing, a missing or unreadable YAML and a missing data file are each one ValueError
   naming the entry and the fix, before any weight is read. lm-eval's index of its own 14,000 tasks takes ~15 s to
-  build, so it is built only when an entry is not a file.
+  build, so it is built only when an entry is neither a file nor a task of ``--include_path``.
 - `harness_model`: ``HFLM`` over the model object, its backend (causal / seq2seq) from the config, since lm-eval's own
   detection knows only transformers' built-in model types; the tokenizer is copied, as HFLM may give it a pad token.
 - `evaluate_tasks`: ``simple_evaluate`` with lm-eval's defaults (seeds 0 / 1234 / 1234 / 1234), so the numbers equal
@@ -84,7 +84,9 @@ def select_tasks(values, flag: str = "--tasks", include_path: str | None = None,
         else:
             names.append(entry)
     include = str(Path(include_path).expanduser()) if include_path else None
-    manager = TaskManager(include_path=include, include_defaults=bool(names), metadata={})
+    manager = TaskManager(include_path=include, include_defaults=False, metadata={})
+    if any(not manager.match_tasks([name]) for name in names):  # lm-eval's own index is needed
+        manager = TaskManager(include_path=include, include_defaults=True, metadata={})
     for name in names:
         matched = manager.match_tasks([name])
         if not matched:
