@@ -48,6 +48,7 @@ from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lm_eval_tasks"
 TASK_FILES = ["tiny_choice.yaml", "tiny_generate.yaml", "tiny_rolling.yaml"]
 TASKS = ["tiny_choice", "tiny_generate", "tiny_rolling"]
+ROLLING_METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +311,20 @@ def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path,
     assert llmsys(argv) == 0
     printed = [line for line in capsys.readouterr().out.splitlines() if "'eval_loss'" in line]
     assert printed and all("'eval_tiny_rolling/bits_per_byte'" in line for line in printed)
+    summary = json.loads((tmp_path / "run" / "train_results.json").read_text())["eval_tasks"]
+    assert summary["step"] == 1 and set(summary["scores"]) == {f"tiny_rolling/{m}" for m in ROLLING_METRICS}
+
+
+def test_without_lm_eval_the_commands_name_the_install(folders, in_fixtures, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` raises ImportError
+    install = "pip install 'hf-llmsys[eval]'"
+    assert llmsys(["eval", str(folders["llmsys_llama"]), "--tasks", "tiny_choice.yaml"]) == 2
+    assert install in capsys.readouterr().err
+    records = tmp_path / "alpaca.json"
+    records.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi."}] * 4))
+    argv = ["sft", "--model_name_or_path", str(folders["llmsys_llama"]), "--data", str(records), "--output_dir",
+            str(tmp_path / "run"), "--eval_tasks", "tiny_choice.yaml"]  # fmt: skip
+    assert llmsys(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmsys sft: error: --eval_tasks needs lm-evaluation-harness") and install in err
+    assert not (tmp_path / "run").exists()

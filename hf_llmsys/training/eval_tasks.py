@@ -11,7 +11,8 @@ log record, before the ``--report_to`` loggers see it: the numbers sit beside ``
 TensorBoard, W&B and the returned metrics (so ``--metric_for_best_model "<task>/<metric>"`` works). The callback
 goes first in the Trainer's list, since callbacks see a record in order. One step is scored once (a job that
 evaluates twice at a step reuses the numbers), and the random state is put back afterwards, so training draws the
-same numbers with and without ``--eval_tasks``. Every process of a distributed run scores the tasks (the numbers
+same numbers with and without ``--eval_tasks``. The scores of the last step go into the job's summary
+(``train_results.json``: ``eval_tasks``, `eval_task_scores`), beside the model they describe. Every process of a distributed run scores the tasks (the numbers
 are the same; none of them waits for another).
 """
 
@@ -105,6 +106,16 @@ class EvalTasksCallback(TrainerCallback):
         metrics = task_metrics(results)
         logger.info(f"{FLAG}: " + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
         return metrics
+
+
+def eval_task_scores(trainer) -> dict | None:
+    """``{"step": N, "scores": {task/metric: value}}`` of the last step `attach_eval_tasks` scored on `trainer`
+    (None: no --eval_tasks, or nothing scored yet): the job summary's record of the model it saves."""
+    callback = next((c for c in trainer.callback_handler.callbacks if isinstance(c, EvalTasksCallback)), None)
+    if callback is None or not callback.scored:
+        return None
+    step = max(callback.scored)
+    return {"step": step, "scores": callback.scored[step]}
 
 
 def evaluation_prefix(logs: dict) -> str | None:
