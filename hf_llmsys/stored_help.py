@@ -6,7 +6,7 @@ HELP_TEXTS = {
     "train": {
         "sources": {
             "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
-            "training/eval_tasks.py": "182f9d0364dd608d27f9513419b060b9f5fb198af627ccab219589c1296a5761",
+            "training/eval_tasks.py": "b9858b965c25cf576a05b7668857893389b16d846d8e90c8d5fd55c2b17634a8",
             "training/job.py": "7cea7a15acd70b9872d697327ad095379f1ec2266bc0496a306cf557c2838705",
             "training/pretrain_arguments.py": "8dc847510826f9e9ff89e38c9ce586e7decfb8c013d40f6ad71625c4a783fa91",
         },
@@ -155,7 +155,7 @@ plus every `transformers.TrainingArguments` option: `llmsys train --help-all`
     "sft": {
         "sources": {
             "command_parser.py": "545e07df5b23e3c4a8522d3b0016740f317a61c67bfcc6bb09dd67ab932ed45a",
-            "training/eval_tasks.py": "182f9d0364dd608d27f9513419b060b9f5fb198af627ccab219589c1296a5761",
+            "training/eval_tasks.py": "b9858b965c25cf576a05b7668857893389b16d846d8e90c8d5fd55c2b17634a8",
             "training/job.py": "7cea7a15acd70b9872d697327ad095379f1ec2266bc0496a306cf557c2838705",
             "training/sft_arguments.py": "9b40f35161459adddf916e68d61dd07f680ca3f020e264bfe5887c0936f2163c",
         },

@@ -291,7 +291,7 @@ def test_task_scoring_leaves_training_draws_unchanged(folders, tokenizer, in_fix
 
 
 @pytest.mark.parametrize("command", ["train", "sft", "sft-lora"])
-def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path, capsys):
+def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path, capsys, monkeypatch):
     """The flags reach the jobs: the task metrics are printed with each eval_loss (a LoRA run scores the base with
     its adapter on, the PEFT model the Trainer trains)."""
     if command == "train":
@@ -307,12 +307,17 @@ def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path,
         argv += ["--lora_r", "4", "--learning_rate", "1e-2"] if command == "sft-lora" else []
     argv += ["--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--eval_strategy", "steps", "--eval_steps",
              "1", "--disable_tqdm", "true", "--report_to", "none", "--eval_tasks", "tiny_rolling.yaml",
-             "--eval_tasks_limit", "1"]  # fmt: skip
-    assert llmsys(argv) == 0
+             "tiny_choice_function.yaml", "--eval_tasks_limit", "1"]  # fmt: skip
+    assert llmsys(argv) == 0  # with a checkpoint saved at the end: the arguments pickled, a !function task's too
     printed = [line for line in capsys.readouterr().out.splitlines() if "'eval_loss'" in line]
     assert printed and all("'eval_tiny_rolling/bits_per_byte'" in line for line in printed)
     summary = json.loads((tmp_path / "run" / "train_results.json").read_text())["eval_tasks"]
-    assert summary["step"] == 1 and set(summary["scores"]) == {f"tiny_rolling/{m}" for m in ROLLING_METRICS}
+    choice = {"tiny_choice_function/acc", "tiny_choice_function/acc_norm"}
+    assert summary["step"] == 1 and set(summary["scores"]) == {f"tiny_rolling/{m}" for m in ROLLING_METRICS} | choice
+    for name in [name for name in sys.modules if name == "lm_eval" or name.startswith("lm_eval.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as where lm-eval is not installed
+    saved = torch.load(tmp_path / "run" / "checkpoint-1" / "training_args.bin", weights_only=False)
+    assert saved.eval_tasks == ["tiny_rolling.yaml", "tiny_choice_function.yaml"]  # the flags, not lm-eval objects
 
 
 def test_without_lm_eval_the_commands_name_the_install(folders, in_fixtures, tmp_path, capsys, monkeypatch):

@@ -18,6 +18,7 @@ are the same; none of them waits for another).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
@@ -51,10 +52,15 @@ class EvalTasksArguments:
     )
 
 
+# id(arguments) -> (their eval_tasks, TaskSelection): resolved once per run (lm-eval's task index takes seconds to
+# build). Not an attribute of the arguments: the Trainer pickles them into every checkpoint (training_args.bin).
+_SELECTIONS: dict[int, tuple] = {}
+
+
 def check_eval_tasks(args):
     """The `TaskSelection` of ``args.eval_tasks`` (None without it): names, YAML files and data files checked, the
-    tasks built once (a ValueError naming --eval_tasks otherwise); call it before anything is written. Kept on
-    `args`, so `attach_eval_tasks` does not resolve them again (lm-eval's task index takes seconds to build)."""
+    tasks built once (a ValueError naming --eval_tasks otherwise); call it before anything is written. Remembered
+    for these arguments while they live, so `attach_eval_tasks` does not resolve them again."""
     tasks = getattr(args, "eval_tasks", None)
     if not tasks:
         return None
@@ -66,10 +72,12 @@ def check_eval_tasks(args):
         raise ValueError(f"--eval_tasks_batch_size {args.eval_tasks_batch_size}: must be >= 1")
     from ..evaluation.lm_eval_tasks import select_tasks
 
-    key, selection = getattr(args, "_eval_task_selection", (None, None))
+    key, selection = _SELECTIONS.get(id(args), (None, None))
     if key != tuple(tasks):
+        if id(args) not in _SELECTIONS:
+            weakref.finalize(args, _SELECTIONS.pop, id(args), None)
         key, selection = tuple(tasks), select_tasks(tasks, FLAG)
-        args._eval_task_selection = (key, selection)  # not a dataclass field: never saved with the arguments
+        _SELECTIONS[id(args)] = (key, selection)
     return selection
 
 
