@@ -242,6 +242,9 @@ def test_models_by_lengths_table_json_and_plot(saved_model, learned_positions_mo
     assert table[3].split()[-1] == "n/a" and table[-1].startswith(f"n/a: {learned_positions_model.name} at 32")
     gpt3_cells = [f"{rows[(learned_positions_model.name, n)]['bits_per_byte']:,.4f}" for n in (8, 16)]
     assert table[3].split()[1:3] == gpt3_cells
+    longest = _run_json(capsys, ["--model", str(saved_model), str(learned_positions_model), "--data", str(text),
+                                 "--lengths", "32"])  # fmt: skip
+    assert [r["error"] for r in longest["results"]] == [None, "past its learned position table (16 positions)"]
 
 
 def test_several_models_at_their_own_windows_equal_one_model_runs(saved_model, learned_positions_model, tmp_path,

@@ -127,6 +127,10 @@ def score_models(plans: list[ModelPlan], args, n_texts: int) -> list[dict]:
 
     rows, vocabularies = [], {}
     for plan in plans:
+        if all(reason is not None for *_, reason in plan.windows):  # no window it can score: its weights not read
+            rows += [{"model": plan.label, "source": plan.source, "max_length": length, "stride": stride,
+                      "error": reason} for length, stride, reason in plan.windows]  # fmt: skip
+            continue
         model, tokenizer = load_model_and_tokenizer(plan.source, args.tokenizer, args.trust_remote_code)
         vocabularies[plan.label] = tokenizer.get_vocab()
         for length, stride, reason in plan.windows:
