@@ -3,7 +3,7 @@
     llmsys ppl --model runs/rope runs/alibi runs/learned --data valid.txt --lengths 128,256,512,1024 --plot ppl.png
     llmsys ppl --model runs/a runs/b --data valid.txt                     # each model at its default window
 
-With ``--lengths`` every model scores the same texts (`ppl_cli.iter_texts`, streamed) at each length with windows
+With ``--lengths`` every model scores the same texts (`ppl.iter_texts`, streamed) at each length with windows
 of that length advancing by it (disjoint windows, ``stride = length``, as the ALiBi paper's Table 2, the
 positional-encoding zoo and lm-eval's ``loglikelihood_rolling`` score; ``--stride`` sets one stride for all), so
 the table reads as the extrapolation curve of each positional encoding: the plot the demo draws for the zoo
@@ -22,10 +22,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from transformers.utils import logging
-
-logger = logging.get_logger(__name__)
 
 METRICS = {
     "ppl": "perplexity (per token)",
@@ -67,8 +63,8 @@ def check_plot_path(path: Path) -> None:
 def check_grid_flags(args) -> None:
     """The flag combinations of the several-models / several-lengths mode, before anything is read."""
     if args.lengths is not None and args.max_length is not None:
-        raise ValueError("--max-length and --lengths both set the window: give --lengths alone (or one model and "
-                         "--max-length)")  # fmt: skip
+        raise ValueError("--max_length and --lengths both set the window: give --lengths alone (or one model and "
+                         "--max_length)")  # fmt: skip
     if args.plot is not None and args.lengths is None:
         raise ValueError("--plot draws perplexity against --lengths: give --lengths too (e.g. --lengths 128,256,512)")
     if args.metric is not None and args.lengths is None:
@@ -102,12 +98,12 @@ class ModelPlan:
 def plan_model(source: str, label: str, args, default_length: int) -> ModelPlan:
     """The windows of one model from its config alone (no weight read): each of --lengths, or its default."""
     from ..data.pretrained_sources import load_config
-    from .model_limits import config_position_limit, fit_length
+    from ..evaluation.model_limits import config_position_limit, fit_length
 
     config = load_config(source, "--model", trust_remote_code=args.trust_remote_code)
     limit = config_position_limit(config, trust_remote_code=args.trust_remote_code)
     if args.lengths is None:
-        length, _ = fit_length("--max-length", args.max_length, limit, default_length, warn=False)
+        length, _ = fit_length("--max_length", args.max_length, limit, default_length, warn=False)
         stride = args.stride if args.stride is not None else length // 2
         if stride > length:
             raise ValueError(f"--stride {stride} > the window of {label} ({length}); use --stride <= {length}")
@@ -122,8 +118,8 @@ def plan_model(source: str, label: str, args, default_length: int) -> ModelPlan:
 
 def score_models(plans: list[ModelPlan], args, n_texts: int) -> list[dict]:
     """Every (model, window) of `plans` scored on the texts; one row each (``error`` set for a skipped window)."""
-    from .perplexity import corpus_perplexity
-    from .ppl_cli import iter_texts, load_model_and_tokenizer
+    from ..evaluation.perplexity import corpus_perplexity
+    from .ppl import iter_texts, load_model_and_tokenizer
 
     rows, vocabularies = [], {}
     for plan in plans:
@@ -146,7 +142,9 @@ def score_models(plans: list[ModelPlan], args, n_texts: int) -> list[dict]:
             rows.append(row | result.to_dict() | {"texts": n_texts, "error": None})
         del model
     if len({json.dumps(v, sort_keys=True) for v in vocabularies.values()}) > 1 and (args.metric or "ppl") == "ppl":
-        logger.warning("the models' tokenizers differ: their token perplexities do not compare (a token holds "
+        from transformers.utils import logging
+
+        logging.get_logger(__name__).warning("the models' tokenizers differ: their token perplexities do not compare (a token holds "
                        "more or less text); compare them with --metric bits_per_byte")  # fmt: skip
     return rows
 
@@ -176,7 +174,7 @@ def lengths_table(rows: list[dict], plans: list[ModelPlan], lengths: list[int], 
 
 def models_table(rows: list[dict]) -> str:
     """One row per model at its own window: the figures of the one-model table."""
-    from .ppl_cli import TABLE_KEYS
+    from .ppl import TABLE_KEYS
 
     header = ["model", "max_length", "stride", *TABLE_KEYS]
     body = [[r["model"], str(r["max_length"]), str(r["stride"])]

@@ -6,7 +6,7 @@
 
 MODEL is a folder (or Hub id) of a causal LM or an encoder-decoder (llmsys_t5: lm-eval's seq2seq backend), or a
 LoRA adapter folder of ``llmsys sft`` (scored on its base with the adapter on), loaded as every llmsys command
-loads it (`data.pretrained_sources`), then handed to lm-eval as the model object (`lm_eval_tasks.harness_model`),
+loads it (`data.pretrained_sources`), then handed to lm-eval as the model object (`evaluation/lm_eval_tasks.py`: `harness_model`),
 so the scores equal ``lm_eval --model hf --model_args pretrained=MODEL,trust_remote_code=True`` on the same folder.
 ``--output_path`` gets what lm-eval's own ``--output_path`` writes (``<path>/<model>/results_<date>.json``, or
 ``<stem>_<date>.json`` for a path ending in .json; with ``--log_samples`` one samples JSONL per task); stdout gets
@@ -20,7 +20,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..command_parser import CommandParser
+from .parsing import CommandParser
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -36,34 +36,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", required=True, nargs="+", metavar="TASK",
                         help="lm-eval task / group names or patterns (hellaswag, arc_*), task YAML files or folders of "
                         "them; comma-separated or several")  # fmt: skip
-    parser.add_argument("--include_path", "--include-path",
+    parser.add_argument("--include_path",
                         help="a folder of task YAMLs whose task names --tasks may use")  # fmt: skip
-    parser.add_argument("--num_fewshot", "--num-fewshot", type=int,
+    parser.add_argument("--num_fewshot", type=int,
                         help="examples in each prompt (default: each task's own, else 0)")  # fmt: skip
     parser.add_argument(
         "--limit",
         type=float,
         help="documents per task: a count (>= 1) or a fraction (< 1); for quick checks, not scores",
     )
-    parser.add_argument("--batch_size", "--batch-size", default="1",
+    parser.add_argument("--batch_size", default="1",
                         help="requests per forward, or 'auto' (lm-eval finds the largest that fits)")  # fmt: skip
-    parser.add_argument("--output_path", "--output-path",
+    parser.add_argument("--output_path",
                         help="where lm-eval's results JSON goes: a folder (<folder>/<model>/results_<date>.json) or "
                         "a .json path (<stem>_<date>.json); default: only the table on stdout")  # fmt: skip
-    parser.add_argument("--log_samples", "--log-samples", action="store_true",
+    parser.add_argument("--log_samples", action="store_true",
                         help="also write every document's prompt, responses and scores (needs --output_path)")  # fmt: skip
     parser.add_argument("--tokenizer", help="tokenizer folder (default: MODEL's)")
-    parser.add_argument("--max_length", "--max-length", type=int,
+    parser.add_argument("--max_length", type=int,
                         help="the context lm-eval fits requests into (default: the model's, else 2048)")  # fmt: skip
-    parser.add_argument("--apply_chat_template", "--apply-chat-template", action="store_true",
+    parser.add_argument("--apply_chat_template", action="store_true",
                         help="wrap each prompt in the tokenizer's chat template (an instruction-tuned model)")  # fmt: skip
-    parser.add_argument("--gen_kwargs", "--gen-kwargs",
+    parser.add_argument("--gen_kwargs",
                         help="generation settings of generate_until tasks, as lm-eval takes them: "
                         "max_gen_toks=64,temperature=0")  # fmt: skip
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps (default: the GPU when there is one)")
     parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="weights' dtype (auto: as saved)")  # fmt: skip
-    parser.add_argument("--trust_remote_code", "--trust-remote-code", action="store_true",
+    parser.add_argument("--trust_remote_code", action="store_true",
                         help="let transformers run the model folder's own code (models not built into it)")  # fmt: skip
     return parser
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys eval`: prints lm-eval's table (and where the results went); returns lm-eval's results dict."""
     args = parse_args(argv)
     from ..data.pretrained_sources import load_config
-    from .lm_eval_tasks import (
+    from ..evaluation.lm_eval_tasks import (
         evaluate_tasks,
         evaluation_tracker,
         require_lm_eval,
