@@ -7,8 +7,8 @@
   ``stored_help.py``: those commands' short help, generated (building their parser imports torch).
 - ``errors.py``: which exceptions are the user's to fix and the one line that says so;
   ``log_output.py``: what a command shows of the library's log records.
-- one module per command family parsed with argparse (``ppl.py``, ``ifd.py``, ``chat.py``, ``export.py``,
-  ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
+- one module per command family parsed with argparse (``ppl.py`` with ``ppl_lengths.py``, ``eval.py``,
+  ``ifd.py``, ``chat.py``, ``export.py``, ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
   clean) keep their arguments beside their code (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
 
 Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
