@@ -215,4 +215,7 @@ def several_models(args: argparse.Namespace) -> dict:
     check_grid_flags(args)
     plans = plan_models(args, DEFAULT_MAX_LENGTH)  # every config read, no weight
     n_texts = count_texts(args.data, args.lines, args.text_field)
-    return run_grid(args, plans, n_texts)
+    return run_grid(
+        args, plans, n_texts, read_texts=lambda: iter_texts(args.data, args.lines, args.text_field),
+        load=lambda source: load_model_and_tokenizer(source, args.tokenizer, args.trust_remote_code), keys=TABLE_KEYS,
+    )  # fmt: skip

@@ -3,7 +3,7 @@
     llmsys ppl --model runs/rope runs/alibi runs/learned --data valid.txt --lengths 128,256,512,1024 --plot ppl.png
     llmsys ppl --model runs/a runs/b --data valid.txt                     # each model at its default window
 
-With ``--lengths`` every model scores the same texts (`ppl.iter_texts`, streamed) at each length with windows
+With ``--lengths`` every model scores the same texts (streamed, as ``llmsys ppl`` reads them) at each length with windows
 of that length advancing by it (disjoint windows, ``stride = length``, as the ALiBi paper's Table 2, the
 positional-encoding zoo and lm-eval's ``loglikelihood_rolling`` score; ``--stride`` sets one stride for all), so
 the table reads as the extrapolation curve of each positional encoding: the plot the demo draws for the zoo
@@ -116,10 +116,10 @@ def plan_model(source: str, label: str, args, default_length: int) -> ModelPlan:
     return ModelPlan(label, source, limit.describe(), windows)
 
 
-def score_models(plans: list[ModelPlan], args, n_texts: int) -> list[dict]:
-    """Every (model, window) of `plans` scored on the texts; one row each (``error`` set for a skipped window)."""
+def score_models(plans: list[ModelPlan], args, n_texts: int, read_texts, load) -> list[dict]:
+    """Every (model, window) of `plans` scored on the texts; one row each (``error`` set for a skipped window).
+    `read_texts()`: a fresh stream of the texts; `load(source)`: (model, tokenizer) (`ppl.py`'s)."""
     from ..evaluation.perplexity import corpus_perplexity
-    from .ppl import iter_texts, load_model_and_tokenizer
 
     rows, vocabularies = [], {}
     for plan in plans:
@@ -127,14 +127,14 @@ def score_models(plans: list[ModelPlan], args, n_texts: int) -> list[dict]:
             rows += [{"model": plan.label, "source": plan.source, "max_length": length, "stride": stride,
                       "error": reason} for length, stride, reason in plan.windows]  # fmt: skip
             continue
-        model, tokenizer = load_model_and_tokenizer(plan.source, args.tokenizer, args.trust_remote_code)
+        model, tokenizer = load(plan.source)
         vocabularies[plan.label] = tokenizer.get_vocab()
         for length, stride, reason in plan.windows:
             row = {"model": plan.label, "source": plan.source, "max_length": length, "stride": stride}
             if reason is not None:
                 rows.append(row | {"error": reason})
                 continue
-            texts = iter_texts(args.data, args.lines, args.text_field)
+            texts = read_texts()
             result = corpus_perplexity(
                 model, tokenizer, texts, max_length=length, stride=stride, batch_size=args.batch_size,
                 dtype="bf16" if args.bf16 else None, add_start_token=not args.no_start_token,
@@ -172,13 +172,11 @@ def lengths_table(rows: list[dict], plans: list[ModelPlan], lengths: list[int], 
     return "\n".join([f"{METRICS[metric]} by window length (tokens)", *text, *notes])
 
 
-def models_table(rows: list[dict]) -> str:
-    """One row per model at its own window: the figures of the one-model table."""
-    from .ppl import TABLE_KEYS
-
-    header = ["model", "max_length", "stride", *TABLE_KEYS]
+def models_table(rows: list[dict], keys: tuple[str, ...]) -> str:
+    """One row per model at its own window: `keys`, the figures of the one-model table."""
+    header = ["model", "max_length", "stride", *keys]
     body = [[r["model"], str(r["max_length"]), str(r["stride"])]
-            + [f"{r[k]:,}" if isinstance(r[k], int) else format_number(r[k]) for k in TABLE_KEYS] for r in rows]  # fmt: skip
+            + [f"{r[k]:,}" if isinstance(r[k], int) else format_number(r[k]) for k in keys] for r in rows]  # fmt: skip
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
     return "\n".join(" ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                               enumerate(zip(line, widths, strict=True))) for line in [header, *body])  # fmt: skip
@@ -203,9 +201,10 @@ def plan_models(args, default_length: int) -> list[ModelPlan]:
     return [plan_model(source, label, args, default_length) for source, label in zip(args.model, labels, strict=True)]
 
 
-def run_grid(args, plans: list[ModelPlan], n_texts: int) -> dict:
-    """The several-models / several-lengths run; prints the table (or one JSON object) and returns the summary."""
-    rows = score_models(plans, args, n_texts)
+def run_grid(args, plans: list[ModelPlan], n_texts: int, read_texts, load, keys: tuple[str, ...]) -> dict:
+    """The several-models / several-lengths run; prints the table (or one JSON object) and returns the summary.
+    `read_texts`, `load`: see `score_models`; `keys`: the columns of a table without --lengths."""
+    rows = score_models(plans, args, n_texts, read_texts, load)
     metric = args.metric or "ppl"
     summary = {
         "models": [{"model": p.label, "source": p.source, "context": p.context} for p in plans],
@@ -218,7 +217,7 @@ def run_grid(args, plans: list[ModelPlan], n_texts: int) -> dict:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(lengths_table(rows, plans, args.lengths, metric) if args.lengths else models_table(rows))
+        print(lengths_table(rows, plans, args.lengths, metric) if args.lengths else models_table(rows, keys))
         if args.plot is not None:
             print(f"wrote {summary['plot']}")
     return summary
