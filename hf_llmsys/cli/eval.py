@@ -6,8 +6,9 @@
 
 MODEL is a folder (or Hub id) of a causal LM or an encoder-decoder (llmsys_t5: lm-eval's seq2seq backend), or a
 LoRA adapter folder of ``llmsys sft`` (scored on its base with the adapter on), loaded as every llmsys command
-loads it (`data.pretrained_sources`), then handed to lm-eval as the model object (`evaluation/lm_eval_tasks.py`: `harness_model`),
-so the scores equal ``lm_eval --model hf --model_args pretrained=MODEL,trust_remote_code=True`` on the same folder.
+loads it (`data.pretrained_sources`), then handed to lm-eval as the model object
+(`evaluation/lm_eval_tasks.py`: `harness_model`), so the scores equal
+``lm_eval --model hf --model_args pretrained=MODEL,trust_remote_code=True`` on the same folder.
 ``--output_path`` gets what lm-eval's own ``--output_path`` writes (``<path>/<model>/results_<date>.json``, or
 ``<stem>_<date>.json`` for a path ending in .json; with ``--log_samples`` one samples JSONL per task); stdout gets
 lm-eval's table. Every flag, task and data file is checked before the model loads; nothing is written unless the
@@ -51,12 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where lm-eval's results JSON goes: a folder (<folder>/<model>/results_<date>.json) or "
                         "a .json path (<stem>_<date>.json); default: only the table on stdout")  # fmt: skip
     parser.add_argument("--log_samples", action="store_true",
-                        help="also write every document's prompt, responses and scores (needs --output_path)")  # fmt: skip
+                        help="also write every document's prompt, responses and scores "
+                        "(needs --output_path)")  # fmt: skip
     parser.add_argument("--tokenizer", help="tokenizer folder (default: MODEL's)")
     parser.add_argument("--max_length", type=int,
                         help="the context lm-eval fits requests into (default: the model's, else 2048)")  # fmt: skip
     parser.add_argument("--apply_chat_template", action="store_true",
-                        help="wrap each prompt in the tokenizer's chat template (an instruction-tuned model)")  # fmt: skip
+                        help="wrap each prompt in the tokenizer's chat template "
+                        "(an instruction-tuned model)")  # fmt: skip
     parser.add_argument("--gen_kwargs",
                         help="generation settings of generate_until tasks, as lm-eval takes them: "
                         "max_gen_toks=64,temperature=0")  # fmt: skip
@@ -137,7 +140,8 @@ def load_model_and_tokenizer(args: argparse.Namespace):
     tokenizer = load_tokenizer(args.tokenizer or args.model, flag, trust_remote_code=args.trust_remote_code)
     if args.apply_chat_template and not tokenizer.chat_template:
         raise ValueError(f"--apply_chat_template: the tokenizer of {args.tokenizer or args.model} has no chat "
-                         "template; leave the flag out, or give --tokenizer a folder whose tokenizer has one")  # fmt: skip
+                         "template; leave the flag out, or give --tokenizer a folder whose tokenizer "
+                         "has one")  # fmt: skip
     model = load_model(args.model, "MODEL", dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     return model.to(pick_device(args.device)).eval(), tokenizer
 

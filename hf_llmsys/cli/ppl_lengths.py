@@ -3,13 +3,13 @@
     llmsys ppl --model runs/rope runs/alibi runs/learned --data valid.txt --lengths 128,256,512,1024 --plot ppl.png
     llmsys ppl --model runs/a runs/b --data valid.txt                     # each model at its default window
 
-With ``--lengths`` every model scores the same texts (streamed, as ``llmsys ppl`` reads them) at each length with windows
-of that length advancing by it (disjoint windows, ``stride = length``, as the ALiBi paper's Table 2, the
-positional-encoding zoo and lm-eval's ``loglikelihood_rolling`` score; ``--stride`` sets one stride for all), so
-the table reads as the extrapolation curve of each positional encoding: the plot the demo draws for the zoo
+With ``--lengths`` every model scores the same texts (streamed, as ``llmsys ppl`` reads them) at each length
+with windows of that length advancing by it (disjoint windows, ``stride = length``, as the ALiBi paper's Table 2,
+the positional-encoding zoo and lm-eval's ``loglikelihood_rolling`` score; ``--stride`` sets one stride for all),
+so the table reads as the extrapolation curve of each positional encoding: the plot the demo draws for the zoo
 (`hf_llmsys.plots.perplexity_by_length_figure`), for any folders. A length past a model's learned position table
-is a cell ``n/a`` with the reason (a RoPE / ALiBi / relative model runs past its trained context, warned). Without
-``--lengths`` each model is scored as ``llmsys ppl`` scores one (its default window), one row per model.
+is a cell ``n/a`` with the reason (a RoPE / ALiBi / relative model runs past its trained context, warned).
+Without ``--lengths`` each model is scored as ``llmsys ppl`` scores one (its default window), one row per model.
 ``--metric`` picks the quantity of the table and plot: token perplexity compares only models sharing a tokenizer
 (a warning says so when they do not); bits per byte compares any. Every model's config and every flag is checked
 before any weight is read; the plot is written (renamed into place) only after the last model is scored.
@@ -144,8 +144,10 @@ def score_models(plans: list[ModelPlan], args, n_texts: int, read_texts, load) -
     if len({json.dumps(v, sort_keys=True) for v in vocabularies.values()}) > 1 and (args.metric or "ppl") == "ppl":
         from transformers.utils import logging
 
-        logging.get_logger(__name__).warning("the models' tokenizers differ: their token perplexities do not compare (a token holds "
-                       "more or less text); compare them with --metric bits_per_byte")  # fmt: skip
+        logging.get_logger(__name__).warning(
+            "the models' tokenizers differ: their token perplexities do not compare (a token holds more or less "
+            "text); compare them with --metric bits_per_byte"
+        )
     return rows
 
 

@@ -212,8 +212,9 @@ def evaluate_tasks(
 ) -> dict:  # fmt: skip
     """lm-eval's ``simple_evaluate`` of `tasks` on `model` (restored to its train / eval mode after).
 
-    `tasks`: a `TaskSelection`, or what `select_tasks` takes (``"hellaswag,my_task.yaml"``, a list). Returns lm-eval's results dict (``results``, ``groups``, ``configs``, ``n-shot``, ``config``, and ``samples``
-    with `log_samples`). `model_source`: the folder or id recorded as ``pretrained=`` in the results' config.
+    `tasks`: a `TaskSelection`, or what `select_tasks` takes (``"hellaswag,my_task.yaml"``, a list). Returns
+    lm-eval's results dict (``results``, ``groups``, ``configs``, ``n-shot``, ``config``, and ``samples`` with
+    `log_samples`). `model_source`: the folder or id recorded as ``pretrained=`` in the results' config.
     """
     selection = tasks if isinstance(tasks, TaskSelection) else select_tasks(tasks, "tasks", load=False)
     from lm_eval import simple_evaluate

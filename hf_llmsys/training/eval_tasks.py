@@ -12,8 +12,8 @@ TensorBoard, W&B and the returned metrics (so ``--metric_for_best_model "<task>/
 goes first in the Trainer's list, since callbacks see a record in order. One step is scored once (a job that
 evaluates twice at a step reuses the numbers), and the random state is put back afterwards, so training draws the
 same numbers with and without ``--eval_tasks``. The scores of the last step go into the job's summary
-(``train_results.json``: ``eval_tasks``, `eval_task_scores`), beside the model they describe. Every process of a distributed run scores the tasks (the numbers
-are the same; none of them waits for another).
+(``train_results.json``: ``eval_tasks``, `eval_task_scores`), beside the model they describe. Every process of a
+distributed run scores the tasks (the numbers are the same; none of them waits for another).
 """
 
 from __future__ import annotations
