@@ -487,6 +487,32 @@ def clean(f: Files, *extra: str, data: Path | None = None) -> list[str]:
     return ["clean", "--input", str(data or f.text), "--output", str(f.out / "cleaned"), *extra]
 
 
+TASK_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lm_eval_tasks"
+GOOD_TASK = str(TASK_FIXTURES / "tiny_choice.yaml")
+
+
+def task_yaml(f: Files, name: str, text: str) -> str:
+    """A task YAML written beside the inputs (never under the output folder); its path."""
+    path = f.root / "tasks" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def choice_task(old: str, new: str) -> str:
+    """The fixture multiple-choice task's YAML (its data file by absolute path) with `old` replaced by `new`."""
+    text = (TASK_FIXTURES / "tiny_choice.yaml").read_text(encoding="utf-8")
+    if "jsonl" not in new:
+        text = text.replace("test: tiny_choice.jsonl", f"test: {TASK_FIXTURES / 'tiny_choice.jsonl'}")
+    assert old in text
+    return text.replace(old, new)
+
+
+def eval_(f: Files, *extra: str, tasks: str = GOOD_TASK, model: Path | None = None) -> list[str]:
+    """`llmsys eval` writing its results under the output folder (which a refused run leaves unchanged)."""
+    return ["eval", str(model or f.model), "--tasks", tasks, "--output_path", str(f.out / "eval"), *extra]
+
+
 CLI_CASES = [
     # llmsys train
     CliCase("train-block-size-zero", lambda f: train(f, "--block_size", "0"), ("--block_size",)),
@@ -562,6 +588,28 @@ CLI_CASES = [
     CliCase("dpo-max-length-below-template", lambda f: dpo(f, "--max_length", "3"), ("--max_length",)),
     CliCase("dpo-max-steps-zero", lambda f: dpo(f, "--max_steps", "0"), ("--max_steps",)),
     CliCase("dpo-unknown-flag", lambda f: dpo(f, "--no_such_flag", "1"), ("--no_such_flag",)),
+    # llmsys eval (and --eval_tasks of train / sft)
+    CliCase("eval-missing-model", lambda f: eval_(f, model=f.missing), ("MODEL", "missing", "no such folder")),
+    CliCase("eval-folder-not-a-model", lambda f: eval_(f, model=f.folder), ("MODEL", "a_folder", "config.json")),
+    CliCase("eval-missing-task-yaml", lambda f: eval_(f, tasks=str(f.root / "no_task.yaml")), ("--tasks", "no_task.yaml", "no such task YAML")),
+    CliCase("eval-task-data-missing", lambda f: eval_(f, tasks=task_yaml(f, "lost.yaml", choice_task("test: tiny_choice.jsonl", "test: /no/such/lost.jsonl"))), ("lost.yaml", "/no/such/lost.jsonl", "not found")),
+    CliCase("eval-yaml-not-a-task", lambda f: eval_(f, tasks=task_yaml(f, "notask.yaml", "foo: 1\n")), ("notask.yaml", "task:")),
+    CliCase("eval-yaml-broken", lambda f: eval_(f, tasks=task_yaml(f, "broken.yaml", "task: x\n  bad: [\n")), ("broken.yaml", "not a usable task YAML")),
+    CliCase("eval-bad-output-type", lambda f: eval_(f, tasks=task_yaml(f, "typo.yaml", choice_task("output_type: multiple_choice", "output_type: multiple_choise"))), ("typo.yaml", "output_type")),
+    CliCase("eval-no-tasks", lambda f: eval_(f, tasks=","), ("--tasks is empty",)),
+    CliCase("eval-limit-zero", lambda f: eval_(f, "--limit", "0"), ("--limit",)),
+    CliCase("eval-num-fewshot-negative", lambda f: eval_(f, "--num_fewshot", "-1"), ("--num_fewshot",)),
+    CliCase("eval-batch-size-zero", lambda f: eval_(f, "--batch_size", "0"), ("--batch_size",)),
+    CliCase("eval-log-samples-without-output", lambda f: ["eval", str(f.model), "--tasks", GOOD_TASK, "--log_samples"], ("--log_samples", "--output_path")),
+    CliCase("eval-output-path-is-a-file", lambda f: ["eval", str(f.model), "--tasks", GOOD_TASK, "--output_path", str(f.text)], ("--output_path", "is a file")),
+    CliCase("eval-chat-template-missing", lambda f: eval_(f, "--apply_chat_template", tasks=task_yaml(f, "good.yaml", choice_task("task: tiny_choice", "task: tiny_choice"))), ("--apply_chat_template", "no chat template")),
+    CliCase("eval-gen-kwargs-not-pairs", lambda f: eval_(f, "--gen_kwargs", "greedy"), ("--gen_kwargs",)),
+    CliCase("sft-eval-tasks-missing-yaml", lambda f: sft(f, "--eval_tasks", str(f.root / "no_task.yaml")), ("--eval_tasks", "no_task.yaml")),
+    CliCase("train-eval-tasks-limit-zero", lambda f: train(f, "--eval_tasks", GOOD_TASK, "--eval_tasks_limit", "0"), ("--eval_tasks_limit",)),
+    # llmsys ppl over several models and lengths
+    CliCase("ppl-lengths-below-two", lambda f: ppl(f, "--lengths", "1,8"), ("--lengths",)),
+    CliCase("ppl-plot-without-lengths", lambda f: ppl(f, "--plot", str(f.out / "p.png")), ("--plot", "--lengths")),
+    CliCase("ppl-plot-unknown-format", lambda f: ppl(f, "--lengths", "8,16", "--plot", str(f.out / "p.gif")), ("--plot", ".png")),
     # llmsys card / push / pull / demo
     CliCase("card-not-a-model", lambda f: ["card", str(f.folder)], ("a_folder",)),
     CliCase("card-missing-folder", lambda f: ["card", str(f.missing)], ("missing",)),
@@ -626,3 +674,14 @@ def test_disk_full_during_training_keeps_the_previous_model(files, tmp_path, cap
         assert "Traceback" not in err
         after = LlmsysLlamaForCausalLM.from_pretrained(run).state_dict()  # checksums verified on the way
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.slow
+def test_eval_task_lm_eval_does_not_have(files, capsys):
+    """A registry name that matches nothing (lm-eval's index of its own tasks takes ~15 s to build): one line with
+    the closest names, nothing written."""
+    before = snapshot(files.out)
+    assert main(eval_(files, tasks="hellaswagg")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tasks hellaswagg" in err and "closest: hellaswag" in err
+    assert snapshot(files.out) == before

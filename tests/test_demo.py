@@ -158,7 +158,7 @@ def test_zoo_curves_and_paper_table(served):
     import json
 
     from hf_llmsys.demo.perplexity_tab import zoo_figure
-    from hf_llmsys.demo.plots import legend_labels, legend_texts
+    from hf_llmsys.plots import legend_labels, legend_texts
 
     client, ctx = served
     zoo_curve, paper = client.predict(api_name="/zoo_curves")
@@ -571,8 +571,8 @@ def test_figures_label_every_line_and_mask_future_keys():
     import numpy as np
 
     from hf_llmsys.demo import positions_tab
-    from hf_llmsys.demo.plots import legend_labels, legend_texts, line_figure
     from hf_llmsys.models.position_biases import relative_distance, t5_relative_position_bucket
+    from hf_llmsys.plots import legend_labels, legend_texts, line_figure
 
     params = positions_tab.EncodingParams(length=24, heads=4)
     for kind, view in positions_tab.ENCODING_VIEWS.items():

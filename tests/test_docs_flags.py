@@ -40,6 +40,7 @@ EXTERNAL = {
     },  # fmt: skip
     "scripts/pe_zoo.py": {"out"},
     "tensorboard": {"logdir"},
+    "lm_eval": {"model", "model_args"},
     "benchmarks": {"json", "readme", "datatrove_python", "part"},
     "scripts/examples/smollm2_lora_sft.py": {"output_dir"},
 }

@@ -207,3 +207,102 @@ def test_the_demo_and_chat_take_an_adapter_folder_as_ppl_does(saved_model, adapt
         assert torch.allclose(entry.model(ids).logits, merged(ids).logits, atol=1e-5)
     assert entry.name == adapter_folder.name
     assert resolve_chat_source(str(adapter_folder), template="alpaca").base == str(saved_model)
+
+
+# --- several models and several context lengths: one table, one plot
+
+
+@pytest.fixture(scope="module")
+def learned_positions_model(tmp_path_factory, saved_model) -> Path:
+    """A llmsys_gpt3 with a learned table of 16 positions, sharing the tokenizer of `saved_model`."""
+    from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny_gpt3")
+    tokenizer = AutoTokenizer.from_pretrained(saved_model)
+    config = LlmsysGPT3Config.from_preset("debug", vocab_size=len(tokenizer), max_position_embeddings=16)
+    LlmsysGPT3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_models_by_lengths_table_json_and_plot(saved_model, learned_positions_model, tmp_path, capsys, monkeypatch):
+    from hf_llmsys import plots
+
+    drawn = []
+    save_figure = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.append(fig) or save_figure(fig, path))
+    text = tmp_path / "valid.txt"
+    text.write_text(TEXTS[0] * 4 + TEXTS[1] * 3)
+    plot = tmp_path / "curves.svg"
+    argv = ["--model", str(saved_model), str(learned_positions_model), "--data", str(text), "--lengths", "32,8,16"]
+    summary = _run_json(capsys, [*argv, "--plot", str(plot)])
+    assert summary["lengths"] == [8, 16, 32] and summary["metric"] == "ppl" and plot.stat().st_size > 0
+    names = [saved_model.name, learned_positions_model.name]
+    assert [m["model"] for m in summary["models"]] == names
+    rows = {(r["model"], r["max_length"]): r for r in summary["results"]}
+    for folder in (saved_model, learned_positions_model):
+        for length in (8, 16, 32):
+            row = rows[(folder.name, length)]
+            if folder == learned_positions_model and length == 32:  # past its 16 learned positions
+                assert row["error"] == "past its learned position table (16 positions)" and "ppl" not in row
+                continue
+            direct = _direct(folder, [text.read_text()], max_length=length, stride=length)  # disjoint windows
+            assert row["stride"] == length and row["error"] is None
+            assert row["ppl"] == pytest.approx(direct.ppl, rel=1e-6) and row["tokens"] == direct.tokens
+    (figure,) = drawn
+    assert plots.legend_labels(figure) == plots.legend_texts(figure) == [names]
+    for line, folder, lengths in zip(figure.axes[0].get_lines(), (saved_model, learned_positions_model),
+                                     ([8, 16, 32], [8, 16]), strict=True):  # fmt: skip
+        assert list(line.get_xdata()) == lengths
+        assert list(line.get_ydata()) == [rows[(folder.name, n)]["ppl"] for n in lengths]
+    assert llmsys(["ppl", *argv, "--metric", "bits_per_byte"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "bits per byte by window length (tokens)" and table[1].split() == ["model", "8", "16", "32"]
+    assert table[3].split()[-1] == "n/a" and table[-1].startswith(f"n/a: {learned_positions_model.name} at 32")
+    gpt3_cells = [f"{rows[(learned_positions_model.name, n)]['bits_per_byte']:,.4f}" for n in (8, 16)]
+    assert table[3].split()[1:3] == gpt3_cells
+    longest = _run_json(capsys, ["--model", str(saved_model), str(learned_positions_model), "--data", str(text),
+                                 "--lengths", "32"])  # fmt: skip
+    assert [r["error"] for r in longest["results"]] == [None, "past its learned position table (16 positions)"]
+
+
+def test_several_models_at_their_own_windows_equal_one_model_runs(saved_model, learned_positions_model, tmp_path,
+                                                                  capsys):  # fmt: skip
+    text = tmp_path / "valid.txt"
+    text.write_text(TEXTS[1] * 5)
+    both = _run_json(capsys, ["--model", str(saved_model), str(learned_positions_model), "--data", str(text)])
+    for folder, row in zip((saved_model, learned_positions_model), both["results"], strict=True):
+        alone = _run_json(capsys, ["--model", str(folder), "--data", str(text)])
+        assert {k: row[k] for k in (*KEYS, "max_length", "stride")} == {k: alone[k] for k in (*KEYS, "max_length",
+                                                                                               "stride")}  # fmt: skip
+    assert llmsys(["ppl", "--model", str(saved_model), str(learned_positions_model), "--data", str(text)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == ["model", "max_length", "stride", "tokens", "ppl",
+                                                               "word_ppl", "byte_ppl", "bits_per_byte"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--plot", "{tmp}/p.png"], "--plot draws perplexity against --lengths"),
+        (["--lengths", "8,16", "--max_length", "16"], "--max_length and --lengths"),
+        (["--lengths", "1,8"], "--lengths"),
+        (["--lengths", "8,x"], "--lengths"),
+        (["--lengths", "8,16", "--plot", "{tmp}/p.gif"], "--plot {tmp}/p.gif: give a file ending in .png"),
+        (["--lengths", "8,16", "--plot", "{tmp}/missing/p.png"], "does not exist"),
+        (["--lengths", "8,16", "--stride", "12"], "--stride 12 > the shortest of --lengths (8)"),
+        (["--metric", "bits_per_byte"], "--metric"),
+        (["--lengths", "8", "--model", "{model}", "{model}"], "is given twice"),
+    ],
+)
+def test_several_models_bad_flags_are_one_line_and_write_nothing(saved_model, tmp_path, capsys, flags, named):
+    text = tmp_path / "a.txt"
+    text.write_text(TEXTS[0])
+    flags = [f.format(tmp=tmp_path, model=saved_model) for f in flags]
+    try:
+        code = llmsys(["ppl", "--model", str(saved_model), "--data", str(text), *flags])
+    except SystemExit as exc:  # argparse's own one-line usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and named.format(tmp=tmp_path) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]

@@ -7,8 +7,8 @@
   ``stored_help.py``: those commands' short help, generated (building their parser imports torch).
 - ``errors.py``: which exceptions are the user's to fix and the one line that says so;
   ``log_output.py``: what a command shows of the library's log records.
-- one module per command family parsed with argparse (``ppl.py``, ``ifd.py``, ``chat.py``, ``export.py``,
-  ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
+- one module per command family parsed with argparse (``ppl.py`` with ``ppl_lengths.py``, ``eval.py``,
+  ``ifd.py``, ``chat.py``, ``export.py``, ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
   clean) keep their arguments beside their code (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
 
 Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "pre-train a tokenizer and a tiny model: LLaMA, GPT-3 or T5 style (default: the embedded corpus)",
     ),
     "ppl": ("hf_llmsys.cli.ppl:main", "corpus perplexity of a causal LM over text files (sliding window)"),
+    "eval": (
+        "hf_llmsys.cli.eval:main",
+        "score a model on lm-evaluation-harness tasks (registry names or task YAMLs); lm-eval's results JSON",
+    ),
     "ifd": (
         "hf_llmsys.cli.ifd:main",
         "score Alpaca records by instruction-following difficulty (IFD) and keep the top fraction",

@@ -3,6 +3,7 @@
     llmsys ppl --model DIR --data a.txt b.txt --max_length 512 --stride 256 [--json]
     llmsys ppl --model DIR --data lines.txt --lines              # each non-empty line is a text
     llmsys ppl --model DIR --data records.jsonl --text_field text
+    llmsys ppl --model A B C --data a.txt --lengths 128,256,512,1024 --plot ppl.png   # `ppl_lengths.py`
 
 A plain file is one text (``--lines``: one per non-empty line); a ``.jsonl`` file holds one JSON object per line
 whose ``--text_field`` is a text. The files are read through once to check them (before the model loads), then
@@ -10,7 +11,8 @@ streamed: texts are scored in groups and reduced to sums, so memory does not gro
 text is held whole). ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
 byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length, stride and max_length_rule (how the window
 was chosen: by default min(512, the model's context); a --max_length past a learned position table is refused
-before any text is read).
+before any text is read). Several models, or ``--lengths``: one table (and ``--plot``) of perplexity against
+context length, `ppl_lengths.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
 def build_parser() -> CommandParser:
     """The flags of `llmsys ppl`."""
     parser = CommandParser(prog="llmsys ppl", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="folder (or Hub id) of a causal LM")
+    parser.add_argument("--model", required=True, nargs="+",
+                        help="folder (or Hub id) of a causal LM; several: one row each in one table")  # fmt: skip
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the model folder)")
     parser.add_argument("--data", required=True, nargs="+", type=Path, help="text or .jsonl files")
     parser.add_argument("--lines", action="store_true", help="each non-empty line of a plain file is a text")
@@ -47,12 +50,33 @@ def build_parser() -> CommandParser:
     parser.add_argument("--no_start_token", action="store_true", help="do not prepend bos (first token unscored)")
     parser.add_argument("--trust_remote_code", action="store_true", help="passed to from_pretrained")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--lengths", type=_lengths,
+                        help="comma-separated window lengths, e.g. 128,256,512,1024: every model at each, windows "
+                        "advancing by the length (disjoint) unless --stride; one table, models by lengths")  # fmt: skip
+    parser.add_argument(
+        "--plot", type=Path, help="with --lengths: also draw the table as curves against length (.png, .svg or .pdf)"
+    )
+    parser.add_argument(
+        "--metric",
+        choices=("ppl", "word_ppl", "byte_ppl", "bits_per_byte"),
+        help="with --lengths: the quantity of the table and plot (default ppl, per token)",
+    )
     return parser
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse `llmsys ppl` arguments."""
     return build_parser().parse_args(argv)
+
+
+def _lengths(text: str) -> list[int]:
+    """argparse type of --lengths (`ppl_lengths.parse_lengths`; its ValueError is argparse's one-line error)."""
+    from .ppl_lengths import parse_lengths
+
+    try:
+        return parse_lengths(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--lengths {text}: ")) from None
 
 
 def _read_utf8(path: Path) -> str:
@@ -161,6 +185,9 @@ def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> t
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
     args = parse_args(argv)
+    if len(args.model) > 1 or args.lengths is not None or args.plot is not None or args.metric is not None:
+        return several_models(args)
+    args.model = args.model[0]
     from ..evaluation.perplexity import corpus_perplexity
 
     check_window_flags(args.max_length, args.stride, args.batch_size)
@@ -178,3 +205,17 @@ def main(argv: list[str] | None = None) -> dict:
     summary["max_length_rule"] = rule
     print(json.dumps(summary) if args.json else f"{format_table(summary)}\nmax_length {max_length}: {rule}")
     return summary
+
+
+def several_models(args: argparse.Namespace) -> dict:
+    """Several models or ``--lengths``: `ppl_lengths.run_grid`, after the same checks of flags and files."""
+    from .ppl_lengths import check_grid_flags, plan_models, run_grid
+
+    check_window_flags(args.max_length, args.stride, args.batch_size)
+    check_grid_flags(args)
+    plans = plan_models(args, DEFAULT_MAX_LENGTH)  # every config read, no weight
+    n_texts = count_texts(args.data, args.lines, args.text_field)
+    return run_grid(
+        args, plans, n_texts, read_texts=lambda: iter_texts(args.data, args.lines, args.text_field),
+        load=lambda source: load_model_and_tokenizer(source, args.tokenizer, args.trust_remote_code), keys=TABLE_KEYS,
+    )  # fmt: skip

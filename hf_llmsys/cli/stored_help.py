@@ -132,6 +132,17 @@ Where the training text comes from and how it is split:
   --save_steps FLOAT              Checkpoint every N steps (for resuming). (default: 200)
   --save_total_limit INT          Checkpoints kept. (default: 2)
   --dataloader_pin_memory [BOOL]  Pin batches in memory (GPU only). (default: False)
+  --eval_tasks EVAL_TASKS [EVAL_TASKS ...]
+                                  lm-eval task names or task YAML files (comma-separated or several)
+                                  scored at every evaluation and logged beside eval_loss as
+                                  eval_<task>/<metric>; needs lm-eval (pip install
+                                  'hf-llmsys[eval]').
+  --eval_tasks_limit FLOAT        --eval_tasks: documents per task, a count (>= 1) or a fraction (<
+                                  1); None = all.
+  --eval_tasks_num_fewshot INT    --eval_tasks: examples in each prompt; None = each task's own,
+                                  else 0.
+  --eval_tasks_batch_size INT     --eval_tasks: requests per forward; None =
+                                  --per_device_eval_batch_size.
   --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
                                   (default: False)
   --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir
@@ -269,6 +280,17 @@ Records, template, truncation, packing and the held-out split:
   --save_steps FLOAT              Checkpoint every N steps (for resuming). (default: 200)
   --save_total_limit INT          Checkpoints kept. (default: 2)
   --dataloader_pin_memory [BOOL]  Pin batches in memory (GPU only). (default: False)
+  --eval_tasks EVAL_TASKS [EVAL_TASKS ...]
+                                  lm-eval task names or task YAML files (comma-separated or several)
+                                  scored at every evaluation and logged beside eval_loss as
+                                  eval_<task>/<metric>; needs lm-eval (pip install
+                                  'hf-llmsys[eval]').
+  --eval_tasks_limit FLOAT        --eval_tasks: documents per task, a count (>= 1) or a fraction (<
+                                  1); None = all.
+  --eval_tasks_num_fewshot INT    --eval_tasks: examples in each prompt; None = each task's own,
+                                  else 0.
+  --eval_tasks_batch_size INT     --eval_tasks: requests per forward; None =
+                                  --per_device_eval_batch_size.
   --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
                                   (default: False)
   --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir
@@ -385,6 +407,17 @@ TRL's `DPOConfig` (so `TrainingArguments` too) with the DPO options shown here a
                                   0.5); exo_pair: its epsilon. (default: 0.0)
   --beta FLOAT                    How far the policy may move from the reference (higher: closer);
                                   for ipo the regularisation tau. (default: 0.1)
+  --eval_tasks EVAL_TASKS [EVAL_TASKS ...]
+                                  lm-eval task names or task YAML files (comma-separated or several)
+                                  scored at every evaluation and logged beside eval_loss as
+                                  eval_<task>/<metric>; needs lm-eval (pip install
+                                  'hf-llmsys[eval]').
+  --eval_tasks_limit FLOAT        --eval_tasks: documents per task, a count (>= 1) or a fraction (<
+                                  1); None = all.
+  --eval_tasks_num_fewshot INT    --eval_tasks: examples in each prompt; None = each task's own,
+                                  else 0.
+  --eval_tasks_batch_size INT     --eval_tasks: requests per forward; None =
+                                  --per_device_eval_batch_size.
   --overwrite_output_dir [BOOL]   Replace a different model already in output_dir and start fresh.
                                   (default: False)
   --resume [BOOL]                 Resume from the newest complete checkpoint in output_dir

@@ -23,10 +23,10 @@ import gradio as gr
 import pandas as pd
 
 from ..models.positions import POSITIONAL_ENCODINGS
+from ..plots import line_figure
 from . import cleaning_tab, generation_tab, permutation, perplexity_tab, positions_tab, sparse_tab
 from .console import quiet_libraries
 from .limits import Limits
-from .plots import line_figure
 from .tables import readable, readable_outputs
 from .zoo import RealModel, ZooManager
 

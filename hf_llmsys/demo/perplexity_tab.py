@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..evaluation.perplexity import PerplexityResult, corpus_perplexity
+from ..plots import perplexity_by_length_figure, series_frame
 from .limits import Limits
-from .plots import line_figure, series_frame
 from .token_text import token_label
 
 # Press et al. 2022 ("Train Short, Test Long"), Table 2: WikiText-103, 247M parameters trained at L = 512,
@@ -133,7 +133,7 @@ def zoo_figure(report: dict | None):
     saying the zoo is still training."""
     curves = zoo_curves(report) if report else series_frame({})
     title = "this zoo (zoo.json)" if report else "this zoo: not trained yet"
-    return line_figure(curves, xlabel="evaluation length (tokens)", ylabel="perplexity", title=title, logx=True)
+    return perplexity_by_length_figure(curves, title=title)
 
 
 def rope_report_table(report: dict) -> pd.DataFrame:

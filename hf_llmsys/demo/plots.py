@@ -1,7 +1,8 @@
-"""Matplotlib helpers shared by the tabs (Agg backend: figures are rendered on the server, never shown).
+"""Heatmaps of the tabs (Agg backend: figures are rendered on the server, never shown); curves are drawn by the
+package's shared `hf_llmsys.plots` (`line_figure`), which ``llmsys ppl --plot`` uses too.
 
-The page shows each figure as an image, so what a figure says is checked here, on its artists: every line has a
-legend entry (``legend_labels``), masked cells are drawn in ``MASKED_COLOUR`` and named in the figure.
+The page shows each figure as an image, so what a figure says is checked on its artists: masked cells are drawn in
+``MASKED_COLOUR`` and named in the figure.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-SERIES_COLUMNS = ["x", "y", "series"]
 MASKED_COLOUR = "#d9d9d9"  # cells a causal view masks (future keys): NaN in the panel's values
 
 
@@ -45,43 +44,3 @@ def heatmaps(panels: list[tuple[str, torch.Tensor]], *, cmap: str = "viridis", x
     if any(torch.isnan(values.float()).any() for _, values in panels):
         fig.suptitle("grey: masked (a causal query never sees a future key)", fontsize=11)
     return fig
-
-
-def series_frame(series: dict[str, tuple]) -> pd.DataFrame:
-    """Long-format DataFrame (x, y, series) for gr.LinePlot from {name: (xs, ys)}."""
-    frames = [pd.DataFrame({"x": list(xs), "y": [float(y) for y in ys], "series": name})
-              for name, (xs, ys) in series.items()]  # fmt: skip
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SERIES_COLUMNS)
-
-
-def line_figure(curve: pd.DataFrame, *, xlabel: str, ylabel: str, title: str | None = None, logx: bool = False):
-    """One labelled line per series of a long (x, y, series) DataFrame, with a legend; returns the Figure.
-
-    The tabs draw curves with this rather than gr.LinePlot: gradio 6.31's LinePlot keeps the colour domain of the
-    first value it shows, so a later update with other series (8 ALiBi heads after 2 sinusoidal rows, the zoo's
-    runs after the empty plot shown while it trains) draws no line, or no legend entry, for them."""
-    fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
-    for name, rows in curve.groupby("series", sort=False):
-        ax.plot(rows["x"], rows["y"], "o-" if logx else "-", label=str(name), linewidth=1.5, markersize=3)
-    ax.set(xlabel=xlabel, ylabel=ylabel)
-    if title:
-        ax.set_title(title, fontsize=11)
-    if logx and len(curve):
-        ax.set_xscale("log", base=2)
-    ax.grid(alpha=0.3)
-    if curve["series"].nunique() > 4:  # beside the axes: a legend inside would hide lines
-        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
-    elif curve["series"].nunique() > 0:
-        ax.legend(fontsize="small")
-    return fig
-
-
-def legend_labels(fig) -> list[list[str]]:
-    """Per axes with lines: the labels of its drawn lines; a test compares them with the legend's texts."""
-    return [[line.get_label() for line in ax.get_lines()] for ax in fig.axes if ax.get_lines()]
-
-
-def legend_texts(fig) -> list[list[str]]:
-    """Per axes with lines: the texts its legend shows (empty when it has no legend)."""
-    return [[t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
-            for ax in fig.axes if ax.get_lines()]  # fmt: skip

@@ -28,7 +28,8 @@ from ..models.position_biases import (
 )
 from ..models.positions import POSITIONAL_ENCODINGS, encoding_class
 from ..models.rotary import RotaryEmbedding, apply_rotary
-from .plots import heatmaps, plt, series_frame
+from ..plots import series_frame
+from .plots import heatmaps, plt
 
 
 @dataclass(frozen=True)

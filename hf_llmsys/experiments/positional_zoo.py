@@ -10,7 +10,7 @@ inference only (linear position interpolation, dynamic NTK, YaRN) by the length 
 Output folder layout (read by the Gradio demo; ``FORMAT_VERSION`` changes whenever it does):
 
     OUT/zoo.json                 results, format below
-    OUT/zoo.png                  perplexity against evaluation length, one line per run (log-log)
+    OUT/zoo.png                  perplexity against evaluation length, one line per run (the demo's figure)
     OUT/tokenizer/               the shared tokenizer (AutoTokenizer.from_pretrained)
     OUT/checkpoints/<encoding>/  each trained model (AutoModelForCausalLM.from_pretrained after import hf_llmsys)
 
@@ -238,26 +238,19 @@ def evaluate_rope_scalings(settings: ZooSettings, tokenizer, text: str) -> list[
 
 
 def plot(runs: list[dict], path: Path, train_length: int) -> None:
-    """Perplexity against evaluation length (log-log), one line per run; the training length marked."""
-    import matplotlib
+    """Perplexity against evaluation length, one line per run (the demo's figure, `plots.perplexity_by_length_figure`),
+    the training length marked."""
+    from ..plots import perplexity_by_length_figure, save_figure, series_frame
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = {}
     for run in runs:
         points = [(r["eval_length"], r["ppl"]) for r in run["results"] if r["ppl"] is not None]
         if points:
-            ax.plot(
-                *zip(*points, strict=True), marker="o", label=run["name"], linestyle="--" if "+" in run["name"] else "-"
-            )
-    ax.axvline(train_length, color="grey", linewidth=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="evaluation length (tokens)", ylabel="perplexity",
-           title=f"Length extrapolation, trained on {train_length} tokens")  # fmt: skip
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+            series[run["name"]] = tuple(zip(*points, strict=True))
+    fig = perplexity_by_length_figure(series_frame(series), title=f"Length extrapolation, trained on {train_length} "
+                                      "tokens")  # fmt: skip
+    fig.axes[0].axvline(train_length, color="grey", linewidth=0.8)
+    save_figure(fig, path)
 
 
 def run_zoo(settings: ZooSettings, progress: ProgressFn = _no_progress) -> dict:

@@ -29,12 +29,14 @@ from ..cli.log_output import follow_trainer_log_level
 from ..cli.parsing import answer_help, command_help, dataclass_parser, parse_into_dataclasses
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
+from .eval_tasks import EvalTasksArguments, eval_task_scores
 from .output_dir import atomic_save
 
 
 @dataclass
-class JobTrainingArguments(TrainingArguments):
-    """`TrainingArguments` plus what every llmsys job adds: resuming, refusing other models, CPU-friendly defaults."""
+class JobTrainingArguments(EvalTasksArguments, TrainingArguments):
+    """`TrainingArguments` plus what every llmsys job adds: resuming, refusing other models, CPU-friendly defaults,
+    lm-eval tasks scored at each evaluation (`eval_tasks.py`)."""
 
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace a different model already in output_dir and start fresh."}
@@ -127,6 +129,8 @@ def finish_job(
     results["runtime_s"] = round(time.time() - start, 1)
     results["torch_compile"] = compile_report(trainer)
     results["kernels"] = applied_kernels(trainer.model)  # the speed layer it trained with (None: the plain model)
+    if (scores := eval_task_scores(trainer)) is not None:
+        results["eval_tasks"] = scores  # the --eval_tasks scores of the model saved
     model = model if model is not None else trainer.model
     model.config.use_cache = True  # the Trainer turns the cache off for training; generation wants it
     if trainer.is_world_process_zero():

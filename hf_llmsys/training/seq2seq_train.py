@@ -30,6 +30,7 @@ from ..data.pretrained_sources import load_tokenizer
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
+from .eval_tasks import attach_eval_tasks
 from .job import apply_speed_layer, examples_per_step, finish_job, loss_metrics, seeded
 from .output_dir import prepare_output_dir
 from .pretrain_arguments import DEFAULT_OUTPUT_DIR, DEFAULT_T5_OUTPUT_DIR
@@ -204,6 +205,7 @@ def run_t5_training(model_args, data_args, training_args) -> dict:
         processing_class=tokenizer,
         callbacks=[CorruptionEpochCallback(collator)],
     )
+    attach_eval_tasks(trainer)
     if data_args.streaming:
         resume_at_stream_position(streaming_trainer(trainer), checkpoint)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)

@@ -66,6 +66,7 @@ from ..evaluation.model_limits import config_position_limit, fit_length
 from ..kernels import applied as applied_kernels
 from ..kernels import default_chunk_size
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
+from .eval_tasks import attach_eval_tasks, check_eval_tasks
 from .job import (
     count_parameters,
     finish_job,
@@ -411,6 +412,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
     """The whole instruction-tuning job (see the module docstring)."""
     start = time.time()
     validate_sft_args(model_args, data_args, training_args)
+    check_eval_tasks(training_args)
     config = load_base_config(model_args)
     max_length_rule = fit_max_length(data_args, config)
     tokenizer = load_tokenizer(model_args)
@@ -444,6 +446,7 @@ def run_sft(model_args: SFTModelArguments, data_args: SFTDataArguments, training
         processing_class=tokenizer,
         compute_loss_func=SupervisedLogitsLoss() if supervised_logits else None,
     )
+    attach_eval_tasks(trainer)
     before = _evaluate(trainer, eval_collator)
     unmark_evaluation_prepare(trainer)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps, reload=reload_checkpoint(trainer))

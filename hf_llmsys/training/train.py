@@ -29,6 +29,7 @@ from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, newest_complete_checkpoint, train_or_skip
 from .config_overrides import build_with_overrides, parse_overrides
+from .eval_tasks import attach_eval_tasks, check_eval_tasks
 from .job import (
     apply_speed_layer,
     examples_per_step,
@@ -258,6 +259,7 @@ def run_causal_lm_training(
         data_collator=default_data_collator,
         processing_class=tokenizer,
     )
+    attach_eval_tasks(trainer)
     if data_args.streaming:
         resume_at_stream_position(streaming_trainer(trainer), checkpoint)
     train_out = train_or_skip(trainer, checkpoint, training_args.max_steps)
@@ -310,6 +312,7 @@ def run_training(
     job = architecture(model_args.model_type, "--model_type").entry("train_job")
     validate_pretrain_args(model_args, training_args, data_args, given)
     check_data_args(model_args, data_args, training_args, given)
+    check_eval_tasks(training_args)
     model_args.block_size_rule = fit_block_size(model_args, training_args)
     logger.info(f"block_size {model_args.block_size}: {model_args.block_size_rule}")
     return job(model_args, data_args, training_args)
