@@ -46,6 +46,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "chat": ("hf_llmsys.chat.cli:main", "talk to a causal LM in the terminal (chat template, streamed)"),
     "export": ("hf_llmsys.export.cli:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
+    "serve": (
+        "hf_llmsys.serving.cli:main",
+        "serve a model (or a GGUF export) behind an OpenAI-compatible API: transformers' server or llama.cpp's",
+    ),
 }
 
 

@@ -132,7 +132,7 @@ def load_chat_model(resolved: ChatSource, device: str = "auto") -> ChatModel:
 
     from ..evaluation.model_limits import model_context_length
 
-    source, base, target = resolved.source, resolved.base, _device(device)
+    source, base, target = resolved.source, resolved.base, resolve_device(device)
     if base is not None and (folder := _local_folder(source)) is not None:
         from ..checkpoints.fused_adapters import upgrade_fused_adapter
 
@@ -147,7 +147,7 @@ def load_chat_model(resolved: ChatSource, device: str = "auto") -> ChatModel:
     )  # fmt: skip
 
 
-def _device(name: str) -> str:
+def resolve_device(name: str) -> str:
     """``auto``: the GPU when there is one, else the CPU; ValueError for a device this machine does not have."""
     import torch
 

@@ -19,7 +19,8 @@ import importlib
 import os
 from pathlib import Path
 
-GGUF_DTYPES = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_K_M", "q4_K_M")  # gguf_format.ALL_DTYPES (tested equal)
+from .gguf_types import GGUF_DTYPES, LLAMA_CPP_TYPES
+
 # format -> ("module:function", what OUT is, the dtypes it takes (None: it keeps the model's own))
 FORMATS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
     "transformers": ("hf_llmsys.export.transformers_format:export_transformers", "folder", None),
@@ -41,11 +42,10 @@ def check_format(format: str, dtype: str | None, out: Path) -> None:
         raise ValueError(f"--dtype {dtype!r} is unknown for --format {format}; choose one of {', '.join(dtypes)}.")
     if kind == "file" and out.suffix != ".gguf":
         raise ValueError(f"OUT {out}: --format {format} writes one file; give a path ending in .gguf.")
-    if format == "gguf" and dtype is not None:
-        from .llama_cpp_quantize import LLAMA_CPP_TYPES, check_llama_cpp
+    if format == "gguf" and dtype in LLAMA_CPP_TYPES:
+        from .llama_cpp_quantize import check_llama_cpp
 
-        if dtype in LLAMA_CPP_TYPES:
-            check_llama_cpp(dtype)  # before the model is loaded: the install is named at once
+        check_llama_cpp(dtype)  # before the model is loaded: the install is named at once
 
 
 def format_function(format: str):
@@ -66,7 +66,7 @@ def export(
     """Export ``model_or_dir`` (a saved folder, a PEFT adapter folder, or a model of ours) to ``out``; returns ``out``.
 
     ``tokenizer``: saved with an in-memory model (a folder's own tokenizer is found by itself). ``dtype``: GGUF's
-    tensor type (default f32; ``GGUF_DTYPES``). ``repo_id``: the Hub id the transformers export's model card loads from (``llmsys
+    tensor type (default f32; one of ``GGUF_DTYPES``). ``repo_id``: the Hub id the transformers export's model card loads from (``llmsys
     push`` sets it; default the output folder).
     """
     from .sources import check_output, load_source, staged_output

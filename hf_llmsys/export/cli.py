@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import GGUF_DTYPES
+from .gguf_types import GGUF_DTYPES
 
 EPILOG = """\
 transformers: OUT is a folder that transformers loads with its own class (no trust_remote_code, no hf-llmsys):

@@ -31,16 +31,16 @@ import torch
 from .gguf_gpt2 import gpt2_gguf_refusal, gpt2_tensors, write_gpt2_hparams
 from .gguf_llama import llama_gguf_refusal, llama_tensors, write_llama_hparams
 from .gguf_tokenizer import write_tokenizer
-from .llama_cpp_quantize import LLAMA_CPP_TYPES, check_llama_cpp, quantize_with_llama_cpp
+from .gguf_types import GGUF_DTYPES, LLAMA_CPP_TYPES
+from .llama_cpp_quantize import check_llama_cpp, quantize_with_llama_cpp
 from .sources import staged_output
 
-DTYPES = {  # --dtype written here -> (file type, tensor type for matrices)
+DTYPES = {  # --dtype written here (gguf_types.WRITTEN_TYPES) -> (file type, tensor type for matrices)
     "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
     "f16": (gguf.LlamaFileType.MOSTLY_F16, gguf.GGMLQuantizationType.F16),
     "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
     "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
 }
-ALL_DTYPES = (*DTYPES, *LLAMA_CPP_TYPES)  # every --dtype, the llama.cpp-quantised ones last
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ def export_gguf(model, tokenizer, out: Path, dtype: str = "f32") -> Path:
 
 def check_gguf_dtype(dtype: str) -> None:
     """ValueError for a type not written at all, or one that needs llama-cpp-python when it is not installed."""
-    if dtype not in ALL_DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not a GGUF type written here; choose one of {', '.join(ALL_DTYPES)}")
+    if dtype not in GGUF_DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not a GGUF type written here; choose one of {', '.join(GGUF_DTYPES)}")
     if dtype in LLAMA_CPP_TYPES:
         check_llama_cpp(dtype)
 
@@ -144,4 +144,4 @@ def _typed(weight: torch.Tensor, matrix_type: gguf.GGMLQuantizationType):
         return gguf.quants.quantize(data, gguf.GGMLQuantizationType.F16), gguf.GGMLQuantizationType.F16
 
 
-__all__ = ["ALL_DTYPES", "ARCHITECTURES", "DTYPES", "export_gguf", "gguf_architecture"]
+__all__ = ["ARCHITECTURES", "DTYPES", "GGUF_DTYPES", "export_gguf", "gguf_architecture"]

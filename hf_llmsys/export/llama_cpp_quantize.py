@@ -18,7 +18,7 @@ import logging
 import os
 from pathlib import Path
 
-LLAMA_CPP_TYPES = {  # --dtype -> the llama_ftype constant of llama.h
+LLAMA_FTYPES = {  # --dtype (gguf_types.LLAMA_CPP_TYPES) -> the llama_ftype constant of llama.h
     "q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
     "q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
     "q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
@@ -44,7 +44,7 @@ def quantize_with_llama_cpp(source: Path, out: Path, dtype: str) -> None:
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, LLAMA_CPP_TYPES[dtype])
+    params.ftype = getattr(llama_cpp, LLAMA_FTYPES[dtype])
     params.nthread = os.cpu_count() or 1
     with _quiet_llama_cpp():
         status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
