@@ -1,12 +1,13 @@
 """hf-llmsys: modern LLM architectures as a transformers plugin.
 
-Importing the package registers every architecture with transformers' Auto classes (AutoConfig, AutoModel,
-AutoModelForCausalLM, AutoModelForSeq2SeqLM) and for remote code, so saved folders also load with ``trust_remote_code=True`` where
-hf_llmsys is not installed. It also makes their ``from_pretrained`` name a missing local folder, a folder without
-config.json and a bare vocab.json + merges.txt tokenizer folder clearly (`hf_llmsys.auto_loading`).
+Importing the package registers our three model types with transformers' Auto classes (AutoConfig, AutoModel,
+AutoModelForCausalLM, AutoModelForSeq2SeqLM; transformers' plugin mechanism) and for remote code, so saved folders
+also load with ``trust_remote_code=True`` where hf_llmsys is not installed. Nothing of transformers changes: the
+Auto classes' functions stay transformers' own and every other model type loads as without the plugin. What the
+import installs touches our classes only (each says so where it is defined): strict loading, crash-safe saving,
+checksums, and reading GPT-2 / GPT-Neo folders into ``llmsys_gpt3``.
 """
 
-from .auto_loading import install as _install_local_source_checks
 from .checkpoints.atomic_saving import install as _install_atomic_saving
 from .checkpoints.gpt_sources import install as _install_gpt_sources
 from .checkpoints.strict_loading import install as _install_strict_loading
@@ -29,7 +30,6 @@ from .registration import register_all
 register_all()
 _install_strict_loading()  # from_pretrained refuses checkpoints that do not fit (hf_llmsys/checkpoints/strict_loading.py)
 _install_atomic_saving()  # save_pretrained is staged and moved into place (hf_llmsys/checkpoints/atomic_saving.py)
-_install_local_source_checks()  # clear errors for missing / incomplete local folders (hf_llmsys/auto_loading.py)
 _install_gpt_sources()  # GPT-2 / GPT-Neo folders read as llmsys_gpt3 (hf_llmsys/checkpoints/gpt_sources.py)
 _install_weight_checks()  # checksum manifests written on save, checked on load (hf_llmsys/checkpoints/weight_integrity.py)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,36 +137,96 @@ def test_folder_without_config_loads_when_the_config_is_given(saved_model, tiny_
     assert all(torch.equal(tensor, expected[name]) for name, tensor in loaded.state_dict().items())
 
 
-def test_auto_classes_name_a_folder_without_config(tmp_path, saved_model):
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+def test_the_loader_names_a_folder_without_config(tmp_path, saved_model):
+    from hf_llmsys.data.pretrained_sources import load_causal_lm, load_config, load_model
 
     folder = tmp_path / "runs"
     folder.mkdir()
     (folder / "notes.txt").write_text("x")
     (saved_model.rename(folder / "checkpoint-2"))
-    for load in (AutoConfig.from_pretrained, AutoModel.from_pretrained, AutoModelForCausalLM.from_pretrained):
+    for load in (load_config, load_model, load_causal_lm):
         with pytest.raises(ValueError) as info:
-            load(folder)
+            load(folder, "--model")
         message = str(info.value)
-        assert str(folder) in message and "no config.json" in message and "model_type" not in message
-        assert "checkpoint-2" in message and "\n" not in message  # where the saved model is, one line
-    assert AutoModelForCausalLM.from_pretrained(folder / "checkpoint-2").config.num_hidden_layers == 1
+        assert message.startswith(f"--model {folder}: ") and "config.json" in message and "model_type" not in message
+        assert "notes.txt" in message and "checkpoint-2" in message and "\n" not in message  # where the model is
+    assert load_causal_lm(folder / "checkpoint-2").config.num_hidden_layers == 1
 
 
-def test_auto_classes_name_a_missing_local_path_not_a_repo_id(tmp_path, monkeypatch):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from hf_llmsys.user_errors import describe
+def test_the_loader_names_a_missing_local_path_not_a_repo_id(tmp_path, monkeypatch):
+    from hf_llmsys.data.pretrained_sources import load_causal_lm, load_config, load_model, load_tokenizer
 
     (tmp_path / "runs").mkdir()
     monkeypatch.chdir(tmp_path)
     for source in (str(tmp_path / "nope"), "./nope", "runs/nope", "a/b/c", tmp_path / "nope"):
-        for load in (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer):
-            with pytest.raises(OSError) as info:  # the type transformers raises for it
-                load.from_pretrained(source)
-            line = describe(info.value)
-            assert "no such folder" in line and str(source) in line and "Repo id must be" not in line
-            assert "\n" not in line
+        for load in (load_config, load_model, load_causal_lm, load_tokenizer):
+            with pytest.raises(ValueError) as info:
+                load(source, "--model")
+            line = str(info.value)
+            assert f"--model {source}: no such folder" in line and "Repo id must be" not in line and "\n" not in line
+
+
+def test_import_changes_none_of_transformers_loading_functions():
+    """Registration is the plugin's only mark on transformers: its Auto classes' functions are its own."""
+    code = """
+import transformers
+from transformers import AutoConfig, AutoTokenizer
+from transformers.models.auto.auto_factory import _BaseAutoModelClass
+import transformers.models.auto.modeling_auto
+
+def classes():
+    found, todo = [], [_BaseAutoModelClass]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+def functions():
+    owners = [AutoConfig, AutoTokenizer, *classes()]
+    return {(o.__name__, name): o.__dict__[name] for o in owners for name in ("from_pretrained", "from_config", "register")
+            if name in o.__dict__}
+
+before = functions()
+import hf_llmsys
+after = functions()
+assert before.keys() == after.keys()
+changed = [key for key in before if before[key] is not after[key]]
+assert not changed, changed
+print(len(before))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) > 20  # AutoConfig, AutoTokenizer and the AutoModel* classes were all compared
+
+
+def test_a_transformers_folder_loads_as_without_the_plugin(tmp_path):
+    """A folder of another model type (transformers' GPT-2 here) loads the same with and without hf_llmsys: the
+    same class, the same logits, and a missing path gives transformers' own error."""
+    code = """
+import sys, torch
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+folder, plugin = sys.argv[1], sys.argv[2] == "1"
+if plugin:
+    import hf_llmsys
+if not plugin:
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=32)).save_pretrained(folder)
+model = AutoModelForCausalLM.from_pretrained(folder).eval()
+print(type(model).__module__ + "." + type(model).__name__)
+print(repr(model(torch.arange(8)[None]).logits.sum().item()))
+try:
+    AutoModelForCausalLM.from_pretrained(folder + "/missing")
+except Exception as err:
+    print(type(err).__name__)
+"""
+    outputs = []
+    for plugin in ("0", "1"):
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gpt2"), plugin], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.split())
+    assert outputs[0] == outputs[1] and outputs[0][0].endswith("GPT2LMHeadModel")
 
 
 def test_auto_model_without_config_json_still_loads_with_config_given(saved_model, tiny_model):
@@ -178,7 +239,8 @@ def test_auto_model_without_config_json_still_loads_with_config_given(saved_mode
 
 def test_bare_gpt2_vocab_and_merges_load_as_gpt2_bpe(shared_data, tmp_path):
     from tokenizers import ByteLevelBPETokenizer
-    from transformers import AutoTokenizer
+
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
 
     source = shared_data / "tokenizers" / "gpt2"
     if not (source / "merges.txt").is_file():
@@ -187,7 +249,7 @@ def test_bare_gpt2_vocab_and_merges_load_as_gpt2_bpe(shared_data, tmp_path):
     folder.mkdir()
     for name in ("vocab.json", "merges.txt"):
         (folder / name).write_bytes((source / name).read_bytes())
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder)
     reference = ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))  # GPT-2's BPE
     text = "Hello world, it's 2026 — naïve café.\n"
     ids = tokenizer(text)["input_ids"]
@@ -196,19 +258,19 @@ def test_bare_gpt2_vocab_and_merges_load_as_gpt2_bpe(shared_data, tmp_path):
 
 
 def test_bare_bpe_files_of_another_tokenizer_and_empty_folders_are_named(tmp_path):
-    from transformers import AutoTokenizer
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
 
     folder = tmp_path / "tok"
     folder.mkdir()
     (folder / "vocab.json").write_text(json.dumps({"<s>": 0, "</s>": 1, "a": 2}))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     with pytest.raises(ValueError, match="no tokenizer_config.json or tokenizer.json") as info:
-        AutoTokenizer.from_pretrained(folder)
+        load_tokenizer(folder)
     assert "sentencepiece or tiktoken" not in str(info.value)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match=f"{empty}: no tokenizer files") as info:
-        AutoTokenizer.from_pretrained(empty)
+    with pytest.raises(ValueError, match=f"--tokenizer {empty}: the folder has no tokenizer") as info:
+        load_tokenizer(empty)
     assert "sentencepiece or tiktoken" not in str(info.value)
 
 
@@ -217,7 +279,8 @@ def test_a_folder_holding_only_a_gguf_file_gives_its_tokenizer(tmp_path):
     has no tokenizer files and must not be refused for it."""
     gguf = pytest.importorskip("gguf")
     import numpy
-    from transformers import AutoTokenizer
+
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
 
     writer = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "llama")
     writer.add_tokenizer_model("gpt2")
@@ -231,10 +294,10 @@ def test_a_folder_holding_only_a_gguf_file_gives_its_tokenizer(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file="model.gguf")
+    tokenizer = load_tokenizer(tmp_path, gguf_file="model.gguf")
     assert tokenizer.convert_ids_to_tokens(tokenizer("abab")["input_ids"]) == ["ab", "ab"]
     with pytest.raises(OSError, match="missing.gguf"):  # a wrong name gets transformers' own error about it
-        AutoTokenizer.from_pretrained(tmp_path, gguf_file="missing.gguf")
+        load_tokenizer(tmp_path, gguf_file="missing.gguf")
 
 
 def test_more_layers_than_config_is_rejected(tmp_path, saved_model):

@@ -13,6 +13,7 @@ from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.cli import main as llmsys
 from hf_llmsys.data.tokenizer import train_bpe_tokenizer
 from hf_llmsys.evaluation import corpus_perplexity
+from hf_llmsys.evaluation.ifd import ifd_scores
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun.\n",
@@ -58,6 +59,54 @@ def test_json_matches_direct_call(saved_model, tmp_path, capsys):
     assert (summary["texts"], summary["max_length"], summary["stride"]) == (2, 16, 5)
     for key in KEYS:
         assert summary[key] == pytest.approx(direct[key], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def adapter_folder(saved_model, tmp_path_factory) -> Path:
+    """A LoRA adapter over `saved_model` as `llmsys sft --lora_r N` saves one: no tokenizer, the base by path."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("adapter")
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(saved_model),
+                          LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))  # fmt: skip
+    lora.save_pretrained(folder)
+    return folder
+
+
+def test_an_adapter_folder_scores_as_its_merged_model(saved_model, adapter_folder, tmp_path, capsys):
+    """`llmsys ppl --model ADAPTER` (and `llmsys ifd`) load the base named in adapter_config.json with the adapter on
+    it, and the tokenizer from the base: the figures are those of the merged model, not of the bare base."""
+    from peft import PeftModel
+
+    data = tmp_path / "doc.txt"
+    data.write_text(TEXTS[0] * 3)
+    argv = ["--data", str(data), "--max-length", "16", "--stride", "8"]
+    summary = _run_json(capsys, ["--model", str(adapter_folder), *argv])
+    base = _run_json(capsys, ["--model", str(saved_model), *argv])
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(saved_model), adapter_folder)
+    merged = merged.merge_and_unload().eval()
+    direct = corpus_perplexity(merged, AutoTokenizer.from_pretrained(saved_model), [TEXTS[0] * 3],
+                               max_length=16, stride=8).to_dict()  # fmt: skip
+    assert summary["ppl"] == pytest.approx(direct["ppl"], rel=1e-5) and summary["ppl"] != pytest.approx(base["ppl"])
+    records = [{"instruction": "Say hi.", "input": "", "output": TEXTS[1]}] * 2
+    (tmp_path / "records.json").write_text(json.dumps(records))
+    out, scores = tmp_path / "kept.json", tmp_path / "scores.jsonl"
+    argv = [
+        "--data",
+        str(tmp_path / "records.json"),
+        "--out",
+        str(out),
+        "--scores-out",
+        str(scores),
+        "--max-length",
+        "256",
+    ]
+    assert llmsys(["ifd", "--model", str(adapter_folder), *argv]) == 0
+    direct = ifd_scores(merged, AutoTokenizer.from_pretrained(saved_model), records, max_length=256)
+    got = [json.loads(line) for line in scores.read_text().splitlines()]
+    assert [row["ifd"] for row in got] == pytest.approx([row["ifd"] for row in direct], rel=1e-5)
 
 
 def test_lines_jsonl_defaults_and_table(saved_model, tmp_path, capsys):

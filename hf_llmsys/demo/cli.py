@@ -112,14 +112,11 @@ def load_user_model(source: str):
 
 def load_t5(folder: Path):
     """An llmsys_t5 folder as a generation-tab entry (seq2seq, GNMT-capable)."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    import hf_llmsys  # noqa: F401
-
+    from ..data.pretrained_sources import load_model, load_tokenizer
     from .generation_tab import GenerationModel
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    return GenerationModel(f"t5: {folder.name}", model, AutoTokenizer.from_pretrained(folder), seq2seq=True)
+    model = load_model(folder, "--t5").eval()
+    return GenerationModel(f"t5: {folder.name}", model, load_tokenizer(folder, "--t5"), seq2seq=True)
 
 
 def build_context(options: DemoOptions):

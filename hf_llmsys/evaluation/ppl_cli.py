@@ -140,15 +140,10 @@ def check_window_flags(max_length: int | None, stride: int | None, batch_size: i
 
 def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> tuple[int, str]:
     """(window length, how it was chosen) from the model's config alone, before any text or weight is read."""
-    from transformers import AutoConfig
-
-    import hf_llmsys  # noqa: F401  (registers our architectures with the Auto classes)
-
-    from ..data.pretrained_sources import check_source
+    from ..data.pretrained_sources import load_config
     from .model_limits import config_position_limit, fit_length
 
-    check_source(model, "--model")
-    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    config = load_config(model, "--model", trust_remote_code=trust_remote_code)
     limit = config_position_limit(config, trust_remote_code=trust_remote_code)
     return fit_length("--max-length", max_length, limit, DEFAULT_MAX_LENGTH, warn=False)  # corpus_perplexity warns
 

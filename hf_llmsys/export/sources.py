@@ -2,12 +2,12 @@
 
 ``load_source(model_or_dir, tokenizer)`` -> ``ExportSource`` (model in eval mode, tokenizer or None, generation
 config, a name for the card):
-- a folder saved by hf-llmsys (``config.json`` of ``llmsys_llama`` / ``llmsys_gpt3`` / ``llmsys_t5``): loaded
-  through the Auto classes, with its tokenizer and ``generation_config.json`` when present;
-- a PEFT adapter folder (``adapter_config.json``, e.g. ``llmsys sft --lora``) over one of our bases, or over a
-  transformers ``llama`` folder (read by our llama class: same module names): the base from
-  ``base_model_name_or_path``, the adapter on top, merged (PEFT's ``merge_and_unload``); the tokenizer and
-  generation config of the adapter folder when it has them, else the base's;
+- a folder saved by hf-llmsys (``config.json`` of ``llmsys_llama`` / ``llmsys_gpt3`` / ``llmsys_t5``), with its
+  tokenizer and ``generation_config.json`` when present;
+- a PEFT adapter folder (``adapter_config.json``, e.g. ``llmsys sft --lora_r 8``) over one of our bases, or over
+  a transformers ``llama`` folder (read by our llama class: same module names), merged (PEFT's
+  ``merge_and_unload``); the tokenizer and generation config of the adapter folder when it has them, else the
+  base's. Both are read by the loader every command shares (`data.pretrained_sources.load_model`).
 - an in-memory model of ours (or a ``PeftModel`` over one: merged on a copy, the caller's model is untouched)
   with the ``tokenizer`` passed beside it.
 A transformers model type (``llama``, ``gpt2``, ...) is refused: it is loadable without hf-llmsys already.
@@ -29,10 +29,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-# transformers model types whose folders one of our classes reads with the same module names, so that a PEFT adapter
-# trained over transformers' class applies to ours (e.g. `llmsys sft --lora` on SmolLM2, a `llama` folder)
-ADAPTER_BASE_TYPES = {"llama": "LlmsysLlamaForCausalLM"}
 
 
 @dataclass
@@ -79,82 +75,48 @@ def has_tokenizer(folder: Path) -> bool:
 
 def folder_extras(folder: Path, fallback: Path | None = None) -> tuple[object | None, object | None]:
     """(tokenizer, generation config) of ``folder``, each from ``fallback`` when ``folder`` lacks it."""
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
+
+    from ..data.pretrained_sources import load_tokenizer
 
     tokenizer = generation = None
     for place in (folder, fallback):
         if place is None:
             continue
         if tokenizer is None and has_tokenizer(place):
-            tokenizer = AutoTokenizer.from_pretrained(place)
+            tokenizer = load_tokenizer(place, "SRC")
         if generation is None and (place / "generation_config.json").is_file():
             generation = GenerationConfig.from_pretrained(place)
     return tokenizer, generation
 
 
-def auto_class(model_type: str):
-    """The Auto class that loads ``model_type`` with its head (causal LM or seq2seq LM), from the registry."""
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
-    from ..architectures import architecture
-
-    return AutoModelForSeq2SeqLM if architecture(model_type).is_encoder_decoder else AutoModelForCausalLM
-
-
-def load_model_folder(folder: Path):
-    """One of our saved models (ValueError naming SRC for another type)."""
-    import hf_llmsys  # noqa: F401  (registers our architectures)
-
+def check_folder_type(folder: Path) -> None:
+    """ValueError naming SRC when a model folder holds a model type that is not ours (before any weight is read)."""
     model_type = read_json(folder / "config.json").get("model_type")
     if model_type not in our_model_types():
         raise ValueError(
             f"SRC {folder}: model_type {model_type!r} is not an hf-llmsys model ({', '.join(our_model_types())}); a "
             "transformers model type already loads without hf-llmsys, so there is nothing to export."
         )
-    return auto_class(model_type).from_pretrained(folder)
-
-
-def merged_adapter_folder(folder: Path) -> tuple[object, Path | None]:
-    """The base named in ``adapter_config.json`` with the adapter merged in, and the base's local folder (or None)."""
-    from peft import PeftModel
-
-    base_name = read_json(folder / "adapter_config.json").get("base_model_name_or_path")
-    if not base_name:
-        raise ValueError(f"SRC {folder}: adapter_config.json names no base_model_name_or_path; set it to the base "
-                         "model's folder.")  # fmt: skip
-    base_folder = Path(base_name).expanduser()
-    if not (base_folder / "config.json").is_file():
-        raise ValueError(f"SRC {folder}: the adapter's base {base_name!r} is not a local model folder; set "
-                         "base_model_name_or_path in adapter_config.json to the base model's folder.")  # fmt: skip
-    base = load_adapter_base(base_folder)
-    return PeftModel.from_pretrained(base, folder).merge_and_unload(), base_folder
-
-
-def load_adapter_base(folder: Path):
-    """An adapter's base in one of our classes (a transformers type our class reads with the same module names)."""
-    model_type = read_json(folder / "config.json").get("model_type")
-    if model_type in ADAPTER_BASE_TYPES:
-        import hf_llmsys
-
-        return getattr(hf_llmsys, ADAPTER_BASE_TYPES[model_type]).from_pretrained(folder)
-    return load_model_folder(folder)
 
 
 def load_source(model_or_dir, tokenizer=None) -> ExportSource:
     """What to export: a saved folder (model or PEFT adapter) or an in-memory model with its tokenizer."""
     if isinstance(model_or_dir, (str, os.PathLike)):
+        from ..data.pretrained_sources import adapter_base, load_model, local_folder
+
         folder = Path(model_or_dir).expanduser()
         if not folder.is_dir():
             raise ValueError(f"SRC {model_or_dir}: no such folder; give a folder written by save_pretrained.")
-        if (folder / "adapter_config.json").is_file():
-            model, base_folder = merged_adapter_folder(folder)
-            name = f"{folder} (LoRA adapter merged into {base_folder})"
-        elif (folder / "config.json").is_file():
-            model, base_folder, name = load_model_folder(folder), None, str(folder)
-        else:
+        if not (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
             raise ValueError(f"SRC {folder}: the folder has no config.json (a model) or adapter_config.json (a PEFT "
                              "adapter); point SRC at the folder that save_pretrained wrote.")  # fmt: skip
-        found_tokenizer, generation = folder_extras(folder, base_folder)
+        base = adapter_base(folder, "SRC")
+        if base is None:
+            check_folder_type(folder)
+        model = load_model(folder, "SRC", merge_adapter=True, prefer_ours=True)  # a llama base read by our class
+        name = str(folder) if base is None else f"{folder} (LoRA adapter merged into {base})"
+        found_tokenizer, generation = folder_extras(folder, local_folder(base) if base else None)
         tokenizer = tokenizer if tokenizer is not None else found_tokenizer
     else:
         model = model_or_dir

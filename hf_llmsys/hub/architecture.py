@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
 
-from .. import architectures, registration
+from .. import architectures
 from ..architectures import UnknownArchitectureError  # noqa: F401  (re-exported: cli and output_dir catch it here)
 from ..models.positions import POSITIONAL_ENCODINGS
 from ..models.sparse_layouts import AttentionLayout, DenseLayout, layouts_from_config
@@ -51,9 +51,10 @@ class Architecture:
 
 
 def load_config(path):
-    """The config of a saved model folder or Hub id (our architectures registered first)."""
-    registration.register_all()
-    return AutoConfig.from_pretrained(path)
+    """The config of a saved model folder or Hub id (the commands' loader)."""
+    from ..data.pretrained_sources import load_config as load_named_config
+
+    return load_named_config(path, "FOLDER")
 
 
 def count_parameters(config: PreTrainedConfig, auto_class) -> int:

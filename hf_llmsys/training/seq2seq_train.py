@@ -22,10 +22,11 @@ from collections.abc import Iterable
 
 import numpy as np
 from datasets import Dataset
-from transformers import AutoTokenizer, GenerationConfig, Trainer, TrainerCallback
+from transformers import GenerationConfig, Trainer, TrainerCallback
 from transformers.utils import logging
 
 from ..data.packing import group_texts, unigram_perplexity
+from ..data.pretrained_sources import load_tokenizer
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
@@ -55,7 +56,7 @@ def get_t5_tokenizer(model_args, texts: Iterable[str], checkpoint: str | None):
     --tokenizer_sample_bytes sample of the training text)."""
     source = model_args.tokenizer or checkpoint
     if source:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = load_tokenizer(source, "--tokenizer" if model_args.tokenizer else "the resumed checkpoint")
         if tokenizer.convert_tokens_to_ids("<extra_id_0>") in (None, tokenizer.unk_token_id):
             raise ValueError(
                 f"--tokenizer {source}: has no <extra_id_0> sentinel; span corruption needs a T5-style one"

@@ -44,9 +44,6 @@ import time
 from pathlib import Path
 
 from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
     DataCollatorWithFlattening,
     HfArgumentParser,
@@ -57,6 +54,8 @@ from transformers.utils import logging
 from ..data.alpaca_records import mix_records
 from ..data.conversation_labels import ConversationEncoder, ConversationTemplate, last_exchange
 from ..data.conversation_records import load_sft_records
+from ..data.pretrained_sources import load_config
+from ..data.pretrained_sources import load_model as load_named_model
 from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer, marked_text
@@ -116,8 +115,6 @@ def load_tokenizer(model_args: SFTModelArguments):
     """The base model's tokenizer (or --tokenizer_name), with --pad_token applied."""
     source = model_args.tokenizer_name or model_args.model_name_or_path
     flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path (no --tokenizer_name given)"
-    if not Path(source).exists():
-        raise ValueError(f"{flag} {source}: no such folder")
     tokenizer = match_special_tokens_in_text(load_named_tokenizer(source, flag), flag)  # an older run's tokenizer
     if model_args.pad_token:
         tokenizer.pad_token = tokenizer.eos_token if model_args.pad_token == "eos" else model_args.pad_token
@@ -126,10 +123,7 @@ def load_tokenizer(model_args: SFTModelArguments):
 
 def load_base_config(model_args: SFTModelArguments):
     """The base model's config (decides causal LM vs encoder-decoder)."""
-    path = Path(model_args.model_name_or_path)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"--model_name_or_path {path}: no config.json there (give a saved model folder)")
-    return AutoConfig.from_pretrained(path)
+    return load_config(model_args.model_name_or_path, "--model_name_or_path")
 
 
 def _load_one_kind(source: str, data_args: SFTDataArguments, kinds: dict) -> tuple[list[dict], dict]:
@@ -254,9 +248,9 @@ def check_job(model_args, data_args, config, records_format: str = "instruction"
 
 def load_model(model_args: SFTModelArguments, config):
     """The base model (and its LoRA adapter when --lora_r > 0)."""
-    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
-    model = auto.from_pretrained(model_args.model_name_or_path, **kwargs)
+    # an adapter folder (an earlier `llmsys sft --lora_r N`) is merged into its base: this run tunes the result
+    model = load_named_model(model_args.model_name_or_path, "--model_name_or_path", merge_adapter=True, **kwargs)
     if model_args.lora_r:
         model = add_lora(
             model, model_args.lora_r, model_args.lora_alpha, model_args.lora_dropout, model_args.lora_target

@@ -19,10 +19,11 @@ import sys
 import time
 from collections.abc import Iterable
 
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, default_data_collator
+from transformers import HfArgumentParser, Trainer, default_data_collator
 from transformers.utils import logging
 
 from ..architectures import architecture
+from ..data.pretrained_sources import load_tokenizer
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, newest_complete_checkpoint, train_or_skip
@@ -95,7 +96,7 @@ def get_tokenizer(args: ModelArguments, texts: Iterable[str], checkpoint: str | 
         checkpoint if checkpoint and os.path.exists(os.path.join(checkpoint, "tokenizer.json")) else None
     )
     if source:
-        return AutoTokenizer.from_pretrained(source)
+        return load_tokenizer(source, "--tokenizer" if args.tokenizer else "the resumed checkpoint")
     return train_bpe_tokenizer(texts, args.vocab_size)
 
 

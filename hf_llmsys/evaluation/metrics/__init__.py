@@ -21,21 +21,16 @@ def metric_path(name: str = "llmsys_perplexity") -> str:
 
 
 def resolve_model(model, tokenizer=None):
-    """(model, tokenizer) from objects, or from a folder/id string loaded with the Auto classes.
+    """(model, tokenizer) from objects, or from a folder / Hub id / adapter folder string (the commands' loader)."""
+    from ...data.pretrained_sources import load_causal_lm, load_tokenizer
 
-    Importing this package imported ``hf_llmsys``, which registered its architectures with the Auto classes.
-    """
     if isinstance(model, (str, Path)):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(model)) if tokenizer is None else tokenizer
-        model = AutoModelForCausalLM.from_pretrained(str(model))
+        tokenizer = load_tokenizer(model, "model") if tokenizer is None else tokenizer
+        model = load_causal_lm(model, "model")
     if tokenizer is None:
         raise ValueError("pass tokenizer= with a model object (or pass the model as a folder path)")
     if isinstance(tokenizer, (str, Path)):
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        tokenizer = load_tokenizer(tokenizer, "tokenizer")
     return model, tokenizer
 
 
