@@ -165,6 +165,21 @@ def test_a_port_in_use_is_one_line_before_the_model_is_read(tmp_path, capsys, mo
                                  "listens there); choose another --port\n"  # fmt: skip
 
 
+@pytest.mark.parametrize("kind", ["folder", "gguf"])
+def test_a_missing_server_install_is_one_line_naming_it(kind, tmp_path, capsys, monkeypatch):
+    from hf_llmsys.serving import cli
+
+    name, modules, install = cli.SERVERS[kind]
+    monkeypatch.setitem(cli.SERVERS, kind, (name, (*modules, "no_such_server_module"), install))
+    model = tmp_path / ("model.gguf" if kind == "gguf" else "model")
+    model.write_bytes(b"GGUF") if kind == "gguf" else model.mkdir()
+    assert llmsys(["serve", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"llmsys serve: error: MODEL {model}: served by {name}, which needs no_such_server_module: {install}\n"
+    )
+
+
 @pytest.mark.slow
 def test_transformers_server_serves_a_gpt3_an_alpaca_tuned_folder_and_an_adapter(
     chatml_tokenizer, ours, tmp_path, monkeypatch, capsys

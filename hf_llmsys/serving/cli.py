@@ -16,10 +16,20 @@ is one line. Only the standard library is imported before the arguments are pars
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from ..command_parser import CommandParser
 
+# what serves MODEL -> (its name, the modules it imports, the install that brings them)
+SERVERS = {
+    "folder": ("transformers' server", ("fastapi", "uvicorn", "openai", "pydantic"), "pip install 'hf-llmsys[serve]'"),
+    "gguf": (
+        "llama.cpp's server",
+        ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings"),
+        "pip install 'llama-cpp-python[server]' (compiles llama.cpp, several minutes)",
+    ),
+}
 GGUF_ONLY_DEFAULTS = {"template": "auto", "device": "auto", "dtype": "auto", "trust_remote_code": False}
 
 
@@ -63,19 +73,26 @@ def check_flags(args) -> None:
         raise ValueError(f"--dtype {args.dtype}: choose auto, float32, bfloat16 or float16")
 
 
+def check_server_installed(model: str) -> None:
+    """ValueError naming the install when the server for MODEL, or what it imports, is missing (looked up only)."""
+    name, modules, install = SERVERS["gguf" if is_gguf(model) else "folder"]
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ValueError(f"MODEL {model}: served by {name}, which needs {', '.join(missing)}: {install}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run ``llmsys serve`` (see the module docstring) until Ctrl-C."""
     args = build_parser().parse_args(argv)
     check_flags(args)
+    check_server_installed(args.model)
     from .listening import bind_listening_socket
 
     if is_gguf(args.model):
-        from .llama_cpp_backend import check_llama_cpp_server, serve_gguf
+        from .llama_cpp_backend import serve_gguf
 
-        model = Path(args.model).expanduser()
-        check_llama_cpp_server(model)
         with bind_listening_socket(args.host, args.port) as listening:
-            serve_gguf(model, listening)
+            serve_gguf(Path(args.model).expanduser(), listening)
         return
     with bind_listening_socket(args.host, args.port) as listening:  # before the model is read: a taken port is cheap
         from ..chat.loading import resolve_device

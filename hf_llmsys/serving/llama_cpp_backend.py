@@ -7,25 +7,14 @@ Prompts: the chat template the file carries (``tokenizer.chat_template``, which 
 writes), rendered by llama-cpp-python's Jinja2 chat formatter; generation stops at the file's end-of-generation
 tokens (EOS, and ``eot_token_id`` when the model's generation config listed an end-of-turn token).
 
-Needs ``pip install 'llama-cpp-python[server]'`` (compiles llama.cpp); without it, one line naming the install.
+Needs ``pip install 'llama-cpp-python[server]'`` (compiles llama.cpp); without it, one line naming the install
+(``cli.SERVERS``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 from pathlib import Path
-
-INSTALL = "pip install 'llama-cpp-python[server]'"
-SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
-
-
-def check_llama_cpp_server(model: Path) -> None:
-    """ValueError naming the install when llama-cpp-python's server or what it imports is missing."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ValueError(f"MODEL {model}: a GGUF file is served by llama.cpp's server, which needs "
-                         f"{', '.join(missing)}: {INSTALL} (compiles llama.cpp, several minutes)")  # fmt: skip
 
 
 def serve_gguf(model: Path, listening: socket.socket) -> None:
