@@ -174,10 +174,9 @@ def test_a_missing_server_install_is_one_line_naming_it(kind, tmp_path, capsys, 
     model = tmp_path / ("model.gguf" if kind == "gguf" else "model")
     model.write_bytes(b"GGUF") if kind == "gguf" else model.mkdir()
     assert llmsys(["serve", str(model)]) == 2
-    err = capsys.readouterr().err
-    assert (
-        err == f"llmsys serve: error: MODEL {model}: served by {name}, which needs no_such_server_module: {install}\n"
-    )
+    err = capsys.readouterr().err  # llama_cpp itself may be missing too: the message then names both
+    assert err.startswith(f"llmsys serve: error: MODEL {model}: served by {name}, which needs ")
+    assert err.endswith(f"no_such_server_module: {install}\n") and err.count("\n") == 1
 
 
 @pytest.mark.slow
