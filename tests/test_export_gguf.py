@@ -452,9 +452,10 @@ def test_llama_cpp_runs_a_tiny_trained_model_as_we_do(rope, tmp_path, shared_dat
     assert_llama_cpp_agrees(model, tok, path, [corpus[1000], *real_texts(shared_data)])
 
 
-# llama.cpp's gpt2 graph reads GELU from a float16 table of its input (ggml-cpu's GGML_GELU_FP16): measured
-# differences in docs/gguf.md; ours computes gelu_new in float32
-LLAMA_CPP_GPT2_LOGIT_TOL = 2e-2
+# f32: llama.cpp's gpt2 graph reads GELU from a float16 table of its input (ggml-cpu's GGML_GELU_FP16), ours computes
+# gelu_new in float32 (measured 7.9e-4). q8_0: ggml's q8_0 matrix products also round each activation row to 8 bits
+# per 32 values (vec_dot_q8_0_q8_0), beyond the weights' rounding our reference has (measured 0.029)
+LLAMA_CPP_GPT2_LOGIT_TOL = {"f32": 2e-3, "q8_0": 0.1}
 
 
 @pytest.mark.slow
@@ -467,7 +468,9 @@ def test_llama_cpp_runs_a_tiny_trained_gpt3_as_gpt2(dtype, tmp_path, shared_data
     tok, model = trained_tiny_gpt3(corpus)
     path = export_gguf(model, tok, tmp_path / f"gpt3-{dtype}.gguf", dtype)
     reference = model if dtype == "f32" else rounded_to(model, DTYPES[dtype][1])
-    assert_llama_cpp_agrees(reference, tok, path, [corpus[1000], *real_texts(shared_data)], LLAMA_CPP_GPT2_LOGIT_TOL)
+    assert_llama_cpp_agrees(
+        reference, tok, path, [corpus[1000], *real_texts(shared_data)], LLAMA_CPP_GPT2_LOGIT_TOL[dtype]
+    )
 
 
 def trained_tiny_gpt3(texts: list[str]):
