@@ -9,7 +9,7 @@ positional-encoding zoo in the background (<= 3 minutes on 2 free CPU cores).
 import os
 import sys
 
-from hf_llmsys.demo.cli import main
+from hf_llmsys.cli.demo import main
 
 
 def fetch_real_model() -> None:

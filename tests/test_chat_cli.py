@@ -414,8 +414,8 @@ def test_the_user_page_names_every_flag_and_command():
     """docs/chat.md's option table lists exactly the parser's flags; its command table every session command."""
     import re
 
-    from hf_llmsys.chat.cli import build_parser
     from hf_llmsys.chat.session import HELP
+    from hf_llmsys.cli.chat import build_parser
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "chat.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(--[a-z_]+)", page, flags=re.MULTILINE))

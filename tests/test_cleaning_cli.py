@@ -507,3 +507,19 @@ def test_every_document_dropped_is_an_empty_result_not_an_error(recipe, extra, t
     assert report["documents_in"] == 20 and report["documents_out"] == 0
     assert sum(report["dropped"].values()) == 20
     assert "wrote 0 documents" in capsys.readouterr().out
+
+
+def test_a_recipe_naming_a_backend_that_is_not_installed_is_refused_naming_the_install(tmp_path, monkeypatch, capsys):
+    """`backend: langid` without the langid package: one line naming the pip command, before any document."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "langid" else real_find_spec(name, *a))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("steps:\n  - step: language\n    backend: langid\n")
+    good = _write_jsonl(tmp_path / "good.jsonl", RECORDS)
+    out = tmp_path / "out"
+    assert _clean("--input", good, "--output", out, "--recipe", recipe) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("llmsys clean: error: ") and "needs the langid package" in err
+    assert "pip install 'hf-llmsys[langid]'" in err and not out.exists()

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from script_modules import load_script
 
-from hf_llmsys import cli, command_parser
-from hf_llmsys.stored_help import HELP_TEXTS
+from hf_llmsys import cli
+from hf_llmsys.cli import parsing
+from hf_llmsys.cli.stored_help import HELP_TEXTS
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "datasets", "huggingface_hub", "gradio")
@@ -65,18 +66,9 @@ def test_every_command_help_imports_no_heavy_library(name):
 
 
 def test_stored_help_equals_the_live_help():
-    fresh = command_parser.fresh_help_texts()
-    assert fresh == HELP_TEXTS, "stored help is stale: run `python -m hf_llmsys.command_parser` and commit it"
-    for name, module in command_parser.STORED_HELP_MODULES.items():
-        assert cli.SUBCOMMANDS[name][0].split(":")[0] == module
-        assert command_parser.stored_help(name) == fresh[name]["text"]
-
-
-def test_stored_help_is_not_used_once_its_sources_change(monkeypatch):
-    entry = HELP_TEXTS["train"]
-    edited = {**entry, "sources": {**entry["sources"], "training/job.py": "0" * 64}}
-    monkeypatch.setitem(HELP_TEXTS, "train", edited)
-    assert command_parser.stored_help("train") is None
+    fresh = load_script("scripts/write_stored_help.py", "write_stored_help").fresh_help_texts()
+    assert fresh == HELP_TEXTS, "stored help is stale: run `python scripts/write_stored_help.py` and commit it"
+    assert set(HELP_TEXTS) == set(cli.DATACLASS_COMMANDS)
 
 
 def job(name: str):
@@ -95,11 +87,11 @@ def test_short_help_lists_own_options_and_one_trainer_line(name):
     text = module.help_text()
     own = set()
     for dataclass_type in module.ARGUMENT_CLASSES:
-        own |= set(command_parser.own_fields(dataclass_type))
+        own |= set(parsing.own_fields(dataclass_type))
     for field_name in own:
         assert f"  --{field_name} " in text or f"  --{field_name}\n" in text or f"  --{field_name}," in text, field_name
     listed = {line.split()[0].rstrip(",")[2:] for line in text.splitlines() if line.startswith("  --")}
-    assert listed - {f"no_{n}" for n in own} - {"help-all"} == own  # nothing but its own options
+    assert listed - {f"no_{n}" for n in own} - {"help-all", "config"} == own  # nothing but its own options
     assert "optim" not in listed and "seed" not in listed  # the Trainer's are behind --help-all
     assert text.count(f"plus every `transformers.TrainingArguments` option: `llmsys {name} --help-all`") == 1
     assert len(text.splitlines()) < 160  # was 757 (train) / 740 (sft) lines
@@ -178,10 +170,10 @@ def test_pull_and_push_name_their_arguments_as_called(capsys):
 
 
 def test_demo_zoo_help_states_its_real_default():
-    from hf_llmsys.demo import cli as demo_cli
+    from hf_llmsys.cli import demo as demo_cli
     from hf_llmsys.demo.zoo import FULL_ZOO_DIR
 
-    assert f"default: {FULL_ZOO_DIR} when it exists" in demo_cli.ZOO_HELP and "--cache-dir" in demo_cli.ZOO_HELP
+    assert f"default: {FULL_ZOO_DIR} when it exists" in demo_cli.ZOO_HELP and "--cache_dir" in demo_cli.ZOO_HELP
     assert "module docstring" not in demo_cli.ZOO_HELP
 
 
@@ -201,18 +193,6 @@ def test_top_level_demo_line_names_every_tab():
     names = [key.value.lower() for key in tabs.keys]
     assert len(names) == 5
     assert all(tab in cli.SUBCOMMANDS["demo"][1] for tab in names), names
-
-
-@pytest.mark.slow
-def test_stale_stored_help_falls_back_to_the_live_help_in_an_ordinary_interpreter():
-    prelude = (
-        "import hf_llmsys_cli; hf_llmsys_cli.enter_packages_without_init()\n"
-        "from hf_llmsys.stored_help import HELP_TEXTS\n"
-        "HELP_TEXTS['sft']['sources']['training/job.py'] = '0' * 64  # as after an edit not yet regenerated"
-    )
-    done = run_entry(["sft", "--help"], prelude=prelude)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == HELP_TEXTS["sft"]["text"]  # the live help, printed by the re-executed interpreter
 
 
 def load_bench():

@@ -368,12 +368,12 @@ def test_twenty_concurrent_clients_are_all_served(served):
 
 
 def test_cli_rejects_bad_options(tmp_path):
-    from hf_llmsys.demo.cli import parse_args
+    from hf_llmsys.cli.demo import parse_args
     from hf_llmsys.demo.zoo import resolve_zoo_source
 
     with pytest.raises(ValueError, match="--zoo and --quick"):
         parse_args(["--zoo", "x", "--quick"])
-    with pytest.raises(ValueError, match="--max-beams must be >= 1"):
+    with pytest.raises(ValueError, match="--max_beams must be >= 1"):
         parse_args(["--max-beams", "0"])
     with pytest.raises(ValueError, match="has no zoo.json"):
         resolve_zoo_source(str(tmp_path))

@@ -252,9 +252,9 @@ def test_a_page_opened_during_training_fills_in_when_the_zoo_is_loaded(browser, 
     says so, and its perplexity and generation views fill in by themselves once the zoo is loaded."""
     import threading
 
+    from hf_llmsys.cli.demo import launch
     from hf_llmsys.data.corpus import load_default_corpus
     from hf_llmsys.demo.app import DemoContext, build_app
-    from hf_llmsys.demo.cli import launch
     from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
 
     text = tmp_path / "text.txt"

@@ -53,8 +53,8 @@ def free_port() -> int:
 
 def launch_demo(argv: list[str], real_model: bool = False):
     """(demo, url, ctx) for ``llmsys demo`` options, launched with prevent_thread_lock=True."""
+    from hf_llmsys.cli.demo import build_context, launch, parse_args
     from hf_llmsys.demo.app import build_app
-    from hf_llmsys.demo.cli import build_context, launch, parse_args
 
     port = free_port()
     options = parse_args([*argv, "--port", str(port), *([] if real_model else ["--no-real-model"])])

@@ -1,35 +1,44 @@
-"""Every snippet a user copies from README.md and docs/*.md runs, and every relative link resolves.
+"""Every snippet a user copies from README.md and docs/ runs as written, and every link resolves.
 
-A page's runnable blocks run in document order in one temporary folder (the working directory) and one Python
-namespace, as a reader following the page would run them (mktestdocs' idea, without its dependency):
+A page's python and bash blocks run in document order in one temporary folder (the working directory, which holds
+a link to the repository's ``scripts/`` so that ``python scripts/...`` runs as from the repository root) and one
+Python namespace, as a reader following the page would run them (mktestdocs' idea, without its dependency):
 
 - a ```python block is executed;
 - a ```bash block whose every command starts with ``llmsys`` runs each command through ``hf_llmsys.cli.main`` in
-  this process (exit status 0 expected; continuation lines joined); other bash blocks (set-up, torchrun, scripts)
-  are shown, not run;
+  this process (exit status 0 expected; continuation lines joined), except ``llmsys demo``, which is started as a
+  process, its page fetched, and stopped; any other bash block runs in ``bash -euo pipefail`` with the virtual
+  environment's ``bin`` first on ``PATH``;
 - the line ``<!-- slow -->`` right before a block moves it to the slow suite (the page's slow test runs every block;
   its default test skips the slow ones, so a page keeps its cheap blocks independent of its slow ones);
-- the line ``<!-- no-run: reason -->`` right before a block never runs it (a GPU, the real Hub): at most a quarter
-  of all python blocks may carry it.
+- the line ``<!-- no-run: reason -->`` right before a block never runs it (a GPU, the real Hub, the set-up of a
+  machine): at most a quarter of all python and bash blocks may carry it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*(slow|no-run:\s*(?P<reason>.+?))\s*-->\s*$")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 # benchmarks whose scripts do not write through scripts/bench/results_files.py yet
 NOT_YET_WRITTEN_BY_RESULTS_FILES = ()
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+DEMO_START_S = 600  # the demo loads SmolLM2 and starts its zoo's training before it serves the page
 
 
 @dataclass
@@ -41,16 +50,25 @@ class Block:
     marker: str | None  # "slow", "no-run" or None
 
     @property
-    def llmsys_commands(self) -> list[str] | None:
-        """The commands of a bash block if every one starts with ``llmsys``, else None (shown, not run)."""
-        if self.language != "bash":
-            return None
+    def commands(self) -> list[str]:
+        """The commands of a bash block, continuation lines joined, comments dropped."""
         joined = re.sub(r"\\\n\s*", " ", self.code)
         commands = [line.split(" #", 1)[0].strip() for line in joined.splitlines()]
-        commands = [c for c in commands if c and not c.startswith("#")]
+        return [c for c in commands if c and not c.startswith("#")]
+
+    @property
+    def llmsys_commands(self) -> list[str] | None:
+        """The commands of a bash block if every one starts with ``llmsys``, else None (run by bash)."""
+        if self.language != "bash":
+            return None
+        commands = self.commands
         if not commands or not all(c.startswith("llmsys ") or c == "llmsys" for c in commands):
             return None
         return commands
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
 
 
 def blocks(page: Path) -> list[Block]:
@@ -76,7 +94,7 @@ def blocks(page: Path) -> list[Block]:
 
 
 def runnable(block: Block) -> bool:
-    return block.marker != "no-run" and (block.language == "python" or block.llmsys_commands is not None)
+    return block.marker != "no-run" and block.language in ("python", "bash")
 
 
 def page_cases() -> list:
@@ -93,10 +111,51 @@ def page_cases() -> list:
     return cases
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bin_path() -> str:
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def run_demo(command: str, where: str) -> None:
+    """`llmsys demo ...` as written, on a free port: started, its page fetched, stopped."""
+    port = free_port()
+    env = {**os.environ, "PATH": bin_path(), "GRADIO_SERVER_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(shlex.split(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline, address, seen = time.monotonic() + DEMO_START_S, None, []
+        while address is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line and process.poll() is not None:
+                break
+            seen.append(line)
+            if line.startswith("llmsys demo: http://"):
+                address = line.split()[2]
+        assert address is not None, f"{where}: `{command}` never served its page:\n{''.join(seen)[-3000:]}"
+        assert address == f"http://127.0.0.1:{port}", address
+        with urllib.request.urlopen(address, timeout=60) as page:
+            assert page.status == 200 and "gradio" in page.read().decode("utf-8", "replace").lower()
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def run_llmsys(command: str, where: str) -> None:
     from hf_llmsys.cli import main
 
     argv = shlex.split(command)[1:]
+    if argv[:1] == ["demo"]:
+        run_demo(command, where)
+        return
     try:
         status = main(argv)
     except SystemExit as done:  # argparse's --help
@@ -104,27 +163,55 @@ def run_llmsys(command: str, where: str) -> None:
     assert status == 0, f"{where}: `{command}` exited with {status}"
 
 
+def run_bash(block: Block) -> None:
+    env = {**os.environ, "PATH": bin_path()}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], env=env, capture_output=True, text=True,
+                          timeout=1800)  # fmt: skip
+    assert done.returncode == 0, f"{block.where}: exited with {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}"
+
+
 @pytest.mark.parametrize(("page", "with_slow"), page_cases())
 def test_page_snippets_run_in_order(page: Path, with_slow: bool, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["snippet"])
+    (tmp_path / "scripts").symlink_to(REPO / "scripts", target_is_directory=True)
     namespace: dict = {"__name__": "__snippet__"}
     for block in blocks(page):
         if not runnable(block) or (block.marker == "slow" and not with_slow):
             continue
-        where = f"{page.relative_to(REPO)}:{block.line}"
         if block.language == "python":
-            exec(compile(block.code, where, "exec"), namespace)  # noqa: S102  (the page's own code)
-        else:
+            exec(compile(block.code, block.where, "exec"), namespace)  # noqa: S102  (the page's own code)
+        elif block.llmsys_commands is not None:
             for command in block.llmsys_commands:
-                run_llmsys(command, where)
+                run_llmsys(command, block.where)
+        else:
+            run_bash(block)
 
 
-def test_at_most_a_quarter_of_python_blocks_are_not_run():
-    python = [b for page in PAGES for b in blocks(page) if b.language == "python"]
-    skipped = [f"{b.page.name}:{b.line}" for b in python if b.marker == "no-run"]
-    assert python, "no python blocks found"
-    assert len(skipped) * 4 <= len(python), f"{len(skipped)} of {len(python)} python blocks are no-run: {skipped}"
+def all_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page) if b.language in ("python", "bash")]
+
+
+def test_at_most_a_quarter_of_the_blocks_are_not_run():
+    found = all_blocks()
+    skipped = [b.where for b in found if b.marker == "no-run"]
+    assert found, "no python or bash blocks found"
+    assert len(skipped) * 4 <= len(found), f"{len(skipped)} of {len(found)} blocks are no-run: {skipped}"
+
+
+def test_command_lines_are_bash_blocks_and_no_run_says_why():
+    """A command a user runs is a ```bash block (so it runs here or says why not), never ```text or unlabelled."""
+    for page in PAGES:
+        for block in blocks(page):
+            if block.language not in ("python", "bash"):
+                first = block.code.lstrip().split("\n", 1)[0]
+                assert not re.match(r"^(\$ )?(llmsys|python|bash|torchrun|accelerate|pip) ", first) or first.startswith(
+                    "$ "
+                ), f"{block.where}: a command in a ```{block.language} block; make it ```bash"
+    for line in (line for page in PAGES for line in page.read_text(encoding="utf-8").splitlines()):
+        match = MARKER.match(line)
+        if match and match.group(1) != "slow":
+            assert len(match.group("reason")) >= 10, f"no-run marker without a reason: {line}"
 
 
 def test_markers_stand_right_before_a_block():
@@ -152,13 +239,16 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def page_links(page: Path) -> list[str]:
+    """The relative link targets of a page, outside code blocks."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return [target for target in LINK.findall(text) if not re.match(r"^[a-z]+:", target)]
+
+
 def test_relative_links_resolve():
     broken = []
     for page in PAGES:
-        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
-        for target in LINK.findall(text):
-            if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
-                continue
+        for target in page_links(page):
             path, _, anchor = target.partition("#")
             resolved = (page.parent / path).resolve() if path else page
             if not resolved.exists():
@@ -198,9 +288,11 @@ def test_benchmark_tables_are_generated_from_their_json(tmp_path):
 def test_docs_site_builds_strict(tmp_path):
     """mkdocs.yml's nav names every page and every page's internal references resolve (mkdocs --strict)."""
     pytest.importorskip("mkdocs", reason="mkdocs is in the dev extra: pip install -e '.[dev]'")
-    import subprocess
-
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f",
                            str(REPO / "mkdocs.yml"), "-d", str(tmp_path / "site")],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    nav = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    missing = [p.relative_to(REPO / "docs").as_posix() for p in REPO.glob("docs/**/*.md")]
+    assert [p for p in missing if f": {p}" not in nav] == [], "pages not in mkdocs.yml's nav"
+    assert "getting-started.md" in nav

@@ -221,13 +221,16 @@ def test_revisions_branch_tag_and_commit_sha_load_their_own_weights(client, hub,
 
 
 def cli_error(client, argv: list[str], token: str | None = ALICE) -> str:  # noqa: F811
-    """Run `llmsys ARGV` in the client; it must exit 2 with exactly one line on stderr, returned."""
+    """Run `llmsys ARGV` in the client; it must exit 2 with one error line on stderr (after the command's progress
+    note, "pushing ..."), returned."""
     answer = client.call(f"import sys\nresult = llmsys({argv!r})", token=token)
     assert "error" not in answer, answer["error"]["traceback"]
     assert answer["result"] == 2, answer
     lines = answer["stderr"].strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsys {argv[0]}: error: "), answer["stderr"]
-    return lines[0]
+    errors = [line for line in lines if line.startswith(f"llmsys {argv[0]}: error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0] and "Traceback" not in answer["stderr"], answer["stderr"]
+    assert all(line.startswith(("pushing ", "pulling ")) for line in lines[:-1]), answer["stderr"]
+    return errors[0]
 
 
 def test_private_repo_is_invisible_without_a_token_to_others_and_with_a_wrong_token(client, hub, tmp_path):  # noqa: F811
@@ -403,7 +406,7 @@ def test_push_of_a_foreign_model_type_uploads_without_writing_a_card(client, hub
         """
     )
     assert answer.get("result") == 0.0, answer
-    assert "no model card written" in answer["stdout"] and not (tmp_path / "llama" / "README.md").exists()
+    assert "warning: no model card written" in answer["stderr"] and not (tmp_path / "llama" / "README.md").exists()
 
 
 def test_stored_login_is_used_when_hf_token_is_unset(client, hub, tmp_path):  # noqa: F811

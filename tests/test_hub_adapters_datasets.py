@@ -124,15 +124,19 @@ def test_llmsys_clean_output_pushed_as_a_dataset_and_loaded_back(client, hub, tm
     assert (pulled / "report.json").read_bytes() == (out / "report.json").read_bytes()
 
 
-def test_push_warns_when_an_adapter_base_is_a_local_path(tmp_path, capsys):
-    """What `llmsys sft --lora` saves names its base by local path: push says others cannot resolve it."""
-    from hf_llmsys.hub.cli import warn_about_local_base
+def test_push_warns_when_an_adapter_base_is_a_local_path(tmp_path, caplog):
+    """What `llmsys sft --lora_r N` saves names its base by local path: push warns that others cannot resolve it."""
+    import logging
+
     from hf_llmsys.hub.folders import saved_folder
+    from hf_llmsys.hub.transfer import warn_about_local_base
 
     (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path)}))
     (tmp_path / "adapter_model.safetensors").write_bytes(b"")
-    warn_about_local_base(saved_folder(tmp_path))
-    assert "local path" in capsys.readouterr().out
+    with caplog.at_level(logging.WARNING, logger="hf_llmsys"):
+        warn_about_local_base(saved_folder(tmp_path))
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] and "local path" in caplog.records[0].message
+    caplog.clear()
     (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "alice/lora-base"}))
     warn_about_local_base(saved_folder(tmp_path))
-    assert capsys.readouterr().out == ""
+    assert caplog.records == []

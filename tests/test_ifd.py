@@ -307,7 +307,7 @@ def test_cli_refuses_a_max_length_that_cuts_the_prompts(saved_model, tokenizer, 
     out = tmp_path / "selected.json"
     assert run_cli(saved_model, data, out, "--max-length", "4") == 2
     err = capsys.readouterr().err
-    assert "--max-length 4: the prompt of 10 of 10 records does not fit" in err and "--max-dropped" in err
+    assert "--max_length 4: the prompt of 10 of 10 records does not fit" in err and "--max_dropped" in err
     assert not out.exists()
     # Longer prompts for the first three: they do not fit, are dropped and counted, the rest is scored.
     longest = max(len(encode(tokenizer, format_prompt(r))) for r in records)
@@ -322,7 +322,7 @@ def test_cli_refuses_a_max_length_that_cuts_the_prompts(saved_model, tokenizer, 
     assert run_cli(saved_model, data, out, "--max-length", max_length, *extra) == 0
     printed = capsys.readouterr().out
     assert "records scored: 7 of 10" in printed
-    assert "dropped (prompt does not fit in --max-length): 3" in printed
+    assert "dropped (prompt does not fit in --max_length): 3" in printed
     scores = [json.loads(line) for line in scores_out.read_text().splitlines()]
     assert [s["ifd"] is None for s in scores] == [True] * 3 + [False] * 7
     assert all(r["ifd"] is not None for r in json.loads(out.read_text()))

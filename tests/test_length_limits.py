@@ -152,7 +152,7 @@ def test_train_block_size_fits_the_resumed_checkpoint(text_file, tmp_path, capsy
     assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 32
 
 
-# ---------------------------------------------------------------- llmsys ppl --max-length
+# ---------------------------------------------------------------- llmsys ppl --max_length
 
 
 @pytest.fixture(scope="module")
@@ -189,5 +189,5 @@ def test_ppl_max_length_past_the_table_refused_before_reading_data(ppl_models, c
     root, _ = ppl_models
     assert main(["ppl", "--model", str(root / "gpt3"), "--data", "/nonexistent/text.txt", "--max-length", "25"]) == 2
     err = capsys.readouterr().err
-    assert "--max-length 25 exceeds" in err and "config.max_position_embeddings=24" in err
-    assert "--max-length <= 24" in err and "Traceback" not in err and "nonexistent" not in err
+    assert "--max_length 25 exceeds" in err and "config.max_position_embeddings=24" in err
+    assert "--max_length <= 24" in err and "Traceback" not in err and "nonexistent" not in err

@@ -132,9 +132,9 @@ def test_user_errors_exit_2(saved_model, tmp_path, capsys):
     assert llmsys([*base, str(tmp_path / "missing.txt")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert llmsys([*base, str(text), "--max-length", "8", "--stride", "9"]) == 2
-    assert "--stride 9 > --max-length 8" in capsys.readouterr().err  # the flags, checked before the model loads
-    for flags, named in [(["--max-length", "1"], "--max-length"), (["--stride", "0"], "--stride"),
-                         (["--batch-size", "0"], "--batch-size")]:  # fmt: skip
+    assert "--stride 9 > --max_length 8" in capsys.readouterr().err  # the flags, checked before the model loads
+    for flags, named in [(["--max-length", "1"], "--max_length"), (["--stride", "0"], "--stride"),
+                         (["--batch-size", "0"], "--batch_size")]:  # fmt: skip
         assert llmsys([*base, str(text), *flags]) == 2
         assert named in capsys.readouterr().err
     for name, content in [("empty.txt", b" \n"), ("latin1.txt", "café".encode("latin-1"))]:
@@ -150,7 +150,8 @@ def test_user_errors_exit_2(saved_model, tmp_path, capsys):
 def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_path, capsys, monkeypatch):
     """Many small groups give the one-group figures; a JSON Lines record holding U+2028 (a line break to
     ``str.splitlines``, not to JSON Lines) stays one record; a bad byte on a later line is named by its offset."""
-    from hf_llmsys.evaluation import ppl_cli, text_inputs
+    from hf_llmsys.cli import ppl as ppl_cli
+    from hf_llmsys.evaluation import text_inputs
 
     records = tmp_path / "records.jsonl"
     texts = [f"{TEXTS[i % 2]} line\u2028{i}" for i in range(9)]
@@ -188,3 +189,21 @@ def test_bench_script_quick(tmp_path):
     assert results["doc"]["tokens_counted"] == results["doc"]["tokens_scored"] + 1
     assert results["ours_equal_set"]["tokens_scored"] == results["doc"]["tokens_scored"]
     assert results["speed_ratio"] > 0
+
+
+def test_the_demo_and_chat_take_an_adapter_folder_as_ppl_does(saved_model, adapter_folder):
+    """`llmsys demo --model ADAPTER` (and `llmsys chat ADAPTER`) load through the same loader: the base with the
+    adapter on it, the base's tokenizer, named after the adapter folder."""
+    import torch
+    from peft import PeftModel
+
+    from hf_llmsys.chat.loading import resolve_chat_source
+    from hf_llmsys.cli.demo import load_user_model
+
+    entry = load_user_model(str(adapter_folder))
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(saved_model), adapter_folder).eval()
+    ids = entry.tokenizer(TEXTS[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(entry.model(ids).logits, merged(ids).logits, atol=1e-5)
+    assert entry.name == adapter_folder.name
+    assert resolve_chat_source(str(adapter_folder), template="alpaca").base == str(saved_model)

@@ -167,7 +167,7 @@ def test_a_port_in_use_is_one_line_before_the_model_is_read(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("kind", ["folder", "gguf"])
 def test_a_missing_server_install_is_one_line_naming_it(kind, tmp_path, capsys, monkeypatch):
-    from hf_llmsys.serving import cli
+    from hf_llmsys.cli import serve as cli
 
     name, modules, install = cli.SERVERS[kind]
     monkeypatch.setitem(cli.SERVERS, kind, (name, (*modules, "no_such_server_module"), install))

@@ -12,7 +12,7 @@ from huggingface_hub.utils import validate_repo_id
 from safetensors.torch import load_file, save_file
 
 from hf_llmsys import cli
-from hf_llmsys.user_errors import describe
+from hf_llmsys.cli.errors import describe
 
 
 def _raise_in_subcommand(monkeypatch, exc_factory):

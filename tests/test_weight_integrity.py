@@ -15,7 +15,7 @@ from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.checkpoints import weight_integrity
 from hf_llmsys.checkpoints.weight_integrity import AlteredWeightsError, safetensors_header_problem
 from hf_llmsys.cli import main
-from hf_llmsys.hub import cli as hub_cli
+from hf_llmsys.hub import transfer as hub_transfer
 
 TINY = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
 
@@ -132,6 +132,6 @@ def test_pull_verifies_what_it_downloaded(saved, tmp_path, monkeypatch):
         shutil.copytree(saved, local_dir)
         return local_dir
 
-    monkeypatch.setattr(hub_cli, "snapshot_download", fake_download)
+    monkeypatch.setattr(hub_transfer, "snapshot_download", fake_download)
     with pytest.raises(ValueError, match="model.safetensors: its sha256 differs"):
-        hub_cli.pull_repo("alice/model", tmp_path / "pulled", api=Api())
+        hub_transfer.pull_repo("alice/model", tmp_path / "pulled", api=Api())

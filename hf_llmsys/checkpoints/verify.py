@@ -1,4 +1,4 @@
-"""`llmsys verify FOLDER [--update]`: the full sha256 check of a saved model folder (``models/weight_integrity.py``).
+"""The full sha256 check of a saved model folder (``weight_integrity.py``): `llmsys verify FOLDER [--update]`.
 
 Loading checks only sizes and safetensors headers; this hashes every weight file against ``checksums.sha256``
 and its size against ``checksums.sizes``, prints one line per file, and exits 2 naming each file that differs.
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..command_parser import CommandParser
-
-# weight_integrity imports transformers: imported by the functions, so `llmsys verify --help` stays instant
+# weight_integrity imports transformers: imported by the functions
 
 
 def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
@@ -50,18 +48,3 @@ def print_verify_report(report: dict) -> None:
         print(f"{report['folder']}: recorded sha256 and sizes of {len(report['files'])} weight files")
     else:
         print(f"{report['folder']}: {len(report['files'])} weight files match {CHECKSUM_FILE}")
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """`llmsys verify FOLDER [--update]`."""
-    parser = CommandParser(
-        prog="llmsys verify", description="Check every weight file of FOLDER against its sha256 manifest."
-    )
-    parser.add_argument("folder", metavar="FOLDER", help="a folder written by save_pretrained / llmsys train / sft")
-    parser.add_argument(
-        "--update", action="store_true", help="record the files as they are now (accept a deliberate edit)"
-    )
-    args = parser.parse_args(argv)
-    report = verify_checkpoint(args.folder, update=args.update)
-    print_verify_report(report)
-    return report

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..command_parser import answer_help, dataclass_parser, parse_into_dataclasses, short_help
+from ..cli.parsing import answer_help, dataclass_parser, parse_into_dataclasses, short_help
 from .files import OUTPUT_FORMATS, check_output_dir, publish, read_input, staging_dir, write_documents
 from .pipeline import clean
 from .recipes import RECIPES, load_recipe
@@ -77,19 +77,19 @@ class CleanArguments:
 ARGUMENT_CLASSES = (CleanArguments,)
 
 
-def argument_parser():
-    """transformers' HfArgumentParser over `CleanArguments` (`command_parser.dataclass_parser`)."""
+def build_parser():
+    """transformers' HfArgumentParser over `CleanArguments` (`cli.parsing.dataclass_parser`)."""
     return dataclass_parser(ARGUMENT_CLASSES, "llmsys clean", __doc__.split("\n\n")[0])
 
 
 def help_text() -> str:
-    """`llmsys clean --help` (stored for the console script: `command_parser.stored_help`)."""
-    return short_help(argument_parser(), ARGUMENT_CLASSES)
+    """`llmsys clean --help` (stored for the console script: `cli.stored_help`)."""
+    return short_help(build_parser(), ARGUMENT_CLASSES)
 
 
 def parse_args(argv: list[str] | None) -> CleanArguments:
     """Parse and validate `llmsys clean` arguments."""
-    parser = argument_parser()
+    parser = build_parser()
     answer_help(parser, ARGUMENT_CLASSES, argv)
     (args,) = parse_into_dataclasses(parser, argv)
     if args.format not in OUTPUT_FORMATS:

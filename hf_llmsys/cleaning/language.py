@@ -59,6 +59,18 @@ BACKENDS: dict[str, Callable[[str, int], tuple[str | None, float]]] = {
     "langdetect": identify_langdetect,
     "langid": identify_langid,
 }
+# backend -> (its module, how to install it): langdetect is a dependency; langid comes with the `langid` extra
+BACKEND_PACKAGES = {"langdetect": ("langdetect", "pip install langdetect"),
+                    "langid": ("langid", "pip install 'hf-llmsys[langid]' (or pip install langid)")}  # fmt: skip
+
+
+def check_backend_installed(backend: str) -> None:
+    """ValueError naming the install command when `backend`'s package is not installed (before any document)."""
+    import importlib.util
+
+    module, install = BACKEND_PACKAGES[backend]
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"language: backend {backend!r} needs the {module} package, which is not installed: {install}")
 
 
 def identify(text: str, max_chars: int = 2000, backend: str = "langdetect") -> tuple[str | None, float]:
@@ -91,6 +103,7 @@ class LanguageFilter(DocumentStep):
         self.min_score = self.check_number("min_score", min_score, 0.0, 1.0)
         self.max_chars = self.check_number("max_chars", max_chars, 50, None, integer=True)
         self.backend = self.check_choice("backend", backend, sorted(BACKENDS))
+        check_backend_installed(self.backend)
 
     def apply(self, doc: Document) -> str | None:
         code, score = identify(doc.text, self.max_chars, self.backend)

@@ -181,7 +181,8 @@ def _model_class(config, auto_class, prefer_ours: bool):
 def load_model(source: str | os.PathLike, flag: str = "--model", *, merge_adapter: bool = False,
                prefer_ours: bool = False, **kwargs):  # fmt: skip
     """A model folder, Hub id or PEFT adapter folder (base + adapter; merged with `merge_adapter`), as a causal LM
-    or, for an encoder-decoder config, a seq2seq LM; `prefer_ours`: see `_model_class`. ``kwargs`` go to
+    or, for an encoder-decoder config, a seq2seq LM. `prefer_ours` reads a transformers ``llama`` folder (or an
+    adapter's ``llama`` base) with our Llama class, which has the same module names. ``kwargs`` go to
     ``from_pretrained`` (of the base, for an adapter)."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 

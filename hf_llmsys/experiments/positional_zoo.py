@@ -47,7 +47,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, default_da
 from transformers.trainer_callback import PrinterCallback
 from transformers.utils import logging
 
-from ..command_logging import command_logging
+from ..cli.log_output import command_logging
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM

@@ -66,8 +66,8 @@ def export(
     """Export ``model_or_dir`` (a saved folder, a PEFT adapter folder, or a model of ours) to ``out``; returns ``out``.
 
     ``tokenizer``: saved with an in-memory model (a folder's own tokenizer is found by itself). ``dtype``: GGUF's
-    tensor type (default f32; one of ``GGUF_DTYPES``). ``repo_id``: the Hub id the transformers export's model card loads from (``llmsys
-    push`` sets it; default the output folder).
+    tensor type (default f32; one of ``GGUF_DTYPES``). ``repo_id``: the Hub id the transformers export's model card
+    loads from (``llmsys push`` sets it; default the output folder).
     """
     from .sources import check_output, load_source, staged_output
 

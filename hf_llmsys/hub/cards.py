@@ -1,4 +1,4 @@
-"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card FOLDER` (its parser: `hub/cli.py`).
+"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card FOLDER` (its parser: `cli/hub.py`).
 
 ``write_model_card(folder)`` reads what the folder holds and nothing else:
 - ``config.json`` -> the architecture table (parameters counted on the model built on the meta device, layers,

@@ -8,7 +8,7 @@ writes), rendered by llama-cpp-python's Jinja2 chat formatter; generation stops 
 tokens (EOS, and ``eot_token_id`` when the model's generation config listed an end-of-turn token).
 
 Needs ``pip install 'llama-cpp-python[server]'`` (compiles llama.cpp); without it, one line naming the install
-(``cli.SERVERS``).
+(``hf_llmsys/cli/serve.py``, ``SERVERS``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ supplies its data, model and collator and calls these. Order of a job (every che
    with `torch_compile`: whether the model was compiled, by which backend and mode, and the graphs and graph
    breaks torch.compile recorded.
 
-Progress notes are log records (`hf_llmsys.command_logging`), never prints.
+Progress notes are log records (`hf_llmsys.cli.log_output`), never prints.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from transformers import GenerationConfig, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from ..command_logging import follow_trainer_log_level
-from ..command_parser import answer_help, command_help, dataclass_parser, parse_into_dataclasses
+from ..cli.log_output import follow_trainer_log_level
+from ..cli.parsing import answer_help, command_help, dataclass_parser, parse_into_dataclasses
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
 from .output_dir import atomic_save
@@ -47,11 +47,28 @@ class JobTrainingArguments(TrainingArguments):
     disable_tqdm: bool | None = field(default=False, metadata={"help": "Hide the progress bar."})
     dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin batches in memory (GPU only)."})
 
+    def __post_init__(self):
+        super().__post_init__()
+        check_report_to(self.report_to)
+
+
+def check_report_to(report_to) -> None:
+    """ValueError naming the install when --report_to names a tracker whose package is not installed (transformers
+    would fail later, building the Trainer, with a traceback)."""
+    from transformers.integrations import integration_utils
+
+    for name in report_to or []:
+        available = getattr(integration_utils, f"is_{name}_available", None)
+        if available is not None and not available():
+            package = {"tensorboard": "tensorboard"}.get(name, name)
+            raise ValueError(f"--report_to {name}: the {package} package is not installed; pip install {package}, "
+                             "or leave --report_to out")  # fmt: skip
+
 
 def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str, description: str | None = None) -> tuple:
     """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors.
 
-    ``-h`` / ``--help`` prints the job's own options, ``--help-all`` every option (`command_parser`); a usage error
+    ``-h`` / ``--help`` prints the job's own options, ``--help-all`` every option (`cli.parsing`); a usage error
     is one line. The last dataclass is the job's TrainingArguments: its --log_level / --log_level_replica set this
     process's level of the library's log records.
     """
@@ -63,7 +80,7 @@ def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str, de
 
 
 def job_help(dataclass_types: tuple, prog: str, description: str | None = None) -> str:
-    """The short help of a job (what ``-h`` prints; stored for the console script: `command_parser.stored_help`)."""
+    """The short help of a job (what ``-h`` prints; stored for the console script: `cli.stored_help`)."""
     return command_help(dataclass_parser(dataclass_types, prog, description), dataclass_types)
 
 

@@ -112,6 +112,14 @@ class ModelArguments:
         default="relu", metadata={"help": "T5 only: 'relu' (v1.0) or 'gated-gelu' (v1.1) feed-forward."}
     )
     dropout_rate: float = field(default=0.0, metadata={"help": "T5 only: dropout (the T5 paper used 0.1)."})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "Any config field of --model_type as name=value pairs, applied over the flags above (values "
+            "read as YAML): e.g. position_embedding_type=alibi,attention_layout=[dense,local]. In a --config file "
+            "also a mapping. The fields: docs/reference/config-fields.md."
+        },
+    )
 
 
 @dataclass
@@ -203,7 +211,7 @@ FLAG_SCOPES: dict[str, FlagScope] = flag_scopes(
 
 @dataclass
 class LlmsysTrainingArguments(JobTrainingArguments):
-    """`TrainingArguments` with defaults tuned for the five-minute CPU default job."""
+    """`TrainingArguments` with defaults tuned for the default job on a CPU."""
 
     output_dir: str | None = field(default=DEFAULT_OUTPUT_DIR, metadata={"help": "Where to save everything."})
     learning_rate: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
@@ -253,7 +261,9 @@ def validate_pretrain_args(
 def check_default_layout_tiles(model_args: ModelArguments) -> None:
     """Without --attention_layout a decoder gets its config class's default layout (GPT-3: dense / local), which
     must tile --num_hidden_layers: a ValueError naming both flags otherwise."""
-    if model_args.attention_layout is not None:
+    from .config_overrides import parse_overrides
+
+    if model_args.attention_layout is not None or "attention_layout" in parse_overrides(model_args.config_overrides):
         return
     config_class = architecture(model_args.model_type, "--model_type").config_class
     layout = getattr(config_class(), "attention_layout", None) or []

@@ -68,8 +68,9 @@ def get_t5_tokenizer(model_args, texts: Iterable[str], checkpoint: str | None):
 def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
     """The T5 config for these arguments and this tokenizer (special ids from the tokenizer)."""
     from ..models import LlmsysT5Config
+    from .config_overrides import build_with_overrides
 
-    return LlmsysT5Config(
+    fields = dict(
         vocab_size=len(tokenizer),
         d_model=model_args.hidden_size,
         d_ff=model_args.intermediate_size or 4 * model_args.hidden_size,
@@ -84,6 +85,7 @@ def build_t5_config(model_args, tokenizer, dropout_rate: float | None = None):
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,
     )
+    return build_with_overrides(LlmsysT5Config, fields, model_args.config_overrides, "llmsys_t5")
 
 
 def raw_examples(

@@ -51,6 +51,7 @@ from transformers import (
 )
 from transformers.utils import logging
 
+from ..cli.parsing import dataclass_parser
 from ..data.alpaca_records import mix_records
 from ..data.conversation_labels import ConversationEncoder, ConversationTemplate, last_exchange
 from ..data.conversation_records import load_sft_records
@@ -104,6 +105,11 @@ DESCRIPTION = (
 def parse_args(argv: list[str] | None) -> tuple[SFTModelArguments, SFTDataArguments, SFTTrainingArguments]:
     """Parse `llmsys sft` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
     return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys sft", DESCRIPTION)
+
+
+def build_parser():
+    """The flags of `llmsys sft` (transformers' HfArgumentParser over the job's dataclasses)."""
+    return dataclass_parser(ARGUMENT_CLASSES, "llmsys sft", DESCRIPTION)
 
 
 def help_text() -> str:

@@ -7,7 +7,7 @@ encoder-decoder (`seq2seq_train.py`). Each type's job and config builder are its
 `checkpoints.py`, `output_dir.py`) and read the same text (`text_data.py`); the flags are in `pretrain_arguments.py`.
 
 Arguments are parsed the transformers-examples way (dataclasses + `HfArgumentParser`); the defaults run the
-default job (the embedded public-domain corpus, a ~1.1M-parameter model) in about five minutes on two CPU cores.
+default job (the embedded public-domain corpus, a ~1.1M-parameter model, 800 steps).
 Output: model, tokenizer, generation config and `train_results.json`, saved atomically (`output_dir.py`).
 """
 
@@ -19,14 +19,16 @@ import sys
 import time
 from collections.abc import Iterable
 
-from transformers import HfArgumentParser, Trainer, default_data_collator
+from transformers import Trainer, default_data_collator
 from transformers.utils import logging
 
 from ..architectures import architecture
+from ..cli.parsing import apply_config_file, dataclass_parser, take_config_file
 from ..data.pretrained_sources import load_tokenizer
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, newest_complete_checkpoint, train_or_skip
+from .config_overrides import build_with_overrides, parse_overrides
 from .job import (
     apply_speed_layer,
     examples_per_step,
@@ -79,14 +81,23 @@ def parse_args(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, L
     return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys train", __doc__.split("\n\n")[0])
 
 
+def build_parser():
+    """The flags of `llmsys train` (transformers' HfArgumentParser over the job's dataclasses)."""
+    return dataclass_parser(ARGUMENT_CLASSES, "llmsys train", __doc__.split("\n\n")[0])
+
+
 def help_text() -> str:
     """`llmsys train --help`: the job's own options, grouped, and one line for the Trainer's."""
     return job_help(ARGUMENT_CLASSES, "llmsys train", __doc__.split("\n\n")[0])
 
 
 def given_flags(argv: list[str] | None) -> frozenset[str]:
-    """The flags `argv` sets explicitly (what a model type that does not take them refuses)."""
-    return flags_given(HfArgumentParser(ARGUMENT_CLASSES), argv)
+    """The flags `argv` sets explicitly, on the command line or in its ``--config`` file (what a model type that
+    does not take them refuses)."""
+    parser = build_parser()
+    argv, config_file = take_config_file(argv)
+    from_file = apply_config_file(parser, config_file) if config_file is not None else set()
+    return flags_given(parser, argv) | from_file
 
 
 def get_tokenizer(args: ModelArguments, texts: Iterable[str], checkpoint: str | None):
@@ -110,6 +121,11 @@ def _layout_fields(args: ModelArguments, default_window: int | None) -> dict:
     }
 
 
+def layout_given(args: ModelArguments) -> bool:
+    """Whether the run chooses an attention layout (--attention_layout, or attention_layout in --config_overrides)."""
+    return args.attention_layout is not None or "attention_layout" in parse_overrides(args.config_overrides)
+
+
 def _default_window(args: ModelArguments) -> int:
     return max(1, (args.block_size or DEFAULT_BLOCK_SIZE) // 4)  # None: not fitted yet (fit_block_size)
 
@@ -118,7 +134,7 @@ def llama_train_config(args: ModelArguments, tokenizer, context: int | None = No
     """llmsys_llama's config for these arguments (its registry row's ``train_config``)."""
     from ..models import LlmsysLlamaConfig
 
-    return LlmsysLlamaConfig(
+    fields = dict(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden_size,
         intermediate_size=args.intermediate_size,
@@ -127,20 +143,21 @@ def llama_train_config(args: ModelArguments, tokenizer, context: int | None = No
         num_key_value_heads=args.num_key_value_heads,
         max_position_embeddings=context or args.block_size or DEFAULT_BLOCK_SIZE,
         norm_eps=1e-5,
-        **_layout_fields(args, _default_window(args) if args.attention_layout else None),  # None: all dense
+        **_layout_fields(args, _default_window(args) if layout_given(args) else None),  # None: all dense
         tie_word_embeddings=args.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
+    return build_with_overrides(LlmsysLlamaConfig, fields, args.config_overrides, args.model_type)
 
 
 def gpt3_train_config(args: ModelArguments, tokenizer, context: int | None = None):
     """llmsys_gpt3's config for these arguments (its registry row's ``train_config``)."""
     from ..models import LlmsysGPT3Config
 
-    return LlmsysGPT3Config(
+    fields = dict(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden_size,
         intermediate_size=args.intermediate_size,  # None (this type's default): GPT-3's 4d
@@ -154,6 +171,7 @@ def gpt3_train_config(args: ModelArguments, tokenizer, context: int | None = Non
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    return build_with_overrides(LlmsysGPT3Config, fields, args.config_overrides, args.model_type)
 
 
 def build_config(args: ModelArguments, tokenizer, context: int | None = None):

@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     scratch = tempfile.TemporaryDirectory()
 
+    from hf_llmsys.cli.demo import build_context, launch, parse_args
     from hf_llmsys.demo.app import build_app
-    from hf_llmsys.demo.cli import build_context, launch, parse_args
 
     results = {}
     if args.zoo_train:

@@ -234,7 +234,7 @@ def job_clean(corpus: str, workdir: str, engine: str, streaming: bool = False) -
 
 
 def job_ppl(corpus: str, model_dir: str) -> dict:
-    from hf_llmsys.evaluation.ppl_cli import main
+    from hf_llmsys.cli.ppl import main
 
     result = main(["--model", model_dir, "--data", corpus, "--max-length", "64", "--stride", "64",
                    "--batch-size", "64", "--json"])  # fmt: skip

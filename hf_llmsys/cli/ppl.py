@@ -1,15 +1,15 @@
 """`llmsys ppl`: corpus perplexity of a saved causal LM over text files (sliding window, per token).
 
-    llmsys ppl --model DIR --data a.txt b.txt --max-length 512 --stride 256 [--json]
+    llmsys ppl --model DIR --data a.txt b.txt --max_length 512 --stride 256 [--json]
     llmsys ppl --model DIR --data lines.txt --lines              # each non-empty line is a text
-    llmsys ppl --model DIR --data records.jsonl --text-field text
+    llmsys ppl --model DIR --data records.jsonl --text_field text
 
 A plain file is one text (``--lines``: one per non-empty line); a ``.jsonl`` file holds one JSON object per line
-whose ``--text-field`` is a text. The files are read through once to check them (before the model loads), then
+whose ``--text_field`` is a text. The files are read through once to check them (before the model loads), then
 streamed: texts are scored in groups and reduced to sums, so memory does not grow with the corpus (a whole-file
 text is held whole). ``--json`` prints exactly one JSON object on stdout: tokens, ppl, word_ppl,
 byte_ppl, bits_per_byte, nll, words, bytes, plus texts, max_length, stride and max_length_rule (how the window
-was chosen: by default min(512, the model's context); a --max-length past a learned position table is refused
+was chosen: by default min(512, the model's context); a --max_length past a learned position table is refused
 before any text is read).
 """
 
@@ -19,40 +19,46 @@ import argparse
 import json
 from pathlib import Path
 
-from ..command_parser import CommandParser
-from ..data.json_lines import decoded_lines, json_lines_records, not_utf8_error
+from .parsing import CommandParser
 
-# model_limits and perplexity import torch: imported by the functions, so `llmsys ppl --help` stays instant
+# the package's modules import torch: imported by the functions, so `llmsys ppl --help` stays instant
 
 DEFAULT_MAX_LENGTH = 512  # the default window, clamped to the model's context (model_limits.fit_length)
 
 TABLE_KEYS = ("tokens", "ppl", "word_ppl", "byte_ppl", "bits_per_byte")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Parse `llmsys ppl` arguments."""
+def build_parser() -> CommandParser:
+    """The flags of `llmsys ppl`."""
     parser = CommandParser(prog="llmsys ppl", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="folder (or Hub id) of a causal LM")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the model folder)")
     parser.add_argument("--data", required=True, nargs="+", type=Path, help="text or .jsonl files")
     parser.add_argument("--lines", action="store_true", help="each non-empty line of a plain file is a text")
-    parser.add_argument("--text-field", default="text", help="field holding the text in .jsonl records")
+    parser.add_argument("--text_field", default="text", help="field holding the text in .jsonl records")
     parser.add_argument(
-        "--max-length", type=int,
+        "--max_length", type=int,
         help=f"window length in tokens (default: min({DEFAULT_MAX_LENGTH}, the model's context); a value past a "
         "learned position table is refused, past a RoPE model's context it runs with a warning)",
     )  # fmt: skip
     parser.add_argument("--stride", type=int, help="tokens advanced per window (default: max_length // 2)")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward")
+    parser.add_argument("--batch_size", type=int, default=8, help="windows per forward")
     parser.add_argument("--bf16", action="store_true", help="forward under bfloat16 autocast")
-    parser.add_argument("--no-start-token", action="store_true", help="do not prepend bos (first token unscored)")
-    parser.add_argument("--trust-remote-code", action="store_true", help="passed to from_pretrained")
+    parser.add_argument("--no_start_token", action="store_true", help="do not prepend bos (first token unscored)")
+    parser.add_argument("--trust_remote_code", action="store_true", help="passed to from_pretrained")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse `llmsys ppl` arguments."""
+    return build_parser().parse_args(argv)
 
 
 def _read_utf8(path: Path) -> str:
     """A whole file's text, newlines translated as ``Path.read_text`` does (``\r\n`` and ``\r`` become ``\n``)."""
+    from ..data.json_lines import not_utf8_error
+
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8-sig")
@@ -63,9 +69,11 @@ def _read_utf8(path: Path) -> str:
 
 def _jsonl_texts(path: Path, field: str):
     """The `field` of each JSON record of a .jsonl file, one line read at a time."""
+    from ..data.json_lines import json_lines_records
+
     for number, record in json_lines_records(path):
         if not isinstance(record.get(field), str):
-            raise ValueError(f"{path}:{number} has no string field {field!r}; choose it with --text-field.")
+            raise ValueError(f"{path}:{number} has no string field {field!r}; choose it with --text_field.")
         yield record[field]
 
 
@@ -74,6 +82,8 @@ def _file_texts(path: Path, lines: bool, text_field: str):
     if path.suffix == ".jsonl":
         yield from _jsonl_texts(path, text_field)
     elif lines:
+        from ..data.json_lines import decoded_lines
+
         for _, line in decoded_lines(path):
             yield from (piece for piece in line.splitlines() if piece.strip())
     else:
@@ -124,34 +134,34 @@ def format_table(summary: dict) -> str:
 
 
 def check_window_flags(max_length: int | None, stride: int | None, batch_size: int) -> None:
-    """--max-length >= 2, 1 <= --stride <= --max-length, --batch-size >= 1 (max_length None: not known yet)."""
+    """--max_length >= 2, 1 <= --stride <= --max_length, --batch_size >= 1 (max_length None: not known yet)."""
     if max_length is not None and max_length < 2:
-        raise ValueError(f"--max-length must be >= 2 (a context token and a scored one), got {max_length}.")
+        raise ValueError(f"--max_length must be >= 2 (a context token and a scored one), got {max_length}.")
     if stride is not None and stride < 1:
         raise ValueError(f"--stride must be >= 1, got {stride}.")
     if stride is not None and max_length is not None and stride > max_length:
         raise ValueError(
-            f"--stride {stride} > --max-length {max_length} would leave tokens unscored; use --stride <= "
+            f"--stride {stride} > --max_length {max_length} would leave tokens unscored; use --stride <= "
             f"{max_length} (equal gives disjoint windows)."
         )
     if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}.")
+        raise ValueError(f"--batch_size must be >= 1, got {batch_size}.")
 
 
 def fit_window(model: str, max_length: int | None, trust_remote_code: bool) -> tuple[int, str]:
     """(window length, how it was chosen) from the model's config alone, before any text or weight is read."""
     from ..data.pretrained_sources import load_config
-    from .model_limits import config_position_limit, fit_length
+    from ..evaluation.model_limits import config_position_limit, fit_length
 
     config = load_config(model, "--model", trust_remote_code=trust_remote_code)
     limit = config_position_limit(config, trust_remote_code=trust_remote_code)
-    return fit_length("--max-length", max_length, limit, DEFAULT_MAX_LENGTH, warn=False)  # corpus_perplexity warns
+    return fit_length("--max_length", max_length, limit, DEFAULT_MAX_LENGTH, warn=False)  # corpus_perplexity warns
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run `llmsys ppl`; prints a table (or one JSON object) and returns the summary dict."""
     args = parse_args(argv)
-    from .perplexity import corpus_perplexity
+    from ..evaluation.perplexity import corpus_perplexity
 
     check_window_flags(args.max_length, args.stride, args.batch_size)
     max_length, rule = fit_window(args.model, args.max_length, args.trust_remote_code)

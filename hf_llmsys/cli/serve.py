@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from ..command_parser import CommandParser
+from .parsing import CommandParser
 
 # what serves MODEL -> (its name, the modules it imports, the install that brings them)
 SERVERS = {
@@ -86,17 +86,17 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     check_flags(args)
     check_server_installed(args.model)
-    from .listening import bind_listening_socket
+    from ..serving.listening import bind_listening_socket
 
     if is_gguf(args.model):
-        from .llama_cpp_backend import serve_gguf
+        from ..serving.llama_cpp_backend import serve_gguf
 
         with bind_listening_socket(args.host, args.port) as listening:
             serve_gguf(Path(args.model).expanduser(), listening)
         return
     with bind_listening_socket(args.host, args.port) as listening:  # before the model is read: a taken port is cheap
         from ..chat.loading import resolve_device
-        from .transformers_backend import serve_with_transformers, served_model
+        from ..serving.transformers_backend import serve_with_transformers, served_model
 
         device = resolve_device(args.device)
         served = served_model(args.model, args.template, args.trust_remote_code)

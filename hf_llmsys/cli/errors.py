@@ -79,9 +79,15 @@ def _safetensors_error(err: BaseException) -> str:
     return f"a weight file is corrupt or truncated: {err} (re-save or re-download the checkpoint)"
 
 
+def _strict_config_error(err: BaseException) -> str:
+    """A config's validation error as the config's own message (its validator's), on one line."""
+    cause = err.__cause__ or err.__context__
+    return " ".join(str(cause if cause is not None else err).split())
+
+
 def _registry() -> list[tuple[type[BaseException], Callable]]:
     rows: list[tuple[type[BaseException], Callable]] = [
-        (StrictDataclassError, str),
+        (StrictDataclassError, _strict_config_error),
         (RepositoryNotFoundError, _hub_error("repository not found", "check the repo id, and the token if private")),
         (RevisionNotFoundError, _hub_error("revision not found", "check the branch, tag or commit")),
         (GatedRepoError, _hub_error("gated repository", "request access on the Hub, then set HF_TOKEN")),
@@ -106,7 +112,9 @@ USER_ERRORS = _registry()
 
 def describe(err: BaseException) -> str | None:
     """The one-line message for a user-fixable exception, or None when `err` is not one (a bug: let it raise)."""
-    if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError | HFValidationError):
+    if isinstance(err, ValueError) and not isinstance(
+        err, UnicodeDecodeError | HFValidationError | StrictDataclassError
+    ):
         return str(err)
     for kind, fmt in USER_ERRORS:
         if isinstance(err, kind):

@@ -1,6 +1,6 @@
 """``llmsys chat MODEL``: talk to a causal LM in the terminal, the reply streamed as it is generated.
 
-llmsys chat runs/sft                          # a folder saved by llmsys train / sft (or an adapter folder of sft --lora)
+llmsys chat runs/sft                          # a folder of llmsys train / sft, or an adapter (llmsys sft --lora_r N)
 llmsys chat ~/models/SmolLM2-135M-Instruct    # any transformers causal LM folder (or a Hub id)
 llmsys chat runs/sft --temperature 0.7 --top_p 0.9 --seed 0
 llmsys chat runs/sft --prompt "Name three colours."   # one reply on stdout, for scripts (--prompt - reads stdin)
@@ -8,7 +8,7 @@ llmsys chat runs/sft --prompt "Name three colours."   # one reply on stdout, for
 Prompts follow what ``llmsys sft`` saved beside the model (``prompt_template.json``: e.g. Stanford Alpaca's template),
 else the tokenizer's chat template; ``--template`` overrides (`prompt_formats.py`). Interactive commands: ``/reset``,
 ``/system TEXT``, ``/help``, ``/quit`` (or Ctrl-D); Ctrl-C stops a reply. Replies go to stdout, everything else to
-stderr. Only the standard library is imported before the arguments are parsed, so ``--help`` is instant.
+stderr.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ import argparse
 import math
 import sys
 
+from .parsing import CommandParser
+
 SEED_LIMIT = 2**32  # numpy's seed range (transformers.set_seed seeds python, numpy and torch)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of ``llmsys chat`` (values checked by `check_flags`)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="llmsys chat",
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("model", metavar="MODEL", help="a saved causal LM folder, a Hub id, or a LoRA adapter folder")
     parser.add_argument("--prompt", default=None, help="answer this one message, print the reply on stdout and exit "
@@ -35,15 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--template", default="auto", help="how to prompt: auto (what llmsys sft saved, else the "
                         "tokenizer's chat template), chat, alpaca, short, FILE.jinja (a chat template) or a "
                         "template file of llmsys sft")  # fmt: skip
-    parser.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=512,
+    parser.add_argument("--max_new_tokens", type=int, default=512,
                         help="longest reply in tokens (default 512; cut to the model's context)")  # fmt: skip
     parser.add_argument("--temperature", type=float, default=None, help="0: greedy; > 0: sample at this temperature "
                         "(default: the model's generation_config, greedy unless it samples)")  # fmt: skip
-    parser.add_argument("--top_p", "--top-p", type=float, default=None,
+    parser.add_argument("--top_p", type=float, default=None,
                         help="nucleus sampling mass in (0, 1] (with --temperature > 0)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=None, help="seed the sampler (reproducible sampled replies)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: the GPU when there is one)")
-    parser.add_argument("--trust_remote_code", "--trust-remote-code", action="store_true",
+    parser.add_argument("--trust_remote_code", action="store_true",
                         help="let transformers run the model folder's own code (models not built into it)")  # fmt: skip
     return parser
 
@@ -87,7 +88,7 @@ def write(stream, text: str) -> None:
 
 def stream_reply(chat, sampling, prompt_ids: list[int]) -> str:
     """Print the reply to stdout as it is generated and return it; Ctrl-C stops it and propagates."""
-    from .streaming import ReplyStream
+    from ..chat.streaming import ReplyStream
 
     stream = ReplyStream(chat.model, chat.tokenizer, prompt_ids, sampling, chat.stop_ids)
     pieces = []
@@ -168,9 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     if message is not None and not message.strip():
         raise ValueError("--prompt -: stdin held no message")
 
-    from .loading import load_chat_model, resolve_chat_source
-    from .session import ChatSession
-    from .streaming import Sampling
+    from ..chat.loading import load_chat_model, resolve_chat_source
+    from ..chat.session import ChatSession
+    from ..chat.streaming import Sampling
 
     resolved = resolve_chat_source(args.model, args.template, args.trust_remote_code)
     session = ChatSession(resolved.prompt_format, system=args.system)  # checks --system before weights are read

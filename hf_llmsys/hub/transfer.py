@@ -1,4 +1,5 @@
-"""`llmsys push FOLDER REPO_ID`, `llmsys pull REPO_ID FOLDER`, `llmsys card FOLDER`: saved folders and the Hub.
+"""Saved folders and the Hub: what `llmsys push FOLDER REPO_ID` and `llmsys pull REPO_ID FOLDER` do (their parsers:
+``hf_llmsys/cli/hub.py``).
 
 push: checks the folder (a saved model, PEFT adapter or `llmsys clean` output; see ``folders.py``), writes or
 refreshes its model card, creates the repo (``--private``) and the branch (``--revision``) when missing, and
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..command_parser import CommandParser
+from transformers.utils import logging
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
     from .folders import SavedFolder
 
 # huggingface_hub (its HTTP stack: seconds on a busy machine), the card, dataset-card and verify code (torch,
-# transformers, jinja2) are imported where they are used, so that `llmsys push|pull|card --help` imports none.
+# transformers, jinja2) are imported where they are used.
+
+logger = logging.get_logger(__name__)
 
 # Never uploaded from a training output folder: Trainer checkpoints, hidden temporaries, logs, caches.
 PUSH_IGNORE = ["checkpoint-*", "checkpoint-*/**", ".*", ".*/**", "**/__pycache__/**", "runs/**", "*.tmp"]
@@ -203,7 +206,7 @@ def push_folder(
         if branch != "main":
             api.create_branch(repo_id, repo_type=saved.repo_type, branch=branch, exist_ok=True)
         before = head_commit(api, repo_id, saved.repo_type, branch)
-        print(
+        logger.info(
             f"pushing {saved.kind} {saved.path} ({upload_summary(saved.path)}) to {saved.repo_type} repo {repo_id} "
             f"(branch {branch})"
         )
@@ -224,7 +227,6 @@ def push_folder(
         after = head_commit(api, repo_id, saved.repo_type, branch)
     changed = after != before
     commit_url = commit.commit_url if changed else f"{url.rstrip('/')}/commit/{after}"
-    print(f"{'committed' if changed else 'unchanged, no new commit:'} {commit_url}")
     return {"repo_id": repo_id, "revision": branch, "commit": after, "commit_url": commit_url, "changed": changed}
 
 
@@ -254,7 +256,7 @@ def refresh_card(saved: SavedFolder, repo_id: str) -> None:
     try:
         write_model_card(saved.path, repo_id=repo_id)
     except UnknownArchitectureError as err:
-        print(f"note: no model card written ({err}); the folder's own README.md, if any, is pushed as is")
+        logger.warning(f"no model card written ({err}); the folder's own README.md, if any, is pushed as is")
 
 
 def warn_about_local_base(saved: SavedFolder) -> None:
@@ -265,8 +267,8 @@ def warn_about_local_base(saved: SavedFolder) -> None:
     from .folders import is_hub_id
 
     if not is_hub_id(base):
-        print(
-            f"warning: the adapter's base model is the local path {base!r}: others cannot load it from the Hub "
+        logger.warning(
+            f"the adapter's base model is the local path {base!r}: others cannot load it from the Hub "
             "until you push the base too and set base_model_name_or_path in adapter_config.json to its repo id"
         )
 
@@ -294,10 +296,11 @@ def push_dataset(api: HfApi, saved: SavedFolder, repo_id: str, branch: str, mess
 def pull_repo(
     repo_id: str, folder: str | Path, *, revision: str | None = None, repo_type: str = "model", api: HfApi | None = None
 ) -> dict:
-    """Download one revision (branch, tag or sha) of a repo into ``folder``; returns {repo_id, commit, files}."""
+    """Download one revision (branch, tag or sha) of a repo into ``folder`` and verify a model folder's checksums;
+    returns {repo_id, commit, files, path, verified: the verify report or None}."""
     from huggingface_hub import HfApi
 
-    from ..checkpoints.verify import print_verify_report, verify_checkpoint
+    from ..checkpoints.verify import verify_checkpoint
     from ..checkpoints.weight_integrity import CHECKSUM_FILE
 
     api = api or HfApi()
@@ -305,76 +308,8 @@ def pull_repo(
     revision = revision or "main"
     with hub_errors(api, repo_id, repo_type, revision, "pull"):
         info = api.repo_info(repo_id, repo_type=repo_type, revision=revision)
-        print(f"pulling {repo_type} repo {repo_id} at {revision} (commit {info.sha}) into {folder}")
+        logger.info(f"pulling {repo_type} repo {repo_id} at {revision} (commit {info.sha}) into {folder}")
         path = snapshot_download(repo_id, repo_type=repo_type, revision=info.sha, local_dir=folder, token=api.token)
     files = sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.parts)
-    print(f"downloaded {len(files)} files of commit {info.sha} into {path}")
-    if (Path(path) / CHECKSUM_FILE).is_file():
-        print_verify_report(verify_checkpoint(path))
-    return {"repo_id": repo_id, "commit": info.sha, "files": files, "path": str(path)}
-
-
-def push_main(argv: list[str] | None = None) -> dict:
-    """`llmsys push FOLDER REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]`."""
-    parser = CommandParser(
-        prog="llmsys push",
-        description="Push a saved model, adapter or `llmsys clean` FOLDER to the Hub repo REPO_ID as one commit "
-        "(token: HF_TOKEN or `hf auth login`).",
-    )
-    parser.add_argument("folder", metavar="FOLDER", help="the saved folder")
-    parser.add_argument("repo_id", metavar="REPO_ID", help="'namespace/name' (or 'name' for your own namespace)")
-    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
-    parser.add_argument("--revision", help="branch to commit to (created from main if missing; default main)")
-    parser.add_argument("--commit-message", help="commit title (default: 'Upload <kind> with hf-llmsys')")
-    parser.add_argument(
-        "--format",
-        choices=["transformers"],
-        help="push the model's transformers-native export (`llmsys export --format transformers`: transformers' "
-        "own classes, no remote code) instead of the folder as saved",
-    )
-    args = parser.parse_args(argv)
-    return push_folder(
-        args.folder,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        format=args.format,
-    )
-
-
-def pull_main(argv: list[str] | None = None) -> dict:
-    """`llmsys pull REPO_ID FOLDER [--revision REV] [--repo-type model|dataset]`."""
-    parser = CommandParser(prog="llmsys pull", description="Download one revision of the Hub repo REPO_ID into FOLDER.")
-    parser.add_argument("repo_id", metavar="REPO_ID", help="'namespace/name'")
-    parser.add_argument("folder", metavar="FOLDER", help="where to put the files (created if missing)")
-    parser.add_argument("--revision", help="branch, tag or commit sha (default: main)")
-    parser.add_argument("--repo-type", default="model", choices=["model", "dataset"], help="what the repo holds")
-    args = parser.parse_args(argv)
-    return pull_repo(args.repo_id, args.folder, revision=args.revision, repo_type=args.repo_type)
-
-
-def card_main(argv: list[str] | None = None) -> Path:
-    """`llmsys card FOLDER`: write or refresh FOLDER/README.md and print its path."""
-    parser = CommandParser(prog="llmsys card", description="Write or refresh the model card (README.md) of FOLDER.")
-    parser.add_argument("folder", metavar="FOLDER", help="a saved model, adapter or `llmsys clean` output folder")
-    parser.add_argument("--repo-id", help="the Hub id the card names in its title and loading code")
-    parser.add_argument("--base-model", help="Hub id of the base model (fine-tunes)")
-    parser.add_argument("--dataset", action="append", dest="datasets", help="Hub id of a training dataset (repeat)")
-    parser.add_argument("--license", help="licence identifier (default: the card's, else apache-2.0)")
-    parser.add_argument("--hardware", help="hardware the training ran on, when train_results.json lacks it")
-    parser.add_argument("--template", help="a Jinja2 template to use instead of the built-in one")
-    args = parser.parse_args(argv)
-    from .cards import write_model_card
-
-    path = write_model_card(
-        args.folder,
-        repo_id=args.repo_id,
-        base_model=args.base_model,
-        datasets=args.datasets,
-        license=args.license,
-        hardware=args.hardware,
-        template=args.template,
-    )
-    print(f"wrote {path}")
-    return path
+    verified = verify_checkpoint(path) if (Path(path) / CHECKSUM_FILE).is_file() else None
+    return {"repo_id": repo_id, "commit": info.sha, "files": files, "path": str(path), "verified": verified}
