@@ -6,16 +6,19 @@ users pick the mixes ``tools/quantize`` makes: ``Q4_K_M`` and ``Q5_K_M`` keep so
 types are made the way llama.cpp users make them: ``llama_model_quantize(f32_file, out, params)`` with
 ``params.ftype = LLAMA_FTYPE_MOSTLY_*``, which llama-cpp-python exposes (built from its PyPI sdist: it compiles
 llama.cpp). A tensor whose rows are not a multiple of the 256-value k-quant block falls back to another type by
-llama.cpp's own rule (it logs which), as it would for any model.
+llama.cpp's own rule, as it would for any model; llama.cpp logs each such tensor, which comes out here as one
+warning counting them by type.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import importlib.util
 import logging
 import os
+import re
 from pathlib import Path
 
 LLAMA_FTYPES = {  # --dtype (gguf_types.LLAMA_CPP_TYPES) -> the llama_ftype constant of llama.h
@@ -24,6 +27,9 @@ LLAMA_FTYPES = {  # --dtype (gguf_types.LLAMA_CPP_TYPES) -> the llama_ftype cons
     "q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
 }
 INSTALL = "pip install llama-cpp-python"
+FALLBACK = re.compile(r"required for type\s+(\w+)\) -> falling back to\s+(\w+)")  # llama-quant.cpp's warning
+GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+logger = logging.getLogger(__name__)
 
 
 def llama_cpp_installed() -> bool:
@@ -46,20 +52,51 @@ def quantize_with_llama_cpp(source: Path, out: Path, dtype: str) -> None:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, LLAMA_FTYPES[dtype])
     params.nthread = os.cpu_count() or 1
-    with _quiet_llama_cpp():
+    with _llama_cpp_log(llama_cpp) as log:
         status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
     if status != 0:
-        raise RuntimeError(f"llama.cpp's quantiser failed on {source} -> {dtype} (status {status})")
+        raise RuntimeError(f"llama.cpp's quantiser failed on {source} -> {dtype} (status {status}): "
+                           f"{' '.join(log.errors) or 'it logged no error'}")  # fmt: skip
+    if fallbacks := log.fallbacks:
+        moved = ", ".join(f"{wanted} -> {used} ({n})" for (wanted, used), n in sorted(fallbacks.items()))
+        logger.warning(f"--dtype {dtype}: llama.cpp stored {sum(fallbacks.values())} matrices in a fallback type "
+                       f"(rows not a multiple of its 256-value blocks): {moved}")  # fmt: skip
+
+
+class _QuantiserLog:
+    """What llama.cpp logged while quantising, in the pieces its callback gets (a line may come in several)."""
+
+    def __init__(self):
+        self.pieces: list[tuple[int, str]] = []
+
+    def record(self, level: int, text: str) -> None:
+        self.pieces.append((level, text))
+
+    @property
+    def fallbacks(self) -> collections.Counter:
+        """(k-quant wanted, type used) -> how many tensors."""
+        text = "".join(piece for _, piece in self.pieces)
+        return collections.Counter((m[1], m[2]) for m in FALLBACK.finditer(text))
+
+    @property
+    def errors(self) -> list[str]:
+        return [piece.strip() for level, piece in self.pieces if level == GGML_LOG_LEVEL_ERROR]
 
 
 @contextlib.contextmanager
-def _quiet_llama_cpp():
-    """llama.cpp logs every tensor it quantises (info level, through llama-cpp-python's "llama-cpp-python" logger);
-    keep its warnings (a k-quant fallback) and errors."""
-    logger = logging.getLogger("llama-cpp-python")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+def _llama_cpp_log(llama_cpp):
+    """llama.cpp logs every tensor it quantises and each fallback (hundreds of lines for a real model): collect them
+    instead (`_QuantiserLog`), then give llama-cpp-python its own log callback back."""
+    from llama_cpp import _logger
+
+    log = _QuantiserLog()
+
+    @llama_cpp.llama_log_callback
+    def collect(level, text, _user_data):
+        log.record(level, text.decode("utf-8", "replace"))
+
+    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
     try:
-        yield
+        yield log
     finally:
-        logger.setLevel(level)
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
