@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""CLI over ``hf_llmsys.models.meta_conversion``: a Meta-layout LLaMA checkpoint (``params.json`` +
+"""CLI over ``hf_llmsys.checkpoints.meta_conversion``: a Meta-layout LLaMA checkpoint (``params.json`` +
 ``consolidated.*.pth``) -> an hf-llmsys folder. See that module for the layouts and options.
 
 Usage::
@@ -15,8 +15,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from hf_llmsys.checkpoints.meta_conversion import DTYPES, ROPE_LAYOUTS, ConversionError, convert_meta_checkpoint
 from hf_llmsys.cli.parsing import CommandParser
-from hf_llmsys.models.meta_conversion import DTYPES, ROPE_LAYOUTS, ConversionError, convert_meta_checkpoint
 
 __all__ = ["ConversionError", "build_parser", "convert_meta_checkpoint", "main"]
 

@@ -1,4 +1,4 @@
-"""hf_llmsys.models.meta_conversion (and its CLI, scripts/convert_meta_llama.py) against a tiny re-implementation of Meta's reference llama/model.py.
+"""hf_llmsys.checkpoints.meta_conversion (and its CLI, scripts/convert_meta_llama.py) against a tiny re-implementation of Meta's reference llama/model.py.
 
 The reference below follows Meta's code line by line (RMSNorm, ``precompute_freqs_cis`` with Llama 3.1's
 ``apply_scaling``, ``apply_rotary_emb`` through ``torch.view_as_complex``, ``repeat_kv``, Attention with
@@ -530,7 +530,7 @@ def test_bfloat16_checkpoint_keeps_its_dtype(reference, tmp_path):
 
 
 def test_the_script_is_a_thin_cli_over_the_package():
-    from hf_llmsys.models import meta_conversion
+    from hf_llmsys.checkpoints import meta_conversion
 
     assert convert.convert_meta_checkpoint is meta_conversion.convert_meta_checkpoint
     assert convert.ConversionError is meta_conversion.ConversionError

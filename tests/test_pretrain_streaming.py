@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from datasets.distributed import split_dataset_by_node
-from transformers import PreTrainedTokenizerFast, Trainer, default_data_collator
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, default_data_collator
 
 from hf_llmsys.cli import main
 from hf_llmsys.data.corpus import load_default_corpus
@@ -218,7 +218,7 @@ def test_streaming_resume_mid_stream_trains_on_the_same_batches(tmp_path, monkey
     assert len(uninterrupted) == 8
     one_pass = sum(1 for _ in streaming_data.training_stream(
         data_args(train_files=[str(corpus)], streaming_batch_rows=4, chunk_chars=200), 42,
-        streaming_data.causal_packer(train.AutoTokenizer.from_pretrained(tmp_path / "full"), 32),
+        streaming_data.causal_packer(AutoTokenizer.from_pretrained(tmp_path / "full"), 32),
         streaming_data.CAUSAL_FEATURES, repeat=False))  # fmt: skip
     assert 0 < one_pass < 8 * 8  # the run went round the corpus more than once
     resumed = tmp_path / "resumed"

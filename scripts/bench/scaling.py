@@ -185,11 +185,11 @@ def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str, workers: int
     import torch
     from transformers import default_data_collator
 
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
     from hf_llmsys.training.pretrain_arguments import DataArguments
     from hf_llmsys.training.streaming_data import CAUSAL_FEATURES, causal_packer, training_stream
-    from hf_llmsys.training.train import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     args = DataArguments(train_files=[corpus], streaming=True, validation_fraction=HOLD_OUT)
     stream = training_stream(args, 0, causal_packer(tokenizer, BLOCK_SIZE), CAUSAL_FEATURES, repeat=False)
     loader = torch.utils.data.DataLoader(stream, batch_size=TRAIN_BATCH, collate_fn=default_data_collator,
@@ -199,11 +199,11 @@ def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str, workers: int
 
 
 def job_train_memory(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
     from hf_llmsys.training.pretrain_arguments import DataArguments
     from hf_llmsys.training.text_data import load_split_chunks, tokenize_and_pack
-    from hf_llmsys.training.train import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     train_chunks, _ = load_split_chunks(DataArguments(train_files=[corpus], validation_fraction=HOLD_OUT), 0)
     blocks = len(tokenize_and_pack(train_chunks, tokenizer, BLOCK_SIZE, "training", num_proc=2, cache_dir=None))
     return {"blocks": blocks, "tokens": blocks * BLOCK_SIZE}
@@ -212,11 +212,11 @@ def job_train_memory(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
 def job_run_clm(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
     """transformers' examples/pytorch/language-modeling/run_clm.py data path, unchanged in substance."""
     from datasets import load_dataset
-    from transformers import AutoTokenizer
 
     from hf_llmsys.data.packing import group_texts
+    from hf_llmsys.data.pretrained_sources import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     raw = load_dataset("json", data_files=corpus, split="train", cache_dir=os.path.join(workdir, "hf"))
     tokenized = raw.map(lambda b: tokenizer(b["text"]), batched=True, num_proc=2, remove_columns=raw.column_names)
     packed = tokenized.map(lambda b: group_texts(b, BLOCK_SIZE), batched=True, num_proc=2)

@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from .configuration_llmsys_llama import LlmsysLlamaConfig
-from .feed_forward import llama_intermediate_size
-from .modeling_llmsys_llama import LlmsysLlamaForCausalLM
-from .rotary import RotaryEmbedding
+from ..models.configuration_llmsys_llama import LlmsysLlamaConfig
+from ..models.feed_forward import llama_intermediate_size
+from ..models.modeling_llmsys_llama import LlmsysLlamaForCausalLM
+from ..models.rotary import RotaryEmbedding
 
 logger = logging.getLogger(__name__)
 
