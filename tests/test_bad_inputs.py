@@ -483,6 +483,23 @@ def dpo(f: Files, *extra: str, data: Path | None = None, model: Path | None = No
             "--disable_tqdm", "true", "--report_to", "none", "--num_generation_examples", "0", *extra]  # fmt: skip
 
 
+def serve(f: Files, *extra: str, model: Path | None = None) -> list[str]:
+    """`llmsys serve` on a free port (a row wrongly accepted would serve: every row here must be refused)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return ["serve", str(model or f.model), "--host", "127.0.0.1", "--port", str(port), *extra]
+
+
+def gguf_file(f: Files) -> Path:
+    """A file named like a GGUF export (never read: the flag check comes first)."""
+    path = f.root / "model.gguf"
+    path.write_bytes(b"GGUF")
+    return path
+
+
 def clean(f: Files, *extra: str, data: Path | None = None) -> list[str]:
     return ["clean", "--input", str(data or f.text), "--output", str(f.out / "cleaned"), *extra]
 
@@ -619,6 +636,16 @@ CLI_CASES = [
     CliCase("demo-bad-port", lambda f: ["demo", "--port", "70000", "--no-train"], ("--port",)),
     CliCase("demo-max-beams-zero", lambda f: ["demo", "--max-beams", "0", "--no-train"], ("--max_beams",)),
     CliCase("demo-missing-zoo", lambda f: ["demo", "--zoo", str(f.missing), "--no-train"], ("missing",)),
+    # llmsys serve (each refused before anything listens or loads)
+    CliCase("serve-port-out-of-range", lambda f: ["serve", str(f.model), "--port", "70000"], ("--port", "1 to 65535")),
+    CliCase("serve-host-not-here", lambda f: ["serve", str(f.model), "--host", "192.0.2.1", "--port", "8000"], ("--host 192.0.2.1", "not an address of this machine")),
+    CliCase("serve-missing-model", lambda f: serve(f, model=f.missing), ("MODEL", "no such folder")),
+    CliCase("serve-folder-not-a-model", lambda f: serve(f, model=f.folder), ("MODEL", "config.json")),
+    CliCase("serve-no-chat-template", lambda f: serve(f), ("no chat template", "--template")),
+    CliCase("serve-unknown-template", lambda f: serve(f, "--template", "vicuna"), ("--template vicuna",)),
+    CliCase("serve-bad-dtype", lambda f: serve(f, "--dtype", "float8"), ("--dtype float8",)),
+    CliCase("serve-missing-gguf", lambda f: serve(f, model=f.missing / "model.gguf"), ("no such GGUF file",)),
+    CliCase("serve-gguf-with-template", lambda f: serve(f, "--template", "alpaca", model=gguf_file(f)), ("--template applies to model folders",)),
     # the dispatcher
     CliCase("unknown-command", lambda f: ["trian"], ("trian",)),
 ]  # fmt: skip

@@ -492,3 +492,24 @@ def test_a_childs_peak_rss_is_its_own_not_its_parents(tmp_path):
     child = limits.peak_rss_child(str(script), [])
     del held
     assert 0 < child["peak_rss"] < 1024 * 2**20, child
+
+
+@pytest.mark.slow  # SmolLM2 exported three times and run by llama.cpp: ~1 min
+@pytest.mark.timeout(900)
+def test_gguf_quality_quick_writes_one_row_per_type(tmp_path):
+    pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python (compiles llama.cpp)")
+    from hf_llmsys.checkpoints.smollm2 import find_smollm2
+
+    if find_smollm2() is None:
+        pytest.skip("SmolLM2 checkpoint not converted: run python scripts/fetch_smollm2.py")
+    bench = _load_script("gguf_quality")
+    out = tmp_path / "gguf_quality.json"
+    bench.main(["--quick", "--json", str(out)])
+    results = json.loads(out.read_text())
+    assert [r["dtype"] for r in results["types"]] == list(bench.QUICK_TYPES)
+    f32, q8_0, q4 = results["types"]
+    assert f32["file_mib"] > q8_0["file_mib"] > q4["file_mib"]
+    # f32 in llama.cpp is the torch model up to float sums; q8_0 and q4_K_M lose a little, never a lot
+    assert f32["perplexity"] == pytest.approx(results["reference_perplexity"], rel=1e-3)
+    assert results["reference_perplexity"] <= q4["perplexity"] < 1.5 * results["reference_perplexity"]
+    assert [row.measurement.split(" ")[0] for row in bench.results_table(results).rows] == list(bench.QUICK_TYPES)

@@ -86,7 +86,7 @@ def load_chat_model(resolved: ChatSource, device: str = "auto") -> ChatModel:
     """The model of a resolved MODEL on `device` (``auto``: the GPU when there is one), in eval mode."""
     from ..evaluation.model_limits import model_context_length
 
-    source, base, target = resolved.source, resolved.base, _device(device)
+    source, base, target = resolved.source, resolved.base, resolve_device(device)
     model = load_causal_lm(source, "MODEL", trust_remote_code=resolved.trust_remote_code)
     model.to(target).eval()
     tokenizer, prompt_format = resolved.tokenizer, resolved.prompt_format
@@ -97,7 +97,7 @@ def load_chat_model(resolved: ChatSource, device: str = "auto") -> ChatModel:
     )  # fmt: skip
 
 
-def _device(name: str) -> str:
+def resolve_device(name: str) -> str:
     """``auto``: the GPU when there is one, else the CPU; ValueError for a device this machine does not have."""
     import torch
 

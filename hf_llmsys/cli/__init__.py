@@ -8,8 +8,9 @@
 - ``errors.py``: which exceptions are the user's to fix and the one line that says so;
   ``log_output.py``: what a command shows of the library's log records.
 - one module per command family parsed with argparse (``ppl.py`` with ``ppl_lengths.py``, ``eval.py``,
-  ``ifd.py``, ``chat.py``, ``export.py``, ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``); the jobs parsed from dataclasses (train, sft,
-  clean) keep their arguments beside their code (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
+  ``ifd.py``, ``chat.py``, ``export.py``, ``serve.py``, ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``);
+  the jobs parsed from dataclasses (train, sft, dpo, clean) keep their arguments beside their code
+  (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
 
 Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
 (``hf_llmsys_cli``) enters it without running ``hf_llmsys/__init__.py`` when only help is asked for.
@@ -60,6 +61,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "chat": ("hf_llmsys.cli.chat:main", "talk to a causal LM in the terminal (chat template, streamed)"),
     "export": ("hf_llmsys.cli.export:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
+    "serve": (
+        "hf_llmsys.cli.serve:main",
+        "serve a model (or a GGUF export) behind an OpenAI-compatible API: transformers' server or llama.cpp's",
+    ),
 }
 # the commands parsed from dataclasses by HfArgumentParser: their modules define `help_text()` (stored_help.py)
 DATACLASS_COMMANDS = ("train", "sft", "dpo", "clean")

@@ -4,7 +4,8 @@
 
 - ``"transformers"`` (``transformers_format.py``): OUT is a folder that transformers loads with its own class
   (Llama, Mistral, Ministral, GPT-2, GPT-Neo or T5, chosen from the config's features), no remote code;
-- ``"gguf"`` (``gguf_format.py``): OUT is one ``.gguf`` file for llama.cpp; ``dtype`` f32 / f16 / bf16 / q8_0.
+- ``"gguf"`` (``gguf_format.py``): OUT is one ``.gguf`` file for llama.cpp (its ``llama`` or ``gpt2`` architecture);
+  ``dtype`` f32 / f16 / bf16 / q8_0, or q6_K / q5_K_M / q4_K_M by llama.cpp's quantiser (llama-cpp-python).
 
 The source is a saved folder of ours, a PEFT adapter folder over one (merged), or an in-memory model with its
 tokenizer (``sources.py``). Output is staged beside OUT and renamed into place at the end; an existing non-empty OUT
@@ -18,10 +19,12 @@ import importlib
 import os
 from pathlib import Path
 
+from .gguf_types import GGUF_DTYPES, LLAMA_CPP_TYPES
+
 # format -> ("module:function", what OUT is, the dtypes it takes (None: it keeps the model's own))
 FORMATS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
     "transformers": ("hf_llmsys.export.transformers_format:export_transformers", "folder", None),
-    "gguf": ("hf_llmsys.export.gguf_format:export_gguf", "file", ("f32", "f16", "bf16", "q8_0")),
+    "gguf": ("hf_llmsys.export.gguf_format:export_gguf", "file", GGUF_DTYPES),
 }
 
 
@@ -39,6 +42,10 @@ def check_format(format: str, dtype: str | None, out: Path) -> None:
         raise ValueError(f"--dtype {dtype!r} is unknown for --format {format}; choose one of {', '.join(dtypes)}.")
     if kind == "file" and out.suffix != ".gguf":
         raise ValueError(f"OUT {out}: --format {format} writes one file; give a path ending in .gguf.")
+    if format == "gguf" and dtype in LLAMA_CPP_TYPES:
+        from .llama_cpp_quantize import check_llama_cpp
+
+        check_llama_cpp(dtype)  # before the model is loaded: the install is named at once
 
 
 def format_function(format: str):
@@ -59,8 +66,8 @@ def export(
     """Export ``model_or_dir`` (a saved folder, a PEFT adapter folder, or a model of ours) to ``out``; returns ``out``.
 
     ``tokenizer``: saved with an in-memory model (a folder's own tokenizer is found by itself). ``dtype``: GGUF's
-    tensor type (default f32). ``repo_id``: the Hub id the transformers export's model card loads from (``llmsys
-    push`` sets it; default the output folder).
+    tensor type (default f32; one of ``GGUF_DTYPES``). ``repo_id``: the Hub id the transformers export's model card
+    loads from (``llmsys push`` sets it; default the output folder).
     """
     from .sources import check_output, load_source, staged_output
 
@@ -77,4 +84,4 @@ def export(
     return out
 
 
-__all__ = ["FORMATS", "export"]
+__all__ = ["FORMATS", "GGUF_DTYPES", "export"]

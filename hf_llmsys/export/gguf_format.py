@@ -1,29 +1,19 @@
-"""Export a decoder of ours to one GGUF file for llama.cpp's ``llama`` architecture (``llmsys export --format gguf``).
+"""Export a decoder of ours to one GGUF file for llama.cpp (``llmsys export --format gguf``).
 
-What llama.cpp's ``llama`` graph computes (``src/models/llama.cpp``): token embedding, per layer RMSNorm ->
-attention with RoPE (GQA allowed, scores scaled by 1/sqrt(head_dim)) -> residual -> RMSNorm -> SwiGLU
-(``down(silu(gate(x)) * up(x))``) -> residual, final RMSNorm, output projection (``token_embd`` reused when there
-is no ``output`` tensor). A config expresses exactly that or it is refused, one line naming the feature:
-LayerNorm, non-gated or non-SiLU MLPs, biases, positions other than RoPE, windowed or sparse layers, RoPE scaling
-other than linear / llama3, encoder-decoder models (``llmsys_t5``; GPT-3's LayerNorm + GELU too).
+The architecture follows from the config (`gguf_architecture`): RMSNorm / SwiGLU / RoPE decoders are llama.cpp's
+``llama`` (``gguf_llama.py``), dense LayerNorm / GELU / learned-position ones (``llmsys_gpt3``) its ``gpt2``
+(``gguf_gpt2.py``). Each architecture module states what llama.cpp computes for it and refuses, in one line naming
+the feature, a config it does not express; ``llmsys_t5`` (an encoder-decoder) is refused for both.
 
-The weights first take the transformers export's exact rewrites (``decoder_weights.py``): a query scale other than
-1/sqrt(head_dim) folded into ``q_proj``, Meta's interleaved RoPE rows (``rope_interleaved=True``) moved to
-transformers' halves. What is left is transformers' Llama, which llama.cpp's converter then maps:
+Types (``--dtype``):
 
-``convert_hf_to_gguf.py`` / ``conversion/llama.py`` and ``base.py``, read in the sources the ``llama-cpp-python``
-0.3.36 sdist vendors, followed here:
-
-- tensor names from gguf's table for ``MODEL_ARCH.LLAMA`` (``get_tensor_name_map``: ``model.layers.N.self_attn.
-  q_proj`` -> ``blk.N.attn_q`` ...); ``output`` only when the LM head is not tied to the embedding;
-- llama.cpp rotates adjacent feature pairs (Meta's layout); transformers' rotate-half layout pairs feature i with
-  i + D/2, so q rows are permuted per head: ``w.reshape(n_head, 2, D/2, in).swapaxes(1, 2)``, k the same with
-  ``n_kv_head`` (``LlamaModel.permute``);
-- dtypes: 1-D tensors (the norms) stay F32; every matrix, the embedding and output included, is written in the
-  chosen type with gguf's ``quants.quantize``; a matrix whose rows are not a multiple of Q8_0's 32-value block
-  falls back to F16, as the converter does;
-- llama3 RoPE scaling as the ``rope_freqs`` tensor of per-frequency divisors; linear scaling as
-  ``rope.scaling.type`` / ``factor``.
+- ``f32``, ``f16``, ``bf16``, ``q8_0`` are written here with gguf's ``quants.quantize``: 1-D tensors (norms, biases)
+  stay F32, every matrix (the embeddings and output included) takes the type; a matrix whose rows are not a multiple
+  of Q8_0's 32-value block falls back to F16, as llama.cpp's converter does;
+- ``q6_K``, ``q5_K_M``, ``q4_K_M`` (llama.cpp's k-quants, the "_M" mixes keeping some tensors at a higher type) are
+  made by llama.cpp's own quantiser, ``llama_model_quantize`` through ``llama-cpp-python``, from the f32 file
+  written first (``llama.cpp`` ``tools/quantize`` does the same from a converter's f32 / f16 output). Without
+  ``llama-cpp-python`` they are refused in one line naming the install, before anything is read.
 
 Shapes: torch stores a linear weight as [out, in]; GGUF lists dimensions fastest first, so the same bytes read as
 {in, out} there (the writer reverses the order itself).
@@ -31,25 +21,46 @@ Shapes: torch stores a linear weight as [out, in]; GGUF lists dimensions fastest
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import torch
 
-from .decoder_weights import fold_attention_scale, permute_interleaved_rope
+from .gguf_gpt2 import gpt2_gguf_refusal, gpt2_tensors, write_gpt2_hparams
+from .gguf_llama import llama_gguf_refusal, llama_tensors, write_llama_hparams
 from .gguf_tokenizer import write_tokenizer
+from .gguf_types import GGUF_DTYPES, LLAMA_CPP_TYPES
+from .llama_cpp_quantize import check_llama_cpp, quantize_with_llama_cpp
 from .sources import staged_output
-from .transformers_targets import gated_activation
 
-ARCH = gguf.MODEL_ARCH.LLAMA
-DTYPES = {  # --dtype -> (file type, tensor type for matrices)
+DTYPES = {  # --dtype written here (gguf_types.WRITTEN_TYPES) -> (file type, tensor type for matrices)
     "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
     "f16": (gguf.LlamaFileType.MOSTLY_F16, gguf.GGMLQuantizationType.F16),
     "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
     "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
 }
-ROPE_TYPES = ("default", "linear", "llama3")  # the RoPE variants llama.cpp's llama graph computes
+
+
+@dataclass(frozen=True)
+class GgufArchitecture:
+    """One llama.cpp architecture: its name, why a config is not it, its ``{arch}.*`` keys and its tensors."""
+
+    arch: gguf.MODEL_ARCH
+    refusal: Callable[[object], str | None]
+    write_hparams: Callable[[gguf.GGUFWriter, object], None]
+    tensors: Callable[[object], Iterator[tuple[str, torch.Tensor]]]
+
+    @property
+    def name(self) -> str:
+        return gguf.MODEL_ARCH_NAMES[self.arch]
+
+
+ARCHITECTURES = {
+    "llama": GgufArchitecture(gguf.MODEL_ARCH.LLAMA, llama_gguf_refusal, write_llama_hparams, llama_tensors),
+    "gpt2": GgufArchitecture(gguf.MODEL_ARCH.GPT2, gpt2_gguf_refusal, write_gpt2_hparams, gpt2_tensors),
+}
 
 
 def export_gguf(model, tokenizer, out: Path, dtype: str = "f32") -> Path:
@@ -61,138 +72,76 @@ def export_gguf(model, tokenizer, out: Path, dtype: str = "f32") -> Path:
     out = Path(out)
     if out.suffix != ".gguf":
         raise ValueError(f"out: {out} must be a file path ending in .gguf")
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not a GGUF type written here; choose one of {', '.join(DTYPES)}")
-    config = model.config
-    refusal = llama_gguf_refusal(config)
-    if refusal:
-        raise ValueError(f"cannot export to GGUF (llama.cpp's llama architecture): {refusal}")
+    check_gguf_dtype(dtype)
+    architecture = gguf_architecture(model.config)
     if tokenizer is None:
         raise ValueError("tokenizer: a GGUF carries its tokenizer; the source folder has none (save one beside it)")
     with staged_output(out, overwrite=True, file=True) as staging:
-        writer = gguf.GGUFWriter(staging, gguf.MODEL_ARCH_NAMES[ARCH])
-        _write_hparams(writer, config, DTYPES[dtype][0])
-        write_tokenizer(writer, tokenizer, model, config.vocab_size)
-        for name, data, qtype in _gguf_tensors(model, DTYPES[dtype][1]):
-            writer.add_tensor(name, data, raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        if dtype in LLAMA_CPP_TYPES:
+            f32 = staging.with_name(f"f32-{staging.name}")
+            _write(architecture, model, tokenizer, f32, "f32")
+            quantize_with_llama_cpp(f32, staging, dtype)
+            f32.unlink()
+        else:
+            _write(architecture, model, tokenizer, staging, dtype)
     return out
 
 
-def llama_gguf_refusal(config) -> str | None:
-    """Why ``config`` is not llama.cpp's llama architecture (the first feature that differs), or None."""
+def check_gguf_dtype(dtype: str) -> None:
+    """ValueError for a type not written at all, or one that needs llama-cpp-python when it is not installed."""
+    if dtype not in GGUF_DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not a GGUF type written here; choose one of {', '.join(GGUF_DTYPES)}")
+    if dtype in LLAMA_CPP_TYPES:
+        check_llama_cpp(dtype)
+
+
+def gguf_architecture(config) -> GgufArchitecture:
+    """The llama.cpp architecture that computes what ``config`` computes; ValueError naming the feature when none.
+
+    Learned positions point at ``gpt2``, RoPE at ``llama``, other positions by the norm (LayerNorm: ``gpt2``); the
+    refusal names that architecture's first difference.
+    """
     model_type = getattr(config, "model_type", None)
     if getattr(config, "is_encoder_decoder", False):
-        return f"{model_type} is an encoder-decoder model; llama.cpp's llama architecture is a decoder only"
+        raise ValueError(f"cannot export to GGUF: {model_type} is an encoder-decoder model; llama.cpp's llama and gpt2 "
+                         "architectures written here are decoders only")  # fmt: skip
     if not hasattr(config, "layer_layouts"):
-        return f"model_type {model_type!r} is not an hf-llmsys decoder (llmsys_llama, llmsys_gpt3)"
-    activation = gated_activation(config)
-    checks = [
-        (config.norm_type == "rmsnorm", f"norm_type={config.norm_type!r} (llama.cpp's llama normalises with RMSNorm)"),
-        (activation == "silu", f"MLP hidden_act={config.hidden_act!r}, mlp_gated={config.mlp_gated} (llama.cpp's "
-         "llama MLP is SwiGLU: down(silu(gate(x)) * up(x)))"),
-        (config.position_embedding_type == "rope", f"position_embedding_type={config.position_embedding_type!r} "
-         "(llama.cpp's llama uses RoPE only)"),
-        (not config.attention_bias, "attention_bias=True (the llama GGUF written here has no q/k/v biases)"),
-        (not config.attention_out_bias, "attention_out_bias=True (the llama GGUF written here has no output "
-         "projection bias)"),
-        (not config.mlp_bias, "mlp_bias=True (the llama GGUF written here has no MLP biases)"),
-    ]  # fmt: skip
-    for ok, why in checks:
-        if not ok:
-            return why
-    layouts = sorted(set(config.layer_layouts()))
-    if layouts != ["dense"]:
-        return f"attention_layout {layouts} (llama.cpp's llama attends densely; windowed or sparse layers differ)"
-    rope_type = (config.rope_parameters or {}).get("rope_type", "default")
-    if rope_type not in ROPE_TYPES:
-        return f"rope_type={rope_type!r} (written here: {', '.join(ROPE_TYPES)})"
-    return None
+        raise ValueError(f"cannot export to GGUF: model_type {model_type!r} is not an hf-llmsys decoder (llmsys_llama, "
+                         "llmsys_gpt3)")  # fmt: skip
+    position = config.position_embedding_type
+    gpt2_like = position == "learned" or (position != "rope" and config.norm_type == "layernorm")
+    architecture = ARCHITECTURES["gpt2" if gpt2_like else "llama"]
+    refusal = architecture.refusal(config)
+    if refusal:
+        raise ValueError(f"cannot export to GGUF (llama.cpp's {architecture.name} architecture): {refusal}")
+    return architecture
 
 
-def _write_hparams(writer: gguf.GGUFWriter, config, file_type: gguf.LlamaFileType) -> None:
-    """The ``llama.*`` keys llama.cpp reads for this architecture (``llama-model.cpp``, ``load_hparams``)."""
-    head_dim = config.head_dim
-    rope = config.rope_parameters or {}
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
-    if rope.get("rope_type") == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(float(rope["factor"]))
-    writer.add_layer_norm_rms_eps(float(config.norm_eps))
-    writer.add_vocab_size(config.vocab_size)
+def _write(architecture: GgufArchitecture, model, tokenizer, path: Path, dtype: str) -> None:
+    """One GGUF file of ``model`` in a type written here (f32 / f16 / bf16 / q8_0)."""
+    file_type, matrix_type = DTYPES[dtype]
+    writer = gguf.GGUFWriter(path, architecture.name)
+    architecture.write_hparams(writer, model.config)
     writer.add_file_type(file_type)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    write_tokenizer(writer, tokenizer, model, model.config.vocab_size)
+    for name, weight in architecture.tensors(model):
+        data, qtype = _typed(weight, matrix_type)
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
-def _gguf_tensors(model, matrix_type: gguf.GGMLQuantizationType):
-    """Yield (GGUF name, numpy data, GGML type) for every weight, in llama.cpp's layout and the chosen type.
-
-    First the rewrites of the transformers export (``decoder_weights``: our attention scale folded into q_proj,
-    Meta's interleaved RoPE rows to transformers' halves), which leave transformers' Llama weights; then the step of
-    llama.cpp's own converter from those: q/k rows to adjacent pairs.
-    """
-    config = model.config
-    state = {name: weight.detach().float().cpu() for name, weight in model.state_dict().items()}
-    if config.tie_word_embeddings:
-        del state["lm_head.weight"]  # llama.cpp falls back to token_embd when the file has no output tensor
-    fold_attention_scale(state, config, config.head_dim**-0.5)  # llama.cpp scales scores by 1/sqrt(head_dim)
-    permute_interleaved_rope(state, config)
-    names = gguf.get_tensor_name_map(ARCH, config.num_hidden_layers)
-    for hf_name, weight in state.items():
-        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise ValueError(f"tensor {hf_name}: no llama.cpp llama tensor corresponds to it (speed layer applied?)")
-        if hf_name.endswith("q_proj.weight"):
-            weight = _permute_rope_rows(weight, config.num_attention_heads)
-        elif hf_name.endswith("k_proj.weight"):
-            weight = _permute_rope_rows(weight, config.num_key_value_heads)
-        yield _typed(name, weight, matrix_type)
-    if (rope_freqs := _llama3_rope_freqs(config)) is not None:
-        yield _typed(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", rope_freqs, matrix_type)
-
-
-def _permute_rope_rows(weight: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Rotate-half row order -> adjacent pairs, per head (llama.cpp's ``LlamaModel.permute``): rows (heads * D, in)
-    viewed (heads, 2, D/2, in), the two halves interleaved."""
-    rows = weight.shape[0]
-    return weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def _llama3_rope_freqs(config) -> torch.Tensor | None:
-    """Llama 3.1's per-frequency divisors (``rope_freqs``) for rope_type "llama3", else None (converter's formula)."""
-    rope = config.rope_parameters or {}
-    if rope.get("rope_type") != "llama3":
-        return None
-    dim = config.head_dim
-    freqs = 1.0 / (rope.get("rope_theta", 10000.0) ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
-    old_context = rope["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / freqs
-    smooth = (old_context / wavelen - low) / (high - low)
-    between = 1 / ((1 - smooth) / factor + smooth)
-    return torch.where(wavelen < old_context / high, 1.0, torch.where(wavelen > old_context / low, factor, between))
-
-
-def _typed(name: str, weight: torch.Tensor, matrix_type: gguf.GGMLQuantizationType):
-    """(name, data, type): 1-D tensors F32, matrices ``matrix_type`` (F16 where Q8_0's blocks do not fit)."""
+def _typed(weight: torch.Tensor, matrix_type: gguf.GGMLQuantizationType):
+    """(data, raw_dtype=type): 1-D tensors F32, matrices ``matrix_type`` (F16 where Q8_0's blocks do not fit)."""
     data = weight.to(torch.float32).numpy()
     qtype = gguf.GGMLQuantizationType.F32 if data.ndim <= 1 else matrix_type
     try:
-        return name, gguf.quants.quantize(data, qtype), qtype
+        return gguf.quants.quantize(data, qtype), qtype
     except gguf.QuantError:
-        return name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.F16), gguf.GGMLQuantizationType.F16
+        return gguf.quants.quantize(data, gguf.GGMLQuantizationType.F16), gguf.GGMLQuantizationType.F16
 
 
-__all__ = ["DTYPES", "export_gguf", "llama_gguf_refusal"]
+__all__ = ["ARCHITECTURES", "DTYPES", "GGUF_DTYPES", "export_gguf", "gguf_architecture"]
