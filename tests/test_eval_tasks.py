@@ -290,7 +290,7 @@ def test_task_scoring_leaves_training_draws_unchanged(folders, tokenizer, in_fix
     assert all(torch.equal(weights[name], weights_with_tasks[name]) for name in weights)
 
 
-@pytest.mark.parametrize("command", ["train", "sft", "sft-lora"])
+@pytest.mark.parametrize("command", ["train", "sft", "sft-lora", "dpo"])
 def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path, capsys, monkeypatch):
     """The flags reach the jobs: the task metrics are printed with each eval_loss (a LoRA run scores the base with
     its adapter on, the PEFT model the Trainer trains)."""
@@ -299,6 +299,11 @@ def test_llmsys_commands_log_eval_tasks(command, folders, in_fixtures, tmp_path,
                 "--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "1",
                 "--num_attention_heads", "2", "--vocab_size", "300", "--block_size", "16", "--chunk_chars", "64",
                 "--validation_fraction", "0.3"]  # fmt: skip
+    elif command == "dpo":
+        pairs = tmp_path / "pairs.json"
+        pairs.write_text(json.dumps([{"prompt": "Say hi.", "chosen": "Hi there.", "rejected": "Go away."}] * 8))
+        argv = ["dpo", "--model_name_or_path", str(folders["llmsys_llama"]), "--data", str(pairs), "--template",
+                "short", "--max_length", "64", "--num_generation_examples", "0"]  # fmt: skip
     else:
         records = tmp_path / "alpaca.json"
         records.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "Hi there."}] * 8))

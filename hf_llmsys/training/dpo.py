@@ -60,6 +60,7 @@ from .dpo_arguments import (
     DPOTrainingArguments,
     validate_dpo_args,
 )
+from .eval_tasks import attach_eval_tasks, check_eval_tasks
 from .job import count_parameters, finish_job, generation_config, is_world_process_zero, job_help, parse_job_args
 from .job import seeded as seeded_build
 from .lora import lora_config, lora_summary
@@ -386,6 +387,7 @@ def run_dpo(model_args: DPOModelArguments, data_args: DPODataArguments, training
     config, base = inspect_model(model_args)
     kind = tuning_kind(model_args, base)
     check_job(model_args, training_args, kind)
+    check_eval_tasks(training_args)
     max_length_rule = fit_max_length(training_args, config)
     tokenizer = load_tokenizer(model_args)
     records, held_out, counts = read_preference_records(data_args, training_args.seed)
@@ -413,6 +415,7 @@ def run_dpo(model_args: DPOModelArguments, data_args: DPODataArguments, training
         model=model, ref_model=ref_model, args=training_args, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=tokenizer, peft_config=peft_config,
     )  # fmt: skip
+    attach_eval_tasks(trainer)
     total, trainable = count_parameters(trainer.model)
     logger.info(f"{kind} tuning: {total:,} parameters ({trainable:,} trained); reference: {REFERENCES[reference_key(training_args, kind)]}")  # fmt: skip
     before = held_out_metrics(trainer, eval_ds, with_trl=False)
