@@ -28,6 +28,7 @@ EXTERNAL = {
     "mkdocs": {"strict"},
     "ray": {"head", "port", "num_cpus", "address"},
     "llama.cpp": {"port"},
+    "llama_cpp.server": {"n_ctx"},
     "scripts/convert_meta_llama.py": {
         "input_dir",
         "output_dir",

@@ -81,6 +81,12 @@ def check_server_installed(model: str) -> None:
         raise ValueError(f"MODEL {model}: served by {name}, which needs {', '.join(missing)}: {install}")
 
 
+def address(listening) -> str:
+    """The OpenAI-compatible base URL of a bound socket."""
+    host, port = listening.getsockname()[:2]
+    return f"http://{host}:{port}/v1"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run ``llmsys serve`` (see the module docstring) until Ctrl-C."""
     args = build_parser().parse_args(argv)
@@ -92,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         from ..serving.llama_cpp_backend import serve_gguf
 
         with bind_listening_socket(args.host, args.port) as listening:
+            print(f"llmsys serve: {args.model} with llama.cpp's server on {address(listening)} (prompts: the file's "
+                  "chat template); Ctrl-C stops it", flush=True)  # fmt: skip
             serve_gguf(Path(args.model).expanduser(), listening)
         return
     with bind_listening_socket(args.host, args.port) as listening:  # before the model is read: a taken port is cheap
@@ -100,4 +108,6 @@ def main(argv: list[str] | None = None) -> None:
 
         device = resolve_device(args.device)
         served = served_model(args.model, args.template, args.trust_remote_code)
+        print(f"llmsys serve: {served.source} with transformers' server on {address(listening)} (prompts: "
+              f"{served.prompts}); Ctrl-C stops it", flush=True)  # fmt: skip
         serve_with_transformers(served, listening, device, args.dtype)

@@ -26,6 +26,4 @@ def serve_gguf(model: Path, listening: socket.socket) -> None:
     host, port = listening.getsockname()[:2]
     settings = ModelSettings(model=str(model), n_ctx=0, verbose=False)
     app = create_app(server_settings=ServerSettings(host=host, port=port), model_settings=[settings])
-    print(f"llmsys serve: {model} with llama.cpp's server on http://{host}:{port}/v1 (prompts: the file's chat "
-          "template); Ctrl-C stops it", flush=True)  # fmt: skip
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run(sockets=[listening])

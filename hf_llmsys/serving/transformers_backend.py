@@ -118,8 +118,6 @@ class PluginServe(Serve):
 def serve_with_transformers(served: ServedModel, listening: socket.socket, device: str, dtype: str) -> None:
     """Serve ``served`` on ``listening`` until the server stops (Ctrl-C)."""
     host, port = listening.getsockname()[:2]
-    print(f"llmsys serve: {served.source} with transformers' server on http://{host}:{port}/v1 (prompts: "
-          f"{served.prompts}); Ctrl-C stops it", flush=True)  # fmt: skip
     loader = PluginModelLoader(served, device=device, dtype=dtype, trust_remote_code=served.trust_remote_code)
     PluginServe(loader, listening, force_model=served.source, device=device, dtype=dtype, host=host, port=port,
                 trust_remote_code=served.trust_remote_code)  # fmt: skip
