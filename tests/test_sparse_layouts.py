@@ -173,7 +173,7 @@ def test_unknown_kind_lists_registry_and_bad_seq_len():
         dense_layout_mask("dense", 0)
     with pytest.raises(ValueError, match="seq_len"):
         attended_counts("dense", 0)
-    assert sorted(LAYOUTS) == ["dense", "fixed", "local", "strided"]
+    assert sorted(LAYOUTS) == ["dense", "fixed", "linear", "local", "strided"]
 
 
 def tiny_config(attn_implementation):

@@ -15,10 +15,17 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   over the layers; None = all "dense"), ``sliding_window`` (band of "local" layers, current token included;
   alias ``local_window``; transformers' name, read by its caches and flash attention), sparse_stride /
   sparse_summary (l and c of "strided" / "fixed", Child et al. 2019);
+- linear layers (``linear_attention.py``, Gated DeltaNet, the ``attention_layout`` kind "linear"; Qwen3NextConfig's
+  names): linear_num_key_heads and linear_num_value_heads (None: num_attention_heads), linear_key_head_dim and
+  linear_value_head_dim (None: head_dim), linear_conv_kernel_dim, linear_chunk_size (the chunked form's C). Additive
+  encodings (learned, sinusoidal) enter at the embeddings and so reach every layer; score-bias and rotary ones (rope,
+  alibi, t5, relative) reach attention layers only, linear layers carry order through their recurrence and
+  convolution; all-linear layouts are valid with any encoding;
 - ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
   derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.cache_kind``, "local")
   is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
-  built once per forward for every cached key), every other layer "full_attention". A given list must equal that.
+  built once per forward for every cached key), a linear layer "linear_attention" (transformers'
+  ``LinearAttentionLayer``: conv and recurrent state), every other layer "full_attention". A given list must equal that.
 - training: initializer_range, z_loss_coefficient.
 """
 
@@ -33,7 +40,7 @@ from .config_checks import check_finite_non_negative, drop_speed_layer_fields
 from .feed_forward import GATED_VARIANTS, llama_intermediate_size
 from .norms import NORM_CLASSES
 from .positions import POSITIONAL_ENCODINGS
-from .sparse_layouts import LAYOUTS, WINDOWED_CACHE, layout_class, resolve_layer_layouts
+from .sparse_layouts import LAYOUTS, LINEAR_CACHE, WINDOWED_CACHE, layout_class, resolve_layer_layouts
 
 # Other names of decoder fields, accepted by every decoder config (an old name -> the field).
 DECODER_ALIASES = {
@@ -42,7 +49,7 @@ DECODER_ALIASES = {
     "local_window": "sliding_window",  # hf-llmsys GPT-3 configs saved before DecoderConfig
 }
 # transformers' cache kinds (configuration_utils.ALLOWED_ATTN_LAYER_TYPES) that a decoder layer can be.
-FULL, SLIDING = "full_attention", "sliding_attention"
+FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 
 
 @strict
@@ -88,6 +95,12 @@ class DecoderConfig(PreTrainedConfig):
     sliding_window: int | None = None
     sparse_stride: int | None = None
     sparse_summary: int | None = None
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int = 4
+    linear_chunk_size: int = 64
     layer_types: list[str] | None = None
     initializer_range: float = 0.02
     z_loss_coefficient: float = 0.0
@@ -115,6 +128,15 @@ class DecoderConfig(PreTrainedConfig):
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
+        linear_defaults = dict(
+            linear_num_key_heads=self.num_attention_heads,
+            linear_key_head_dim=self.head_dim,
+            linear_num_value_heads=self.num_attention_heads,
+            linear_value_head_dim=self.head_dim,
+        )
+        for name, default in linear_defaults.items():  # a linear layer as wide as multi-head attention
+            if getattr(self, name) is None:
+                setattr(self, name, default)
         if self.intermediate_size is None:
             self.intermediate_size = self.default_intermediate_size()
         if self.attention_layout is None:
@@ -156,8 +178,8 @@ class DecoderConfig(PreTrainedConfig):
             return None
         if encoding is None:
             return None
-        windowed = not encoding.adds_score_bias
-        return [SLIDING if windowed and LAYOUTS[kind].cache_kind == WINDOWED_CACHE else FULL for kind in kinds]
+        cache_kinds = {WINDOWED_CACHE: FULL if encoding.adds_score_bias else SLIDING, LINEAR_CACHE: LINEAR}
+        return [cache_kinds.get(LAYOUTS[kind].cache_kind, FULL) for kind in kinds]
 
     def resolve_layer_types(self) -> None:
         """Derive ``layer_types`` if it is None and check it: models call this when built, so a config whose
@@ -204,11 +226,16 @@ class DecoderConfig(PreTrainedConfig):
         """Every size is a positive integer."""
         for name in (
             "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "max_position_embeddings", "multiple_of",
+            "num_key_value_heads", "head_dim", "max_position_embeddings", "multiple_of", "linear_num_key_heads",
+            "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+            "linear_chunk_size",
         ):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError(f"linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
+                             f"linear_num_key_heads ({self.linear_num_key_heads}): each q/k head serves a group.")  # fmt: skip
         if self.norm_eps <= 0:
             raise ValueError(f"norm_eps (alias rms_norm_eps, layer_norm_epsilon) must be > 0, got {self.norm_eps}.")
         if self.attention_scale is not None and not self.attention_scale > 0:

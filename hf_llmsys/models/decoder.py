@@ -26,6 +26,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
 from .decoder_layer import DecoderLayer
+from .linear_attention import GatedDeltaNet
 from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import build_norm
@@ -46,6 +47,9 @@ class DecoderPreTrainedModel(LlmsysPreTrainedModel):
             init.copy_(module.inv_freq, inv_freq)
             init.copy_(module.original_inv_freq, inv_freq)
             return
+        if isinstance(module, GatedDeltaNet):  # Mamba2's time steps: A in [1, 16], dt_bias 1
+            init.ones_(module.dt_bias)
+            init.copy_(module.A_log, torch.empty_like(module.A_log).uniform_(1, 16).log())
         super()._init_weights(module)
 
 

@@ -1,4 +1,6 @@
-"""One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + attn(norm(x)), then x + ffn(norm(x)).
+"""One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + mix(norm(x)), then x + ffn(norm(x)).
+
+The mixer is attention, or Gated DeltaNet in a "linear" layer (``MIXERS``, picked by the layer's layout).
 
 The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
 GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
@@ -11,9 +13,13 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import GroupedQueryAttention
 from .feed_forward import build_feed_forward
+from .linear_attention import GatedDeltaNet
 from .norms import build_norm
 from .position_state import PositionState
 from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
+
+# layout.mixer -> (attribute, class): attention keeps transformers' ``self_attn``, Gated DeltaNet Qwen3-Next's name
+MIXERS = {"attention": ("self_attn", GroupedQueryAttention), "linear": ("linear_attn", GatedDeltaNet)}
 
 
 class DecoderLayer(GradientCheckpointingLayer):
@@ -24,13 +30,19 @@ class DecoderLayer(GradientCheckpointingLayer):
         builds it from ``config.layer_layouts()[layer_idx]``."""
         super().__init__()
         self.layout = layout or layout_class(config.layer_layouts()[layer_idx]).from_config(config)
-        self.self_attn = GroupedQueryAttention(config, layer_idx)
+        self.mixer_name, mixer_class = MIXERS[self.layout.mixer]
+        setattr(self, self.mixer_name, mixer_class(config, layer_idx))
         self.mlp = build_feed_forward(
             config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_gated, bias=config.mlp_bias
         )
         norm_args = (config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.input_layernorm = build_norm(*norm_args)
         self.post_attention_layernorm = build_norm(*norm_args)
+
+    @property
+    def mixer(self) -> GroupedQueryAttention | GatedDeltaNet:
+        """The token mixer: ``self_attn`` or ``linear_attn``."""
+        return getattr(self, self.mixer_name)
 
     def forward(
         self,
@@ -47,7 +59,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         positions = positions.with_attention_bias(position_bias)
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(
+        hidden_states, _ = self.mixer(
             hidden_states, positions, attention.mask, cache, kernel=attention.kernel, **kwargs
         )
         hidden_states = residual + hidden_states

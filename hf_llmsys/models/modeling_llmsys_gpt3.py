@@ -44,7 +44,7 @@ class LlmsysGPT3PreTrainedModel(ConvertedCheckpoints, DecoderPreTrainedModel):
         if "_residual_projection_set" not in self.__dict__:
             layers = [module for module in self.modules() if isinstance(module, DecoderLayer)]
             self.__dict__["_residual_projection_set"] = {
-                proj for layer in layers for proj in (layer.self_attn.o_proj, layer.mlp.down_proj)
+                proj for layer in layers for proj in (layer.mixer.o_proj, layer.mlp.down_proj)
             }
         return self.__dict__["_residual_projection_set"]
 

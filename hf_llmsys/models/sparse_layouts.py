@@ -45,7 +45,7 @@ from .registries import registered
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Kernel = Callable[..., tuple[torch.Tensor, None]]
-FULL_CACHE, WINDOWED_CACHE = "full", "windowed"
+FULL_CACHE, WINDOWED_CACHE, LINEAR_CACHE = "full", "windowed", "linear"
 
 
 def _check_int(name: str, value: object, minimum: int, kind: str) -> int:
@@ -67,7 +67,8 @@ class AttentionLayout:
     Class attributes (the capabilities, read by the config, the model card, the demo and the tools):
         name: the registry kind ("dense", "local", ...), as written in ``config.attention_layout``.
         parameters: the config fields it reads (``sliding_window``, ``sparse_stride``, ``sparse_summary``).
-        cache_kind: "windowed" when the layout is a band of the last ``sliding_window`` keys: with an encoding
+        mixer: what mixes tokens in its layers (``decoder_layer.MIXERS``): "attention", or "linear" (Gated DeltaNet).
+        cache_kind: "linear" for linear layers (transformers' "linear_attention" cache layers); "windowed" when the layout is a band of the last ``sliding_window`` keys: with an encoding
             that adds no score bias its layers are transformers' "sliding_attention" layers (a window-sized KV
             cache, transformers' sliding-window mask, flash attention's own band); else "full".
         min_heads: the fewest heads the layout is defined for.
@@ -76,6 +77,7 @@ class AttentionLayout:
 
     name: str = ""
     parameters: tuple[str, ...] = ()
+    mixer: str = "attention"
     cache_kind: str = FULL_CACHE
     min_heads: int = 1
     card_text_template: str = ""
@@ -233,9 +235,26 @@ class LocalLayout(AttentionLayout):
         return _band(self.params["sliding_window"])
 
 
+class LinearLayout(DenseLayout):
+    """A linear layer (Gated DeltaNet, ``linear_attention.py``): every earlier token reaches it through a fixed-size
+    state (the dense predicate), and it takes no attention mask: its answer is the (B, S) padding mask of this
+    forward's tokens (zeroed before the mixer), or None."""
+
+    name = "linear"
+    mixer = "linear"
+    cache_kind = LINEAR_CACHE
+    card_text_template = "linear (Gated DeltaNet)"
+
+    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+        mask, seq_len = mask_inputs.mask_kwargs["attention_mask"], mask_inputs.mask_kwargs["inputs_embeds"].shape[1]
+        if mask is None or mask.dim() != 2 or seq_len == 1:  # one new token is never padding
+            return LayerAttention()
+        return LayerAttention(mask=mask.narrow(1, mask_inputs.past_seen, seq_len))
+
+
 # kind -> class: the one registry of layouts (each class carries its kind as ``name``)
 # (``factorized_layouts.py`` adds GPT-3's strided and fixed kinds for the model types that use them)
-LAYOUTS: dict[str, type[AttentionLayout]] = {cls.name: cls for cls in (DenseLayout, LocalLayout)}
+LAYOUTS: dict[str, type[AttentionLayout]] = {cls.name: cls for cls in (DenseLayout, LocalLayout, LinearLayout)}
 
 
 # --- building layouts ----------------------------------------------------------------------------------------------
