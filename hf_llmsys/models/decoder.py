@@ -25,6 +25,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
+from .configuration_decoder import LINEAR
 from .decoder_layer import DecoderLayer
 from .linear_attention import GatedDeltaNet
 from .mask_inputs import MaskInputs
@@ -86,13 +87,14 @@ class DecoderModel(DecoderPreTrainedModel):
             inputs_embeds = embed_token_ids(self.embed_tokens, input_ids)  # (B, S, hidden)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
-        past_seen = cache.get_seq_length() if cache is not None else 0  # a 0-d tensor for static caches
+        attention_layers = [i for i, kind in enumerate(self.config.layer_types) if kind != LINEAR]
+        past_seen = seen_tokens(cache, attention_layers) if cache is not None else 0  # a 0-d tensor: static caches
         positions_given = position_ids is not None
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past_seen
         mask_inputs = MaskInputs.build(
-            self.config, inputs_embeds, attention_mask, cache, position_ids.to(inputs_embeds.device), past_seen,
-            positions_given=positions_given,
+            self.config, inputs_embeds, attention_mask, cache if attention_layers else None,
+            position_ids.to(inputs_embeds.device), past_seen, positions_given=positions_given,
         )  # fmt: skip
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
@@ -107,6 +109,12 @@ class DecoderModel(DecoderPreTrainedModel):
     def layouts(self) -> list:
         """The distinct layout objects of the layers (``sparse_layouts.AttentionLayout``), in layer order."""
         return list(dict.fromkeys(layer.layout for layer in self.layers))
+
+
+def seen_tokens(cache, attention_layers: list[int]) -> int | torch.Tensor:
+    """Tokens already in ``cache``, read from its first attention layer; with linear layers only, from their count (a
+    0-d tensor, read as a number: no masks are built from it)."""
+    return cache.get_seq_length(attention_layers[0]) if attention_layers else int(cache.get_seq_length(0))
 
 
 def z_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None, ignore_index: int = -100):
@@ -140,7 +148,7 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
         recompiled for each new token."""
         if attention_mask is None or attention_mask.dim() != 2 or cache is None or not cache.is_compileable:
             return attention_mask
-        max_cache_len = max(layer.max_cache_len for layer in cache.layers)
+        max_cache_len = max(getattr(layer, "max_cache_len", 0) for layer in cache.layers)  # linear layers have none
         return nn.functional.pad(attention_mask, (0, max(max_cache_len - attention_mask.shape[-1], 0)))
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
