@@ -286,6 +286,11 @@ REFUSED_CONFIGS = {
         ),
         "rope_type='yarn'",
     ),
+    "llama 1:1 hybrid": (
+        lambda: LlmsysLlamaConfig(**_small(), attention_layout=["linear", "dense"]),
+        "layers [0] are linear (Gated DeltaNet)",
+    ),
+    "gpt3 all-linear": (lambda: LlmsysGPT3Config(**_small(), attention_layout=["linear"]), "layers [0, 1] are linear"),
     "T5": (lambda: LlmsysT5Config(vocab_size=64, d_model=32, num_layers=1, num_heads=2), "encoder-decoder"),
 }
 

@@ -236,7 +236,11 @@ REFUSED = {
     ),  # fmt: skip
     "q bias on gpt_neo": (lambda v: gpt3(v, sliding_window=4), "non-zero query bias", "gpt_neo"),
     "gated exact gelu on t5": (lambda v: t5(v, hidden_act="gelu", mlp_gated=True), "exact gelu", "t5"),
-}
+    "linear layers on llama": (lambda v: llama(v, attention_layout=["linear", "dense"]), "layers [0] are linear",
+                               "qwen3_next"),
+    "linear layers on gpt3": (lambda v: gpt3(v, attention_layout=["linear"]), "layers [0, 1] are linear",
+                              "qwen3_next"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
@@ -340,6 +344,13 @@ def test_cli_refuses_a_model_of_a_transformers_type_and_an_unexportable_folder(t
     err = capsys.readouterr().err.strip()
     assert "position_embedding_type='alibi'" in err and "\n" not in err
     assert not (tmp_path / "o").exists()
+    llama(32, attention_layout=["dense", "linear"]).save_pretrained(tmp_path / "hybrid")
+    capsys.readouterr()
+    for export_format, out in (("transformers", tmp_path / "o"), ("gguf", tmp_path / "o.gguf")):
+        assert run_cli(tmp_path / "hybrid", out, "--format", export_format) == 2
+        err = capsys.readouterr().err.strip()
+        assert "layers [1] are linear (Gated DeltaNet)" in err and "\n" not in err
+        assert not out.exists()
 
 
 @pytest.mark.slow

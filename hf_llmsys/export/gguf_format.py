@@ -34,6 +34,7 @@ from .gguf_tokenizer import write_tokenizer
 from .gguf_types import GGUF_DTYPES, LLAMA_CPP_TYPES
 from .llama_cpp_quantize import check_llama_cpp, quantize_with_llama_cpp
 from .sources import staged_output
+from .transformers_targets import linear_layers
 
 DTYPES = {  # --dtype written here (gguf_types.WRITTEN_TYPES) -> (file type, tensor type for matrices)
     "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
@@ -108,6 +109,9 @@ def gguf_architecture(config) -> GgufArchitecture:
     if not hasattr(config, "layer_layouts"):
         raise ValueError(f"cannot export to GGUF: model_type {model_type!r} is not an hf-llmsys decoder (llmsys_llama, "
                          "llmsys_gpt3)")  # fmt: skip
+    if linear := linear_layers(config):  # llama.cpp's llama and gpt2 attend in every layer
+        raise ValueError(f"cannot export to GGUF: layers {linear} are linear (Gated DeltaNet) layers, which llama.cpp's "
+                         "llama and gpt2 architectures do not have; keep the folder (transformers format)")  # fmt: skip
     position = config.position_embedding_type
     gpt2_like = position == "learned" or (position != "rope" and config.norm_type == "layernorm")
     architecture = ARCHITECTURES["gpt2" if gpt2_like else "llama"]

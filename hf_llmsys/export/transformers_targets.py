@@ -99,8 +99,20 @@ def decoder_target_family(config) -> str:
     return "llama" if position == "rope" else "gpt2"
 
 
+def linear_layers(config) -> list[int]:
+    """The layers whose layout is "linear" (Gated DeltaNet, ``models/linear_attention.py``)."""
+    return [i for i, kind in enumerate(config.layer_layouts()) if kind == "linear"]
+
+
 def choose_decoder_target(config) -> tuple[str, list[str]]:
     """The target name for a decoder config and its layout kinds per layer (ValueError when none fits)."""
+    if linear := linear_layers(config):
+        # Qwen3-Next, transformers' only class with these layers (Qwen3NextGatedDeltaNet), differs in its attention
+        # layers: a sigmoid output gate, RoPE on part of each head, q/k norms and (1 + weight) RMSNorms; its MLPs are
+        # mixtures of experts. No other 5.25 class has the gated delta rule, so no target computes our hybrid.
+        raise refuse(f"layers {linear} are linear (Gated DeltaNet) layers", "qwen3_next",
+                     "its attention layers gate their output and rotate part of each head; keep the folder, which "
+                     "loads with trust_remote_code=True")  # fmt: skip
     family = decoder_target_family(config)
     kinds = layer_kinds(config)
     chooser = llama_family_member if family == "llama" else gpt2_family_member
