@@ -35,8 +35,9 @@ MODELS = {
         LlmsysT5Config(vocab_size=64, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8)
     ),
 }
-# Lines of the .py files a save ships (docstrings and comments included): the goals of the models/ redesign.
-LINE_CEILINGS = {"llmsys_llama": 2000, "llmsys_gpt3": 2400, "llmsys_t5": 1800}
+# Lines of the .py files a save ships (docstrings and comments included): the goals of the models/ redesign, plus
+# 250 per decoder for the linear (Gated DeltaNet) layer of issue 56 (measured with it: llama 2209, gpt3 2608).
+LINE_CEILINGS = {"llmsys_llama": 2250, "llmsys_gpt3": 2650, "llmsys_t5": 1800}
 FORBIDDEN = {
     "a custom autograd function": r"autograd\.Function",
     "a torch.compile branch": r"torch\.compiler\.is_compiling",
@@ -69,6 +70,7 @@ def test_each_type_ships_only_what_it_imports(tmp_path):
     gpt3 = set(saved_sources(MODELS["llmsys_gpt3"](), tmp_path / "gpt3"))
     t5 = set(saved_sources(MODELS["llmsys_t5"](), tmp_path / "t5"))
     assert "factorized_layouts.py" in gpt3 and "factorized_layouts.py" not in llama
+    assert "linear_attention.py" in gpt3 & llama and "linear_attention.py" not in t5
     assert "gpt2_checkpoint_conversion.py" in gpt3 and "gpt2_checkpoint_conversion.py" not in llama | t5
     assert not {"sparse_layouts.py", "rotary.py", "decoder.py"} & t5, sorted(t5)
     assert "t5_checkpoint_conversion.py" in t5 and "t5_checkpoint_conversion.py" not in llama | gpt3
@@ -114,6 +116,34 @@ def test_gpt3_with_factorized_layouts_loads_without_the_package(tmp_path):
         import torch
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained("gpt3", trust_remote_code=True).eval()
+        with torch.no_grad():
+            got = model(torch.load("ids.pt")).logits
+        assert (got - torch.load("want.pt")).abs().max().item() <= 1e-5
+        """,
+    )
+
+
+@pytest.mark.parametrize("model_type", ["llmsys_llama", "llmsys_gpt3"])
+def test_a_hybrid_with_linear_layers_loads_without_the_package(model_type, tmp_path):
+    torch.manual_seed(0)
+    config_class, model_class = {
+        "llmsys_llama": (LlmsysLlamaConfig, LlmsysLlamaForCausalLM),
+        "llmsys_gpt3": (LlmsysGPT3Config, LlmsysGPT3ForCausalLM),
+    }[model_type]
+    layout = dict(attention_layout=["linear", "dense"], num_hidden_layers=4, linear_chunk_size=4)
+    model = model_class(config_class(**{**TINY, **layout})).eval()
+    model.save_pretrained(tmp_path / "hybrid")
+    ids = torch.randint(0, 64, (1, 11))
+    with torch.no_grad():
+        torch.save(model(ids).logits, tmp_path / "want.pt")
+    torch.save(ids, tmp_path / "ids.pt")
+    run_without_the_package(
+        tmp_path,
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("hybrid", trust_remote_code=True).eval()
+        assert type(model.model.layers[0].linear_attn).__name__ == "GatedDeltaNet"
         with torch.no_grad():
             got = model(torch.load("ids.pt")).logits
         assert (got - torch.load("want.pt")).abs().max().item() <= 1e-5
