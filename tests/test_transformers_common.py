@@ -8,7 +8,7 @@ cached; skipped with the reason when that is impossible). Testers are small, as 
 testers are: 2 layers, hidden 32, 4 heads, vocabulary 99, 7 tokens.
 
 Variants: llmsys_llama with multi-head and grouped-query attention; llmsys_gpt3 dense + local (GPT-3's alternation),
-strided and fixed layouts; llmsys_t5 (the encoder-decoder and its encoder-only model). Tests that do not apply
+strided and fixed layouts; a linear + dense hybrid of each decoder; llmsys_t5 (the encoder-decoder and its encoder-only model). Tests that do not apply
 are listed in ``SKIPS`` (every variant), ``LOCAL_WINDOW_SKIPS`` and the per-variant tables with the reason; the
 suite's own skips (no GPU, no flash attention, slow, a capability a model does not claim) say theirs.
 
@@ -330,6 +330,14 @@ TestGPT3Fixed = causal_case(
     "TestGPT3Fixed", LlmsysGPT3Config, GPT3, **GPT3_CASE, attention_layout=["fixed"], sparse_stride=3,
     sparse_summary=1,
 )  # fmt: skip
+# Hybrids (issue 56): a linear (Gated DeltaNet) layer first, then a dense one; chunks of 4 so the 7 tokens span two.
+HYBRID_CASE = dict(
+    attention_layout=["linear", "dense"], linear_chunk_size=4,
+    skips={"test_attention_outputs": "a linear layer computes no attention probabilities: ``attentions`` holds one "
+           "tensor per attention layer, as transformers' Qwen3NextModel records only its Qwen3NextAttention layers"},
+)  # fmt: skip
+TestLlamaHybrid = causal_case("TestLlamaHybrid", LlmsysLlamaConfig, LLAMA, **HYBRID_CASE)
+TestGPT3Hybrid = causal_case("TestGPT3Hybrid", LlmsysGPT3Config, GPT3, **GPT3_CASE, **HYBRID_CASE)
 # GPT-Neo's shape (no q/k/v bias, an output bias) stored in GPT-2's layout (a c_attn without bias): the saved
 # layout of an llmsys_gpt3 model read from a GPT-Neo folder, with its reverse-loading test too.
 TestGPT3NeoShape = causal_case(
