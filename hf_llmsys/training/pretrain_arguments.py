@@ -89,7 +89,7 @@ class ModelArguments:
     attention_layout: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Decoders: layout kinds per layer (dense local strided fixed), repeated; None = dense "
+            "help": "Decoders: layout kinds per layer (dense local strided fixed linear), repeated; None = dense "
             "(llmsys_llama), dense local (llmsys_gpt3)."
         },
     )
