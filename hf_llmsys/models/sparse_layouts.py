@@ -165,8 +165,19 @@ class AttentionLayout:
             return None
         return layout_block_mask(self, mask_inputs.token_positions.shape[-1], str(mask_inputs.token_positions.device))
 
+    def check_unchanged(self, config) -> None:
+        """Refuse a parameter changed in the config after the model was built: the BlockMask and the kernels use the
+        value bound here, the window-sized mask, cache and flash attention the config's; one value must hold."""
+        for name, bound in self.params.items():
+            if (value := getattr(config, name)) != bound:
+                raise ValueError(
+                    f"config.{name} is {value!r} but this model's {self.name!r} layers were built with {bound!r}: "
+                    f"set {name} before building the model, or build a new one from the changed config."
+                )
+
     def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
         """This forward's one question: the layout as a kernel, else as a mask."""
+        self.check_unchanged(config)
         kernel = self.kernel(config, mask_inputs)
         return (
             LayerAttention(kernel=kernel) if kernel is not None else LayerAttention(mask=self.mask(config, mask_inputs))
