@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention_backends import attention_backend
+from .modeling_base import attention_backend
 from .position_biases import relative_distance, t5_relative_position_bucket
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from transformers.utils import is_torchdynamo_compiling
 
+from .config_checks import registered
 from .position_biases import alibi_bias, alibi_slopes, relative_distance, shaw_relative_index, sinusoidal_table
 from .position_state import (
     BiasPositionalEncoding,
@@ -36,7 +37,6 @@ from .position_state import (
     T5RelativePositionalEncoding,
     check_bias_support,
 )
-from .registries import registered
 from .rotary import RotaryEmbedding, apply_rotary
 
 

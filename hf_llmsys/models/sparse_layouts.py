@@ -38,10 +38,10 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
-from .attention_backends import attention_backend
+from .config_checks import registered
 from .mask_inputs import MaskInputs
+from .modeling_base import attention_backend
 from .positions import encoding_class
-from .registries import registered
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Kernel = Callable[..., tuple[torch.Tensor, None]]
