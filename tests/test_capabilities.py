@@ -16,7 +16,7 @@ import torch
 import hf_llmsys.kernels
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.demo import sparse_tab
-from hf_llmsys.hub.architecture import describe
+from hf_llmsys.hub.architecture import LAYOUT_CARDS, LayoutCard, describe
 from hf_llmsys.models.mask_inputs import MaskInputs
 from hf_llmsys.models.positions import (
     POSITIONAL_ENCODINGS,
@@ -91,7 +91,6 @@ class PreviousTokenLayout(AttentionLayout):
     """Test-only layout: kv in {q - 1, q}, no parameters, no kernel of its own."""
 
     name = "previous_token"
-    card_text_template = "previous token only"
 
     def predicate(self):
         def previous_token(batch_idx, head_idx, q_idx, kv_idx):
@@ -141,9 +140,12 @@ def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
 
 
 def test_a_new_layout_appears_in_the_card_and_the_demo(monkeypatch):
-    """The model card and the demo's sparse tab ask the registered class: no table of names to extend."""
+    """The model card and the demo's sparse tab read the registry; the card names a layout by its kind until
+    hub/architecture.py's ``LAYOUT_CARDS`` gives it words."""
     monkeypatch.setitem(LAYOUTS, "previous_token", PreviousTokenLayout)
     config = gpt3(attention_layout=["dense", "previous_token"])
+    assert dict(describe(config).rows)["per-layer attention"] == "dense causal, previous_token"
+    monkeypatch.setitem(LAYOUT_CARDS, "previous_token", LayoutCard("previous token only"))
     rows = dict(describe(config).rows)
     assert rows["per-layer attention"] == "dense causal, previous token only"
     assert "previous_token-attention" in describe(config).tags

@@ -33,7 +33,7 @@ def test_local_window_is_sliding_window():
     config = LlmsysGPT3Config(**TINY, local_window=5)
     assert config.sliding_window == config.local_window == 5
     config.sliding_window = 3  # transformers' tests and users set this name
-    assert config.local_window == 3 and config.layout_params()["sliding_window"] == 3
+    assert config.local_window == 3 and config.to_dict()["sliding_window"] == 3
     assert LlmsysGPT3Config(**TINY, sliding_window=7).local_window == 7
 
 

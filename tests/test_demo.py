@@ -55,14 +55,15 @@ def show(client, encoding, **overrides):
 
 
 def test_encoding_views_are_named_as_the_models_name_them():
-    """The tab's choices are position_embedding_type values, labelled with each encoding class's card name."""
+    """The tab's choices are position_embedding_type values, labelled with each encoding's card name."""
     from hf_llmsys.demo import positions_tab
+    from hf_llmsys.hub.architecture import ENCODING_CARDS
     from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
 
     choices = positions_tab.encoding_choices()
     assert [kind for _, kind in choices] == list(positions_tab.ENCODING_VIEWS)
     assert set(positions_tab.ENCODING_VIEWS) <= set(POSITIONAL_ENCODINGS)
-    assert all(label == POSITIONAL_ENCODINGS[kind].card_name for label, kind in choices)
+    assert all(label == ENCODING_CARDS[kind].name for label, kind in choices)
 
 
 def test_unknown_encoding_names_the_choices(served):

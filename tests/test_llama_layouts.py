@@ -68,6 +68,30 @@ def test_llama_local_layers_match_the_masked_reference_on_every_path():
     torch.testing.assert_close(stepwise_logits(model, ids, 9), expected, atol=1e-5, rtol=0)  # window-sized cache
 
 
+def test_a_window_changed_after_build_is_refused_alike_by_every_backend():
+    """The BlockMask and the kernels bind the window at build, the window-sized mask and cache read the config: a
+    changed ``config.sliding_window`` is refused, with one message, before any backend runs; set back, all agree."""
+    ids = torch.randint(0, 100, (1, 12))
+    models = {backend: llama(backend).eval() for backend in ("eager", "sdpa", "flex_attention")}
+    models["kernels.apply"] = speed_layer.apply(llama().eval())
+    messages = set()
+    for model in models.values():
+        model.config.sliding_window = 3
+        with pytest.raises(ValueError) as refused, torch.no_grad():
+            model(ids)
+        messages.add(str(refused.value))
+        model.config.sliding_window = WINDOW
+    assert messages == {
+        "config.sliding_window is 3 but this model's 'local' layers were built with 5: set sliding_window before "
+        "building the model, or build a new one from the changed config."
+    }
+    with torch.no_grad():
+        torch.testing.assert_close(models["kernels.apply"](ids).logits, models["eager"](ids).logits, atol=1e-5, rtol=0)
+    changed = copy.deepcopy(models["sdpa"].config)
+    changed.sliding_window = 3  # the way the message names: a model built from the changed config
+    assert LlmsysLlamaForCausalLM(changed).model.layers[1].layout.params == {"sliding_window": 3}
+
+
 def test_llama_local_layers_behave_as_gpt3_local_layers():
     model = llama().eval()
     gpt3 = LlmsysGPT3ForCausalLM(LlmsysGPT3Config(**FIELDS, **LLAMA_BLOCKS)).eval()

@@ -196,3 +196,24 @@ def test_card_names_the_preset_a_config_has_the_shape_of():
     rows = dict(describe(hf_llmsys.LlmsysLlamaConfig.from_preset("smollm2-135m")).rows)
     assert rows["preset"].startswith("`smollm2-135m` (") and "published size 135M" in rows["preset"]
     assert "preset" not in dict(describe(CONFIGS["llmsys_llama"]()).rows)
+
+
+def test_every_encoding_and_layout_has_its_card_words_and_the_model_code_none():
+    """The card's words are hub/architecture.py's tables, one row per registered kind, citing known papers and
+    naming each head group; the shipped model code carries none of them."""
+    from pathlib import Path
+
+    from hf_llmsys.hub.architecture import ENCODING_CARDS, LAYOUT_CARDS
+    from hf_llmsys.hub.citations import CITATIONS
+    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+    from hf_llmsys.models.sparse_layouts import LAYOUTS
+
+    assert set(ENCODING_CARDS) == set(POSITIONAL_ENCODINGS) and set(LAYOUT_CARDS) == set(LAYOUTS)
+    for kind, card in LAYOUT_CARDS.items():
+        layout = LAYOUTS[kind](4, sliding_window=8, sparse_stride=4, sparse_summary=2)
+        assert card.text.format(**layout.params) and len(card.group_labels) == len(layout.head_groups()), kind
+    cited = {key for card in [*ENCODING_CARDS.values(), *LAYOUT_CARDS.values()] for key in card.citations}
+    assert cited <= set(CITATIONS)
+    words = re.compile(r"card_text|card_name|card_tag|group_labels|citations")
+    models = Path(hf_llmsys.__file__).parent / "models"
+    assert not [path.name for path in sorted(models.glob("*.py")) if words.search(path.read_text())]

@@ -5,8 +5,9 @@ Views are a registry ``ENCODING_VIEWS`` keyed by the models' own ``position_embe
 (``models.positions.POSITIONAL_ENCODINGS``; each maps to a function of ``EncodingParams`` returning an
 ``EncodingView``: a heatmap figure, a curve (long DataFrame x / y / series, drawn by ``plots.line_figure``), a
 table and a Markdown
-caption). The tab labels each view with its encoding class's ``card_name``, as the model card does. NoPE and
-learned positions have no picture of their own (nothing, or a trained table) and have no view.
+caption). The tab labels each view with its encoding's card name (``hub.architecture.ENCODING_CARDS``), as the
+model card does. NoPE and learned positions have no picture of their own (nothing, or a trained table) and have no
+view.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from ..hub.architecture import encoding_card
 from ..models.configuration_llmsys_llama import LlmsysLlamaConfig
 from ..models.position_biases import (
     alibi_bias,
@@ -26,7 +28,7 @@ from ..models.position_biases import (
     sinusoidal_table,
     t5_relative_position_bucket,
 )
-from ..models.positions import POSITIONAL_ENCODINGS, encoding_class
+from ..models.positions import POSITIONAL_ENCODINGS
 from ..models.rotary import RotaryEmbedding, apply_rotary
 from ..plots import series_frame
 from .plots import heatmaps, plt
@@ -182,4 +184,4 @@ assert set(ENCODING_VIEWS) <= set(POSITIONAL_ENCODINGS), "a view must be keyed b
 
 def encoding_choices() -> list[tuple[str, str]]:
     """(label, position_embedding_type) per view, the label the encoding's model-card name."""
-    return [(encoding_class(kind).card_name, kind) for kind in ENCODING_VIEWS]
+    return [(encoding_card(kind).name, kind) for kind in ENCODING_VIEWS]

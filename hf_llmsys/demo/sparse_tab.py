@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from ..hub.architecture import layout_card
 from ..kernels import sparse_attention
 from ..kernels.layout_kernels import BLOCK_LAYOUTS
 from ..kernels.sparse_blocks import fixed_attention, local_attention, strided_attention
@@ -59,7 +60,7 @@ def layout_figure(length: int, stride: int, window: int, summary: int):
         params = layout_params(kind, heads, stride, window, summary)
         mask = dense_layout_mask(kind, length, **params)  # (H, S, S)
         groups = cls(**params).head_groups()
-        for group, label in zip(groups, cls.group_labels, strict=True):
+        for group, label in zip(groups, layout_card(kind).group_labels, strict=True):
             panels.append((kind if len(groups) == 1 else f"{kind}, {label}", mask[group.start]))
     return heatmaps(panels, cmap="Greys", colorbar=False, cols=5)
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from transformers.activations import ACT2FN
 
+from ..hub.architecture import encoding_card
 from ..models.feed_forward import GATED_VARIANTS
-from ..models.positions import encoding_class
 
 DENSE, LOCAL = "dense", "local"
 # config.json layer kinds of each target family, from our layout kinds
@@ -92,7 +92,7 @@ def decoder_target_family(config) -> str:
         nearest = "llama" if llama_like else "gpt2"
         needs = "position_embedding_type='rope'" if llama_like else "position_embedding_type='learned'"
         raise refuse(
-            f"position_embedding_type={position!r} ({encoding_class(position).card_name}) has no transformers "
+            f"position_embedding_type={position!r} ({encoding_card(position).name}) has no transformers "
             "decoder class (Llama/Mistral use RoPE, GPT-2/GPT-Neo learned absolute positions)", nearest,
             f"retrain with {needs}",
         )  # fmt: skip

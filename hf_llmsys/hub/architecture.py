@@ -3,21 +3,21 @@
 One describer per model type (``describe_llama`` ...: function(config) -> ``Architecture``), named by the type's row
 of the architecture registry (``hf_llmsys/architectures.py``, its ``describe``); parameters are counted on the model
 built from the config on the meta device (no memory, no weights), so the figure is the model's own, never a number
-written down. Positional encodings, feed-forward kinds and attention layouts are
-described by their own classes (``positions.POSITIONAL_ENCODINGS``, ``sparse_layouts.LAYOUTS``: card text, tag,
-citations), so that a new variant is one class and one registry row with no change here.
+written down. The words for each registered positional encoding and attention layout (card text, Hub tag, head-group
+labels, citations) are the tables ``ENCODING_CARDS`` and ``LAYOUT_CARDS`` here, keyed by the kind a config names: the
+shipped model code carries none of them. A kind without a row is described by its name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedConfig
 
 from .. import architectures
 from ..architectures import UnknownArchitectureError  # noqa: F401  (re-exported: cli and output_dir catch it here)
-from ..models.positions import POSITIONAL_ENCODINGS
 from ..models.sparse_layouts import AttentionLayout, DenseLayout, layouts_from_config
 
 # (activation, gated) -> feed-forward name
@@ -27,6 +27,52 @@ FEED_FORWARD_NAMES = {
     ("gelu_new", True): "GeGLU (tanh GELU)",
     ("relu", True): "ReGLU",
 }
+
+
+class EncodingCard(NamedTuple):
+    name: str  # the card table's text (and the demo's label)
+    tag: str  # the Hub tag
+    citations: tuple[str, ...] = ()  # keys of hub/citations.py
+
+
+class LayoutCard(NamedTuple):
+    text: str  # the card table's text, formatted with the layout's parameters
+    citations: tuple[str, ...] = ()
+    group_labels: tuple[str, ...] = ("all heads",)  # the demo's label per head group (``head_groups``)
+
+
+# position_embedding_type -> its card words (``models/positions.POSITIONAL_ENCODINGS``)
+ENCODING_CARDS = {
+    "none": EncodingCard("none (NoPE)", "nope", ("kazemnejad2023nope",)),
+    "rope": EncodingCard("RoPE", "rope", ("su2021roformer",)),
+    "sinusoidal": EncodingCard("sinusoidal absolute", "sinusoidal-positions", ("vaswani2017attention",)),
+    "learned": EncodingCard("learned absolute", "learned-positions", ("radford2019gpt2",)),
+    "alibi": EncodingCard("ALiBi linear biases", "alibi", ("press2022alibi",)),
+    "t5": EncodingCard("T5 relative buckets", "t5-relative-bias", ("raffel2020t5",)),
+    "relative": EncodingCard("Shaw et al. relative embeddings", "relative-positions", ("shaw2018relative",)),
+}
+# attention_layout kind -> its card words (``models/sparse_layouts.LAYOUTS``)
+LAYOUT_CARDS = {
+    "dense": LayoutCard("dense causal"),
+    "local": LayoutCard("local band of {sliding_window}"),
+    "strided": LayoutCard(
+        "strided (stride {sparse_stride})",
+        ("child2019sparse",),
+        ("heads 0..H/2 (previous l)", "heads H/2.. (every l-th)"),
+    ),
+    "fixed": LayoutCard("fixed (block {sparse_stride}, {sparse_summary} summary)", ("child2019sparse",)),
+}
+
+
+def encoding_card(kind: str) -> EncodingCard:
+    """The card words of ``position_embedding_type`` ``kind`` (its name, when the table has no row)."""
+    return ENCODING_CARDS.get(kind) or EncodingCard(kind, kind)
+
+
+def layout_card(kind: str) -> LayoutCard:
+    """The card words of layout ``kind`` (its name, when the table has no row)."""
+    return LAYOUT_CARDS.get(kind) or LayoutCard(kind)
+
 
 # Fields that make two configs the same model shape (a card names the preset whose shape a config has).
 SHAPE_FIELDS = (
@@ -86,12 +132,15 @@ def attention_kind(heads: int, kv_heads: int) -> tuple[str, str, list[str]]:
 
 
 def positional_encoding(config) -> tuple[str, str, list[str]]:
-    """The positional encoding's card text, tag and citations, from its registered class."""
+    """The positional encoding's card text, tag and citations (RoPE's text: 'RoPE (default), theta 10000,
+    rotate-half', its scaling type, theta and pairing)."""
     kind = getattr(config, "position_embedding_type", "rope")
-    encoding = POSITIONAL_ENCODINGS.get(kind)
-    if encoding is None:
-        return kind, kind, []
-    return encoding.card_text(config), encoding.card_tag, list(encoding.citations)
+    name, tag, citations = encoding_card(kind)
+    if kind == "rope":
+        rope = getattr(config, "rope_parameters", None) or {}
+        pairing = "interleaved pairs (Meta)" if getattr(config, "rope_interleaved", False) else "rotate-half"
+        name = f"RoPE ({rope.get('rope_type', 'default')}), theta {rope.get('rope_theta', 10000.0):g}, {pairing}"
+    return name, tag, list(citations)
 
 
 def layer_layouts(config) -> list[AttentionLayout]:
@@ -103,7 +152,7 @@ def layer_layouts(config) -> list[AttentionLayout]:
 
 def describe_layouts(config, layouts: list[AttentionLayout]) -> str:
     """'dense causal, local band of 256 (x6)': the per-layer pattern, compressed when it repeats."""
-    names = [layout.card_text() for layout in layouts]
+    names = [layout_card(layout.name).text.format(**layout.params) for layout in layouts]
     for period in range(1, len(names) + 1):
         if len(names) % period == 0 and names == names[:period] * (len(names) // period):
             break
@@ -145,7 +194,9 @@ def describe_decoder(config, name: str, paper: str) -> Architecture:
         cites.append("shazeer2020glu")
     if norm == "RMSNorm":
         cites.append("zhang2019rmsnorm")
-    cites += dict.fromkeys(cite for layout in layouts for cite in layout.citations if cite not in cites)
+    cites += dict.fromkeys(
+        cite for layout in layouts for cite in layout_card(layout.name).citations if cite not in cites
+    )
     return Architecture(
         name, config.model_type, parameters, rows, "text-generation", "AutoModelForCausalLM", tags, cites
     )

@@ -1,4 +1,4 @@
-"""Model cards (README.md) for saved folders, filled from the folder itself: `llmsys card FOLDER` (its parser: `cli/hub.py`).
+"""Model and dataset cards (README.md) for saved folders, filled from the folder itself: `llmsys card FOLDER` (its parser: `cli/hub.py`).
 
 ``write_model_card(folder)`` reads what the folder holds and nothing else:
 - ``config.json`` -> the architecture table (parameters counted on the model built on the meta device, layers,
@@ -7,7 +7,8 @@
   decodes otherwise than transformers' default (T5: GNMT's length penalty, ``hf_llmsys.generation``);
 - ``adapter_config.json`` (PEFT) -> the adapter table, ``base_model`` and the base's architecture when the base
   folder or its Hub config is at hand (``adapters.py``);
-- ``report.json`` of a `llmsys clean` folder -> a dataset card instead (``dataset_cards.py``);
+- ``report.json`` of a `llmsys clean` folder -> a dataset card instead (``write_dataset_card``: what was kept and
+  dropped);
 - ``train_results.json`` (written by `llmsys train` / `llmsys sft` / `llmsys dpo`) -> the training budget (tokens,
   steps, time, hardware), the evaluation table (for dpo the held-out preference figures) and the ``model-index``
   (validation perplexity and the split it was measured on). Keys read beyond the training job's losses: ``dataset``
@@ -32,12 +33,11 @@ from pathlib import Path
 
 import jinja2
 import torch
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
 from .adapters import PEFT_AUTO_CLASSES, adapter_facts, base_architecture
 from .architecture import Architecture, describe, human_count, load_config
 from .citations import bibtex
-from .dataset_cards import write_dataset_card
 from .folders import SavedFolder, is_hub_id, saved_folder, write_text_atomically
 
 TEMPLATE = Path(__file__).parent / "templates" / "model_card.md"
@@ -358,3 +358,28 @@ def previous_card_data(readme: Path) -> dict:
         return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict()
     except Exception:  # noqa: BLE001 - a hand-broken README is replaced, not a reason to refuse
         return {}
+
+
+def write_dataset_card(folder: str | Path, *, repo_id: str | None = None, license: str | None = None) -> Path:
+    """README.md of a `llmsys clean` output folder: what was kept and dropped, from its report.json."""
+    saved = saved_folder(folder)
+    report = saved.json("report.json") or {}
+    dropped = report.get("dropped") or {}
+    steps = report.get("steps") or []
+    step_names = [s.get("name", str(s)) if isinstance(s, dict) else str(s) for s in steps]
+    metadata = DatasetCardData(
+        license=license, tags=["hf-llmsys", "llmsys-clean"], task_categories=["text-generation"], pretty_name=repo_id
+    )
+    rows = "".join(f"| {key} | {report[key]:,} |\n" for key in ("documents_in", "documents_out", "characters_in", "characters_out") if isinstance(report.get(key), int))  # fmt: skip
+    drops = "".join(f"| {rule} | {count:,} |\n" for rule, count in sorted(dropped.items()))
+    body = (
+        f"---\n{metadata.to_yaml()}\n---\n\n# {repo_id or saved.path.resolve().name}\n\n"
+        f"Pretraining text cleaned by `llmsys clean` (hf-llmsys). File: `{saved.data_file.name}`; the full report "
+        f"is `report.json`.\n\nSteps: {', '.join(step_names) or 'not recorded'}.\n\n"
+        f"| figure | value |\n|---|---|\n{rows}\n"
+        + (f"Documents dropped per rule:\n\n| rule | documents |\n|---|---|\n{drops}" if drops else "")
+    )
+    card = DatasetCard(body)
+    path = saved.path / "README.md"
+    write_text_atomically(path, str(card))
+    return path

@@ -277,7 +277,7 @@ def push_dataset(api: HfApi, saved: SavedFolder, repo_id: str, branch: str, mess
     """`llmsys clean` output: the data through Dataset.push_to_hub, then report.json (skipped if unchanged)."""
     from datasets import Dataset
 
-    from .dataset_cards import write_dataset_card
+    from .cards import write_dataset_card
 
     write_dataset_card(saved.path, repo_id=repo_id)
     data = saved.data_file

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from ..models.attention_backends import attention_backend
+from ..models.config_checks import registered
 from ..models.factorized_layouts import FixedLayout, StridedLayout
 from ..models.mask_inputs import MaskInputs
+from ..models.modeling_base import attention_backend
 from ..models.positions import encoding_class
-from ..models.registries import registered
 from ..models.sparse_layouts import AttentionLayout, DenseLayout, Kernel, LocalLayout
 from .flash_blocks import applies as flash_applies
 from .flash_blocks import fixed_flash, local_flash, strided_flash

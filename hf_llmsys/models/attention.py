@@ -83,7 +83,8 @@ class GroupedQueryAttention(nn.Module):
     def sliding_window(self) -> int | None:
         """The band width of this layer when the config marks it "sliding_attention" (local layers), else None.
 
-        Read per call: transformers' tests and users may change ``config.sliding_window`` after building the model.
+        The config's value equals the one the layer's layout was built with: a forward refuses a changed one
+        (``sparse_layouts.AttentionLayout.check_unchanged``).
         """
         layer_types = getattr(self.config, "layer_types", None)
         if not layer_types or layer_types[self.layer_idx] != "sliding_attention":

@@ -1,5 +1,6 @@
-"""Field checks shared by the decoder (LLaMA / GPT-3) and T5 configs: each raises a ValueError naming the field,
-what it accepts and what the reference models use."""
+"""Field checks shared by the decoder (LLaMA / GPT-3) and T5 configs and by the small registries of ``models/``
+(positional encodings, attention layouts): each raises a ValueError naming the field, what it accepts and what the
+reference models use."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ def check_finite_non_negative(name: str, value, meaning: str) -> None:
     value, e.g. "the std of the normal weight initialisation; LLaMA and GPT-2 use 0.02"."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise ValueError(f"{name} must be a finite number >= 0 ({meaning}), got {value!r}.")
+
+
+def registered(registry: dict, kind: str, field: str, what: str):
+    """``registry[kind]``, or a ValueError naming ``field``, what it names and the registered kinds."""
+    if kind not in registry:
+        raise ValueError(f"{field}: unknown {what} {kind!r}; choose one of {sorted(registry)}.")
+    return registry[kind]
 
 
 # Fields that configs saved by earlier versions carry and that are now options of the speed layer

@@ -156,15 +156,6 @@ class DecoderConfig(PreTrainedConfig):
         known = [kind for kind in LAYOUTS if kind not in self.excluded_layouts]
         return resolve_layer_layouts(layout, self.num_hidden_layers, known)
 
-    def layout_params(self) -> dict[str, int | None]:
-        """The layout parameters of this config, by the field names the layout classes read."""
-        return dict(
-            num_heads=self.num_attention_heads,
-            sliding_window=self.sliding_window,
-            sparse_stride=self.sparse_stride,
-            sparse_summary=self.sparse_summary,
-        )
-
     def derived_layer_types(self) -> list[str] | None:
         """transformers' cache kind of each layer, from the layouts and the encoding's capabilities.
 

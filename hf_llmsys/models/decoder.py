@@ -29,12 +29,11 @@ from .configuration_decoder import LINEAR
 from .decoder_layer import DecoderLayer
 from .linear_attention import GatedDeltaNet
 from .mask_inputs import MaskInputs
-from .modeling_base import LlmsysPreTrainedModel
+from .modeling_base import LlmsysPreTrainedModel, embed_token_ids
 from .norms import build_norm
 from .positions import build_positional_encoding
 from .rotary import RotaryEmbedding
 from .sparse_layouts import layouts_from_config
-from .token_inputs import embed_token_ids
 
 
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):

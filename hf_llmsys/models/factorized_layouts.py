@@ -77,9 +77,6 @@ class StridedLayout(FactorizedLayout):
     name = "strided"
     parameters = ("sparse_stride",)
     min_heads = 2
-    card_text_template = "strided (stride {sparse_stride})"
-    group_labels = ("heads 0..H/2 (previous l)", "heads H/2.. (every l-th)")
-    citations = ("child2019sparse",)
 
     def predicate(self) -> MaskFunction:
         stride = self.params["sparse_stride"]
@@ -101,8 +98,6 @@ class FixedLayout(FactorizedLayout):
 
     name = "fixed"
     parameters = ("sparse_stride", "sparse_summary")
-    card_text_template = "fixed (block {sparse_stride}, {sparse_summary} summary)"
-    citations = ("child2019sparse",)
 
     def validate(self) -> None:
         stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]

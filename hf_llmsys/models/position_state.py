@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention_backends import attention_backend
+from .modeling_base import attention_backend
 from .position_biases import relative_distance, t5_relative_position_bucket
 
 
@@ -68,15 +68,6 @@ class PositionalEncoding(nn.Module):
 
     has_length_limit: bool = False
     adds_score_bias: bool = False
-    # the model card's words: table text, Hub tag, citation keys (hub/citations)
-    card_name: str = "none (NoPE)"
-    card_tag: str = "nope"
-    citations: tuple[str, ...] = ("kazemnejad2023nope",)
-
-    @classmethod
-    def card_text(cls, config) -> str:
-        """The card's description of this encoding under ``config``."""
-        return cls.card_name
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -137,8 +128,6 @@ class BiasPositionalEncoding(PositionalEncoding):
 
 class T5RelativePositionalEncoding(BiasPositionalEncoding):
     """T5's bucketed relative bias (Raffel et al. 2020): one learned scalar per (bucket, head), shared by all layers."""
-
-    card_name, card_tag, citations = "T5 relative buckets", "t5-relative-bias", ("raffel2020t5",)
 
     def __init__(self, config, bidirectional: bool | None = None):
         """``bidirectional``: buckets for both signs (an encoder); None reads config.relative_attention_bidirectional."""

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from transformers.utils import is_torchdynamo_compiling
 
+from .config_checks import registered
 from .position_biases import alibi_bias, alibi_slopes, relative_distance, shaw_relative_index, sinusoidal_table
 from .position_state import (
     BiasPositionalEncoding,
@@ -36,21 +37,11 @@ from .position_state import (
     T5RelativePositionalEncoding,
     check_bias_support,
 )
-from .registries import registered
 from .rotary import RotaryEmbedding, apply_rotary
 
 
 class RotaryPositionalEncoding(PositionalEncoding):
     """RoPE applied to q and k in every layer from one cos/sin table per forward."""
-
-    card_name, card_tag, citations = "RoPE", "rope", ("su2021roformer",)
-
-    @classmethod
-    def card_text(cls, config) -> str:
-        """'RoPE (default), theta 10000, rotate-half': its scaling type, theta and pairing."""
-        rope = getattr(config, "rope_parameters", None) or {}
-        pairing = "interleaved pairs (Meta)" if getattr(config, "rope_interleaved", False) else "rotate-half"
-        return f"RoPE ({rope.get('rope_type', 'default')}), theta {rope.get('rope_theta', 10000.0):g}, {pairing}"
 
     def __init__(self, config):
         super().__init__()
@@ -75,8 +66,6 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
     a unigram model.
     """
 
-    card_name, card_tag, citations = "sinusoidal absolute", "sinusoidal-positions", ("vaswani2017attention",)
-
     def __init__(self, config):
         super().__init__()
         self.hidden_size = config.hidden_size
@@ -92,7 +81,6 @@ class LearnedPositionalEncoding(PositionalEncoding):
     """A trained table of ``max_position_embeddings`` absolute position vectors (GPT-2/GPT-3 style)."""
 
     has_length_limit = True
-    card_name, card_tag, citations = "learned absolute", "learned-positions", ("radford2019gpt2",)
 
     def __init__(self, config):
         super().__init__()
@@ -121,8 +109,6 @@ class LearnedPositionalEncoding(PositionalEncoding):
 class ALiBiPositionalEncoding(BiasPositionalEncoding):
     """Attention with Linear Biases (Press et al. 2022): score(i, j) -= m_h * (i - j); no embeddings added."""
 
-    card_name, card_tag, citations = "ALiBi linear biases", "alibi", ("press2022alibi",)
-
     def bias(self, distance: torch.Tensor) -> torch.Tensor:
         slopes = alibi_slopes(self.num_heads).to(distance.device)  # (H,), rebuilt: no buffer to re-initialise
         return alibi_bias(slopes, distance)
@@ -138,7 +124,6 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     """
 
     adds_score_bias = True
-    card_name, card_tag, citations = "Shaw et al. relative embeddings", "relative-positions", ("shaw2018relative",)
 
     def __init__(self, config):
         super().__init__()

@@ -20,8 +20,8 @@ transformers' causal part and harmless.
 The object (``AttentionLayout``; ``LAYOUTS``: kind -> class, as ``positions.POSITIONAL_ENCODINGS``) owns everything
 a layer needs to know about its layout: its parameters (config field names) and their validation, its predicate
 and head groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
-position-anchored, and its model-card / demo text. ``DecoderModel`` builds each layer's layout once, from the
-config (``layouts_from_config``); in a forward each distinct layout answers one question,
+position-anchored (the model card's words for it: ``hf_llmsys/hub/architecture.py``). ``DecoderModel`` builds each
+layer's layout once, from the config (``layouts_from_config``); in a forward each distinct layout answers one question,
 ``layout.attention(config, mask_inputs)``: its mask (or a kernel). A new layout is one subclass and one row.
 Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); under flex_attention as its
 BlockMask (Dong et al. 2024, "Flex Attention"; the fused kernel skips the empty 128 x 128 blocks), run by
@@ -38,10 +38,10 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
-from .attention_backends import attention_backend
+from .config_checks import registered
 from .mask_inputs import MaskInputs
+from .modeling_base import attention_backend
 from .positions import encoding_class
-from .registries import registered
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Kernel = Callable[..., tuple[torch.Tensor, None]]
@@ -72,7 +72,6 @@ class AttentionLayout:
             that adds no score bias its layers are transformers' "sliding_attention" layers (a window-sized KV
             cache, transformers' sliding-window mask, flash attention's own band); else "full".
         min_heads: the fewest heads the layout is defined for.
-        card_text_template / group_labels / citations: the model card's and the demo's words for it.
     """
 
     name: str = ""
@@ -80,9 +79,6 @@ class AttentionLayout:
     mixer: str = "attention"
     cache_kind: str = FULL_CACHE
     min_heads: int = 1
-    card_text_template: str = ""
-    group_labels: tuple[str, ...] = ("all heads",)
-    citations: tuple[str, ...] = ()
 
     def __init__(self, num_heads: int = 1, **params: int | None):
         """Bind and validate the parameters (those not in ``parameters`` are ignored)."""
@@ -120,10 +116,6 @@ class AttentionLayout:
         """(heads, predicate) per head group; each predicate ignores ``head_idx``, as ``create_causal_mask`` needs."""
         mask_fn = self.predicate()
         return [(heads, _fix_head(mask_fn, heads.start)) for heads in self.head_groups()]
-
-    def card_text(self) -> str:
-        """'local band of 256': the model card's name of this layout with its parameters."""
-        return self.card_text_template.format(**self.params)
 
     def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
         """An attention function (transformers' interface signature) that computes this forward of the layer, or
@@ -167,8 +159,19 @@ class AttentionLayout:
             return None
         return layout_block_mask(self, mask_inputs.token_positions.shape[-1], str(mask_inputs.token_positions.device))
 
+    def check_unchanged(self, config) -> None:
+        """Refuse a parameter changed in the config after the model was built: the BlockMask and the kernels use the
+        value bound here, the window-sized mask, cache and flash attention the config's; one value must hold."""
+        for name, bound in self.params.items():
+            if (value := getattr(config, name)) != bound:
+                raise ValueError(
+                    f"config.{name} is {value!r} but this model's {self.name!r} layers were built with {bound!r}: "
+                    f"set {name} before building the model, or build a new one from the changed config."
+                )
+
     def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
         """This forward's one question: the layout as a kernel, else as a mask."""
+        self.check_unchanged(config)
         kernel = self.kernel(config, mask_inputs)
         return (
             LayerAttention(kernel=kernel) if kernel is not None else LayerAttention(mask=self.mask(config, mask_inputs))
@@ -208,7 +211,6 @@ class DenseLayout(AttentionLayout):
     """Every kv <= q: transformers' own causal mask (None under sdpa: its ``is_causal`` kernel), never a kernel."""
 
     name = "dense"
-    card_text_template = "dense causal"
 
     def predicate(self) -> MaskFunction:
         def dense(batch_idx, head_idx, q_idx, kv_idx):
@@ -229,7 +231,6 @@ class LocalLayout(AttentionLayout):
     name = "local"
     parameters = ("sliding_window",)
     cache_kind = WINDOWED_CACHE
-    card_text_template = "local band of {sliding_window}"
 
     def predicate(self) -> MaskFunction:
         return _band(self.params["sliding_window"])

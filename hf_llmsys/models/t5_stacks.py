@@ -27,9 +27,9 @@ from .attention import GroupedQueryAttention
 from .configuration_llmsys_t5 import LlmsysT5Config
 from .cross_attention import CrossAttention
 from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
+from .modeling_base import embed_token_ids
 from .norms import build_norm
 from .position_state import T5RelativePositionalEncoding
-from .token_inputs import embed_token_ids
 
 
 def arange_positions(length: int, offset, device) -> torch.Tensor:
