@@ -61,6 +61,7 @@ LAYOUT_CARDS = {
         ("heads 0..H/2 (previous l)", "heads H/2.. (every l-th)"),
     ),
     "fixed": LayoutCard("fixed (block {sparse_stride}, {sparse_summary} summary)", ("child2019sparse",)),
+    "linear": LayoutCard("linear (Gated DeltaNet)", ("yang2024gated",)),
 }
 
 

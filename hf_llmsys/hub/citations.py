@@ -95,6 +95,12 @@ CITATIONS: dict[str, str] = {
   journal={arXiv preprint arXiv:1904.10509},
   year={2019}
 }""",
+    "yang2024gated": """@article{yang2024gated,
+  title={Gated Delta Networks: Improving Mamba2 with Delta Rule},
+  author={Yang, Songlin and Kautz, Jan and Hatamizadeh, Ali},
+  journal={arXiv preprint arXiv:2412.06464},
+  year={2024}
+}""",
     "hu2022lora": """@inproceedings{hu2022lora,
   title={LoRA: Low-Rank Adaptation of Large Language Models},
   author={Hu, Edward J. and Shen, Yelong and Wallis, Phillip and Allen-Zhu, Zeyuan and Li, Yuanzhi and Wang, Shean and Wang, Lu and Chen, Weizhu},

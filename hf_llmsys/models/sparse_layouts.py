@@ -244,7 +244,6 @@ class LinearLayout(DenseLayout):
     name = "linear"
     mixer = "linear"
     cache_kind = LINEAR_CACHE
-    card_text_template = "linear (Gated DeltaNet)"
 
     def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
         mask, seq_len = mask_inputs.mask_kwargs["attention_mask"], mask_inputs.mask_kwargs["inputs_embeds"].shape[1]
