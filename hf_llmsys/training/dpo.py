@@ -52,6 +52,7 @@ from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import TEMPLATE_FILE, ChatPromptTemplate, PromptTemplate, load_template, save_template
 from ..data.sft_labels import check_tokenizer
 from ..data.tokenizer import match_special_tokens_in_text
+from ..evaluation.greedy_answers import generate_responses
 from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .dpo_arguments import (
@@ -67,7 +68,6 @@ from .lora import lora_config, lora_summary
 from .output_dir import prepare_output_dir
 from .sft import read_records, reload_checkpoint, save_merged
 from .sft_arguments import DEFAULT_MAX_LENGTH
-from .sft_generation import generate_responses
 
 logger = logging.get_logger(__name__)
 

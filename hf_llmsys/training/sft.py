@@ -62,6 +62,7 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer, marked_text
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from ..data.tokenizer import match_special_tokens_in_text
+from ..evaluation.greedy_answers import generate_responses
 from ..evaluation.model_limits import config_position_limit, fit_length
 from ..kernels import applied as applied_kernels
 from ..kernels import default_chunk_size
@@ -86,7 +87,6 @@ from .sft_arguments import (
     SFTTrainingArguments,
     validate_sft_args,
 )
-from .sft_generation import generate_responses
 from .supervised_logits import (
     KeepSupervisedLogits,
     SupervisedLogitsLoss,
