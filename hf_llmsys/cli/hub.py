@@ -61,8 +61,8 @@ def build_pull_parser() -> CommandParser:
 def pull_main(argv: list[str] | None = None) -> dict:
     """`llmsys pull REPO_ID FOLDER [--revision REV] [--repo_type model|dataset]`."""
     args = build_pull_parser().parse_args(argv)
-    from ..checkpoints.verify import print_verify_report
     from ..hub.transfer import pull_repo
+    from .verify import print_verify_report
 
     pulled = pull_repo(args.repo_id, args.folder, revision=args.revision, repo_type=args.repo_type)
     print(f"downloaded {len(pulled['files'])} files of commit {pulled['commit']} into {pulled['path']}")
