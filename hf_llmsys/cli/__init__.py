@@ -17,8 +17,10 @@
 The layers: this subpackage is the top; it imports the library (training, cleaning, chat, demo, ...), and no module
 outside it imports it (tests/test_import_graph.py). Library code logs; only the commands here print.
 
-Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
-(``hf_llmsys_cli``) enters it without running ``hf_llmsys/__init__.py`` when only help is asked for.
+Help is fast: what help needs (this file, ``parsing.py``, ``stored_help.py`` and the argparse commands' modules)
+imports neither torch nor transformers at the top, a job's module (which imports its job) is imported only when the job
+runs or ``--help-all`` is asked for, and the console script (``hf_llmsys_cli``) enters this subpackage without
+running ``hf_llmsys/__init__.py`` when only help is asked for.
 """
 
 from __future__ import annotations
