@@ -34,16 +34,15 @@ def build_push_parser() -> CommandParser:
 def push_main(argv: list[str] | None = None) -> dict:
     """`llmsys push FOLDER REPO_ID [--private] [--revision BRANCH] [--commit_message MSG]`."""
     args = build_push_parser().parse_args(argv)
-    from ..hub.transfer import push_folder
+    options = {"private": args.private, "revision": args.revision, "commit_message": args.commit_message}
+    if args.format is not None:
+        from ..export.push import push_export
 
-    pushed = push_folder(
-        args.folder,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        format=args.format,
-    )
+        pushed = push_export(args.folder, args.repo_id, args.format, **options)
+    else:
+        from ..hub.transfer import push_folder
+
+        pushed = push_folder(args.folder, args.repo_id, **options)
     print(f"{'committed' if pushed['changed'] else 'unchanged, no new commit:'} {pushed['commit_url']}")
     return pushed
 
