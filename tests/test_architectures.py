@@ -152,6 +152,7 @@ def dummy_row(monkeypatch):
 def test_a_fourth_row_is_picked_up_everywhere(dummy_row, tmp_path):
     from transformers import AutoModel
 
+    from hf_llmsys.cli.train import parse_args
     from hf_llmsys.hub.architecture import describe
     from hf_llmsys.registration import register_all
     from hf_llmsys.training import train
@@ -176,7 +177,7 @@ def test_a_fourth_row_is_picked_up_everywhere(dummy_row, tmp_path):
         train.validate_pretrain_args(ModelArguments(num_decoder_layers=3), training_args)
 
     # `llmsys train --model_type llmsys_dummy` runs the row's job
-    args = train.parse_args(["--model_type", "llmsys_dummy", "--output_dir", str(tmp_path / "run")])
+    args = parse_args(["--model_type", "llmsys_dummy", "--output_dir", str(tmp_path / "run")])
     assert train.run_training(*args, given=frozenset({"model_type", "output_dir"})) == {
         "trained": "llmsys_dummy",
         "intermediate_size": 77,

@@ -433,7 +433,7 @@ def test_failure_while_writing_leaves_the_output_untouched(tmp_path, monkeypatch
         (folder / "data.jsonl").write_text("half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("hf_llmsys.cleaning.cli.write_documents", disk_full)
+    monkeypatch.setattr("hf_llmsys.cleaning.job.write_documents", disk_full)
     assert _clean("--input", src, "--output", out, "--overwrite", "--recipe", "gopher") == 2  # a one-line CLI error
     assert _snapshot(out) == {"data.jsonl": b"previous run\n"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
@@ -514,7 +514,9 @@ def test_a_recipe_naming_a_backend_that_is_not_installed_is_refused_naming_the_i
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "langid" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "langid" else real_find_spec(name, *a)
+    )
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("steps:\n  - step: language\n    backend: langid\n")
     good = _write_jsonl(tmp_path / "good.jsonl", RECORDS)

@@ -56,8 +56,8 @@ def test_sft_lora_is_unknown_not_ambiguous(capsys):
 
 
 def test_config_file_sets_flags_and_the_command_line_overrides_it(tmp_path):
-    train = importlib.import_module("hf_llmsys.training.train")
-    sft = importlib.import_module("hf_llmsys.training.sft")
+    train = importlib.import_module("hf_llmsys.cli.train")
+    sft = importlib.import_module("hf_llmsys.cli.sft")
     config = tmp_path / "run.yaml"
     config.write_text("learning_rate: 1.0e-3\nmax-steps: 7\nattention_layout: [dense, local]\nvocab_size: 300\n"
                       "model_type: llmsys_gpt3\nno_tie_word_embeddings: true\n")  # fmt: skip
@@ -106,16 +106,17 @@ def test_config_overrides_set_any_field_of_the_model_type():
     """`llmsys train --config_overrides`: run_clm's name=value pairs, values read as YAML (lists, mappings), applied
     over the flags; the layout's window comes from the job when the overrides choose a local layer."""
     train = importlib.import_module("hf_llmsys.training.train")
+    train_cli = importlib.import_module("hf_llmsys.cli.train")
     from hf_llmsys.data.tokenizer import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer(["a small corpus of words for a tokenizer"] * 20, vocab_size=260)
     overrides = "position_embedding_type=alibi,attention_layout=[dense,local],rms_norm_eps=1e-6,hidden_size=48"
-    model, _, _ = train.parse_args(["--config_overrides", overrides, "--hidden_size", "32", "--block_size", "64"])
+    model, _, _ = train_cli.parse_args(["--config_overrides", overrides, "--hidden_size", "32", "--block_size", "64"])
     config = train.build_config(model, tokenizer)
     assert (config.position_embedding_type, config.attention_layout) == ("alibi", ["dense", "local"])
     assert config.rms_norm_eps == 1e-6 and config.hidden_size == 48 and config.sliding_window == 16
-    model, _, _ = train.parse_args(["--model_type", "llmsys_gpt3", "--num_hidden_layers", "3",
-                                    "--config_overrides", "attention_layout=[strided],sparse_stride=4"])  # fmt: skip
+    model, _, _ = train_cli.parse_args(["--model_type", "llmsys_gpt3", "--num_hidden_layers", "3",
+                                        "--config_overrides", "attention_layout=[strided],sparse_stride=4"])  # fmt: skip
     config = train.build_config(model, tokenizer)  # 3 layers: the overrides' layout tiles them, GPT-3's default not
     assert config.attention_layout == ["strided"] and config.sparse_stride == 4
 

@@ -160,6 +160,52 @@ def test_no_import_cycles_in_the_package():
     assert not found, "import cycles:\n" + "\n".join(describe(c, graph) for c in found)
 
 
+def package_of(module: str) -> str:
+    """The layer a module belongs to: its subpackage or top-level module (``hf_llmsys.training.sft`` ->
+    ``hf_llmsys.training``); the package's own ``__init__`` is ``hf_llmsys``."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
+    """layer -> {layer it imports: the first module pair that does it, ``a -> b``}, imports within a layer left out."""
+    layers: dict[str, dict[str, str]] = {package_of(name): {} for name in graph}
+    for name, targets in graph.items():
+        for target in targets:
+            if package_of(target) != package_of(name):
+                layers[package_of(name)].setdefault(package_of(target), f"{name} -> {target}")
+    return layers
+
+
+def test_no_import_cycles_between_the_subpackages():
+    """The subpackages form layers: none imports one that imports it back, through any chain (issue 55: cli/ imported
+    training/, which imported cli/; chat/ imported training/)."""
+    layers = package_graph(import_graph())
+    found = cycles(layers)
+    assert not found, "cycles between subpackages:\n" + "\n".join(
+        f"{' <-> '.join(c)}: " + "; ".join(layers[a][b] for a in c for b in layers[a] if b in c) for c in found
+    )
+
+
+def test_the_command_line_is_the_top_layer():
+    """No module outside hf_llmsys/cli/ imports it (the commands import the library, never the reverse), and the
+    chat layer does not import the training jobs."""
+    layers = package_graph(import_graph())
+    into_cli = {layer: how for layer, targets in layers.items() for target, how in targets.items()
+                if target == f"{PACKAGE}.cli" and layer != f"{PACKAGE}.cli"}  # fmt: skip
+    assert into_cli == {}
+    assert f"{PACKAGE}.training" not in layers[f"{PACKAGE}.chat"], layers[f"{PACKAGE}.chat"][f"{PACKAGE}.training"]
+
+
+def test_package_graph_folds_modules_into_their_layers():
+    graph = {"p.a.x": {"p.b.y": 3, "p.a.z": 4}, "p.a.z": {}, "p.b.y": {"p.a.x": 1}, "p": {"p.b.y": 1}}
+    assert package_graph(graph) == {
+        "p.a": {"p.b": "p.a.x -> p.b.y"},
+        "p.b": {"p.a": "p.b.y -> p.a.x"},
+        "p": {"p.b": "p -> p.b.y"},
+    }
+    assert cycles(package_graph(graph)) == [["p.a", "p.b"]]
+
+
 CLEANING_MODULES = sorted(name for name in modules() if name.startswith(f"{PACKAGE}.cleaning"))
 
 # One interpreter imports the third-party libraries the package builds on (not the package), then forks one child

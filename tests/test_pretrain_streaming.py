@@ -18,12 +18,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, defaul
 from hf_llmsys.cli import main
 from hf_llmsys.data.corpus import load_default_corpus
 from hf_llmsys.data.packing import group_texts
+from hf_llmsys.data.pretrain_text import load_split_chunks, tokenize_and_pack
 from hf_llmsys.data.text_sources import read_shard, resolve_files, shard_specs
+from hf_llmsys.data.tokenized_cache import blocks_key
 from hf_llmsys.data.tokenizer import train_bpe_tokenizer
 from hf_llmsys.models import LlmsysLlamaForCausalLM
 from hf_llmsys.training import pretrain_data, streaming_data, train
-from hf_llmsys.training.text_data import load_split_chunks, tokenize_and_pack
-from hf_llmsys.training.tokenized_cache import blocks_key
 
 TINY = [
     "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1", "--num_attention_heads", "2",

@@ -8,8 +8,8 @@ from sft_fixtures import reverse_task, task_tokenizer
 
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM
 from hf_llmsys.data.prompt_templates import SHORT
+from hf_llmsys.evaluation.greedy_answers import generate_responses
 from hf_llmsys.training.sft_arguments import SFTDataArguments, SFTModelArguments, validate_sft_args
-from hf_llmsys.training.sft_generation import generate_responses
 
 
 @pytest.fixture(scope="module")

@@ -177,7 +177,7 @@ def test_generation_is_given_the_training_prefix_and_answers_lose_the_overhang(t
     from sft_fixtures import base_model_config
     from transformers import AutoModelForCausalLM
 
-    from hf_llmsys.training.sft_generation import generate_responses
+    from hf_llmsys.evaluation.greedy_answers import generate_responses
 
     tok = family("gpt2_byte_bpe", tmp_path)
     record = {"instruction": "Quote it.", "input": "", "output": '"Hello," she said.'}

@@ -28,8 +28,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokeni
 
 from hf_llmsys.cli import main
 from hf_llmsys.data import load_template
+from hf_llmsys.evaluation.greedy_answers import exact_match, generate_responses
 from hf_llmsys.training import sft
-from hf_llmsys.training.sft_generation import exact_match, generate_responses
 
 HELD_OUT = 200
 MIN_EXACT_MATCH = 0.95

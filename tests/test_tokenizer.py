@@ -1,7 +1,7 @@
 """Byte-level BPE tokenizer: exact reversibility, special tokens and the AutoTokenizer round trip.
 
 Special tokens written as text match (transformers' convention, what TRL and chat templates rely on); pre-training
-data keeps a special string inside a document as plain bytes (`text_data.document_ids`); a tokenizer saved by an
+data keeps a special string inside a document as plain bytes (`pretrain_text.document_ids`); a tokenizer saved by an
 older run with ``split_special_tokens=True`` loads as saved and `llmsys sft` switches it to the convention.
 """
 
@@ -116,8 +116,8 @@ def test_special_token_written_as_text_is_the_special_token(tokenizer):
 
 
 def test_a_literal_special_string_in_a_pretraining_document_stays_plain_text(tokenizer):
+    from hf_llmsys.data.pretrain_text import document_ids, tokenize_chunks
     from hf_llmsys.training.streaming_data import causal_packer
-    from hf_llmsys.training.text_data import document_ids, tokenize_chunks
 
     document = "A page that quotes <|endoftext|> and <|pad|> as text."
     chunks = [{"text": document, "end_of_document": True}, {"text": "Next <|endoftext|>", "end_of_document": True}]
@@ -136,9 +136,9 @@ def test_a_literal_special_string_in_a_pretraining_document_stays_plain_text(tok
 def test_a_tokenizer_saved_with_split_special_tokens_loads_as_saved_and_sft_matches_them(tokenizer, tmp_path, caplog):
     """Older runs saved ``split_special_tokens: true``: AutoTokenizer honours it; pre-training data is the same
     either way (split per call); ``llmsys sft``'s loader switches it off, saying so, and its output saves False."""
+    from hf_llmsys.data.pretrain_text import document_ids
     from hf_llmsys.training.sft import load_tokenizer
     from hf_llmsys.training.sft_arguments import SFTModelArguments
-    from hf_llmsys.training.text_data import document_ids
 
     tokenizer.save_pretrained(tmp_path)
     config_file = tmp_path / "tokenizer_config.json"

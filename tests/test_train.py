@@ -14,6 +14,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from hf_llmsys.cli import main
+from hf_llmsys.cli import train as train_cli
 from hf_llmsys.models import LlmsysLlamaForCausalLM
 from hf_llmsys.training import output_dir, train
 
@@ -72,7 +73,7 @@ def test_the_chunk_size_not_given_is_the_training_devices_default(monkeypatch):
     asked = []
     monkeypatch.setattr(pretrain_arguments, "default_chunk_size", lambda device: asked.append(device) or 777)
     for flags, expected in (([], 777), (["--loss_chunk_size", "0"], 0), (["--loss_chunk_size", "64"], 64)):
-        model_args, data_args, training_args = train.parse_args(["--hidden_size", "32", *flags])
+        model_args, data_args, training_args = train_cli.parse_args(["--hidden_size", "32", *flags])
         assert model_args.loss_chunk_size == (None if not flags else expected)
         train.validate_pretrain_args(model_args, training_args, data_args)
         assert model_args.loss_chunk_size == expected
@@ -392,8 +393,8 @@ def built_config(*flags):
     from hf_llmsys.training import seq2seq_train
 
     argv = ["--hidden_size", "32", "--num_attention_heads", "2", "--num_hidden_layers", "2", *flags]
-    model_args, data_args, training_args = train.parse_args(argv)
-    train.validate_pretrain_args(model_args, training_args, data_args, train.given_flags(argv))
+    model_args, data_args, training_args = train_cli.parse_args(argv)
+    train.validate_pretrain_args(model_args, training_args, data_args, train_cli.given_flags(argv))
     if model_args.model_type == "llmsys_t5":
         return seq2seq_train.build_t5_config(model_args, tiny_tokenizer())
     return train.build_config(model_args, tiny_tokenizer())

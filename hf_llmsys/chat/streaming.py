@@ -10,7 +10,7 @@ the caller iterates the streamer. Added here:
   streamer would wait forever);
 - the settings: ``temperature`` None keeps the model's generation_config (greedy unless it samples), 0 is greedy,
   > 0 samples with it (``top_p`` too); ``max_new_tokens`` is cut so a decoder's prompt + reply stays within its
-  positions (`training.sft_generation.new_token_budget`); generation stops at ``stop_ids``.
+  positions (`evaluation.greedy_answers.new_token_budget`); generation stops at ``stop_ids``.
 
 The pieces joined are the new tokens decoded with ``skip_special_tokens=True`` (the streamer holds text back only
 until a word is complete, and flushes it at the end).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
-from ..training.sft_generation import new_token_budget
+from ..evaluation.greedy_answers import new_token_budget
 
 
 @dataclass(frozen=True)

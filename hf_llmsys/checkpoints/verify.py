@@ -1,7 +1,8 @@
 """The full sha256 check of a saved model folder (``weight_integrity.py``): `llmsys verify FOLDER [--update]`.
 
 Loading checks only sizes and safetensors headers; this hashes every weight file against ``checksums.sha256``
-and its size against ``checksums.sizes``, prints one line per file, and exits 2 naming each file that differs.
+and its size against ``checksums.sizes``; a mismatch is a ValueError naming each file that differs (the command,
+``cli/verify.py``, prints the one-line report).
 ``--update`` records the files as they are now (after a deliberate edit), so strict loads accept them again.
 """
 
@@ -38,13 +39,3 @@ def verify_checkpoint(folder: str | Path, *, update: bool = False) -> dict:
         )
     files = sorted(weight_files(folder)) if update else sorted(listed)
     return {"folder": str(folder), "files": files, "problems": problems, "updated": update}
-
-
-def print_verify_report(report: dict) -> None:
-    """The command's one line: what was checked (or recorded): CLI output."""
-    from .weight_integrity import CHECKSUM_FILE
-
-    if report["updated"]:
-        print(f"{report['folder']}: recorded sha256 and sizes of {len(report['files'])} weight files")
-    else:
-        print(f"{report['folder']}: {len(report['files'])} weight files match {CHECKSUM_FILE}")

@@ -7,7 +7,7 @@
 Steps (``recipes.STEPS``): html, normalize, whitespace, lowercase, length, language, noise, c4, c4_lines, c4_spans,
 gopher_quality, gopher_repetition, fineweb, exact_dedup, minhash, perplexity. Built-in recipes: c4, gopher,
 fineweb-like (``recipes.RECIPES``). Analysis transforms (stopwords, stemming, lemmatisation, Chinese
-segmentation) live apart in ``analysis``. Command line: ``llmsys clean`` (``cleaning.cli``).
+segmentation) live apart in ``analysis``. `llmsys clean`: the job ``job.py``, its command line ``cli/clean.py``.
 
 ``clean(..., engine="ray")`` / ``llmsys clean --engine ray`` run the same recipes on Ray Data (``engine_ray``;
 corpus steps as distributed group-bys and sorts in ``ray_corpus``; cluster checks in ``ray_cluster``; Ray Data

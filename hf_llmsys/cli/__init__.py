@@ -9,11 +9,18 @@
   ``log_output.py``: what a command shows of the library's log records.
 - one module per command family parsed with argparse (``ppl.py`` with ``ppl_lengths.py``, ``eval.py``,
   ``ifd.py``, ``chat.py``, ``export.py``, ``serve.py``, ``hub.py``: card / push / pull, ``verify.py``, ``demo.py``);
-  the jobs parsed from dataclasses (train, sft, dpo, clean) keep their arguments beside their code
-  (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``).
+- one module per job parsed from dataclasses (``train.py``, ``sft.py``, ``dpo.py``, ``clean.py``; ``jobs.py``:
+  what the training jobs share): argv into the job's argument dataclasses, which stay beside the job's code
+  (``hf_llmsys/training/``, ``hf_llmsys/cleaning/``), the job called, its summary printed;
+- ``zoo.py``: the options of the positional-encoding zoo (``scripts/pe_zoo.py``; not an `llmsys` command).
 
-Help is fast: this subpackage imports only the standard library at the top of each module, and the console script
-(``hf_llmsys_cli``) enters it without running ``hf_llmsys/__init__.py`` when only help is asked for.
+The layers: this subpackage is the top; it imports the library (training, cleaning, chat, demo, ...), and no module
+outside it imports it (tests/test_import_graph.py). Library code logs; only the commands here print.
+
+Help is fast: what help needs (this file, ``parsing.py``, ``stored_help.py`` and the argparse commands' modules)
+imports neither torch nor transformers at the top, a job's module (which imports its job) is imported only when the job
+runs or ``--help-all`` is asked for, and the console script (``hf_llmsys_cli``) enters this subpackage without
+running ``hf_llmsys/__init__.py`` when only help is asked for.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from .parsing import stored_help_text, wants_help, wants_help_all
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
-        "hf_llmsys.training.train:main",
+        "hf_llmsys.cli.train:main",
         "pre-train a tokenizer and a tiny model: LLaMA, GPT-3 or T5 style (default: the embedded corpus)",
     ),
     "ppl": ("hf_llmsys.cli.ppl:main", "corpus perplexity of a causal LM over text files (sliding window)"),
@@ -40,15 +47,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "score Alpaca records by instruction-following difficulty (IFD) and keep the top fraction",
     ),
     "clean": (
-        "hf_llmsys.cleaning.cli:main",
+        "hf_llmsys.cli.clean:main",
         "clean pretraining documents with a recipe (normalise, filter, dedup, report)",
     ),
     "sft": (
-        "hf_llmsys.training.sft:main",
+        "hf_llmsys.cli.sft:main",
         "instruction-tune a model on Alpaca records or conversations (loss on the responses; LoRA, packing)",
     ),
     "dpo": (
-        "hf_llmsys.training.dpo:main",
+        "hf_llmsys.cli.dpo:main",
         "preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer (full or LoRA)",
     ),
     "card": ("hf_llmsys.cli.hub:card_main", "write or refresh README.md (the model card) of a saved model folder"),

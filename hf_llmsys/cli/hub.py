@@ -34,16 +34,15 @@ def build_push_parser() -> CommandParser:
 def push_main(argv: list[str] | None = None) -> dict:
     """`llmsys push FOLDER REPO_ID [--private] [--revision BRANCH] [--commit_message MSG]`."""
     args = build_push_parser().parse_args(argv)
-    from ..hub.transfer import push_folder
+    options = {"private": args.private, "revision": args.revision, "commit_message": args.commit_message}
+    if args.format is not None:
+        from ..export.push import push_export
 
-    pushed = push_folder(
-        args.folder,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        format=args.format,
-    )
+        pushed = push_export(args.folder, args.repo_id, args.format, **options)
+    else:
+        from ..hub.transfer import push_folder
+
+        pushed = push_folder(args.folder, args.repo_id, **options)
     print(f"{'committed' if pushed['changed'] else 'unchanged, no new commit:'} {pushed['commit_url']}")
     return pushed
 
@@ -61,8 +60,8 @@ def build_pull_parser() -> CommandParser:
 def pull_main(argv: list[str] | None = None) -> dict:
     """`llmsys pull REPO_ID FOLDER [--revision REV] [--repo_type model|dataset]`."""
     args = build_pull_parser().parse_args(argv)
-    from ..checkpoints.verify import print_verify_report
     from ..hub.transfer import pull_repo
+    from .verify import print_verify_report
 
     pulled = pull_repo(args.repo_id, args.folder, revision=args.revision, repo_type=args.repo_type)
     print(f"downloaded {len(pulled['files'])} files of commit {pulled['commit']} into {pulled['path']}")

@@ -20,8 +20,18 @@ def build_parser() -> CommandParser:
 def main(argv: list[str] | None = None) -> dict:
     """`llmsys verify FOLDER [--update]`."""
     args = build_parser().parse_args(argv)
-    from ..checkpoints.verify import print_verify_report, verify_checkpoint
+    from ..checkpoints.verify import verify_checkpoint
 
     report = verify_checkpoint(args.folder, update=args.update)
     print_verify_report(report)
     return report
+
+
+def print_verify_report(report: dict) -> None:
+    """The command's one line: what was checked (or recorded)."""
+    from ..checkpoints.weight_integrity import CHECKSUM_FILE
+
+    if report["updated"]:
+        print(f"{report['folder']}: recorded sha256 and sizes of {len(report['files'])} weight files")
+    else:
+        print(f"{report['folder']}: {len(report['files'])} weight files match {CHECKSUM_FILE}")

@@ -6,7 +6,7 @@ Every byte is in the initial alphabet and the pre-tokenizer adds no prefix space
 Special tokens written as text match, as in every transformers tokenizer (``split_special_tokens=False``):
 ``tokenizer("...<|endoftext|>")`` ends with the EOS id, so TRL's EOS appended as text, a chat template's
 ``{{ eos_token }}`` and a user's added ``<|im_end|>`` are single tokens. Pre-training text is the one place where a
-special string in a document must stay plain bytes: `training.text_data.document_ids` tokenizes documents with
+special string in a document must stay plain bytes: `data.pretrain_text.document_ids` tokenizes documents with
 ``split_special_tokens=True`` per call and appends the real EOS id itself. Tokenizers saved by older runs carry
 ``split_special_tokens=True`` in ``tokenizer_config.json``; they load as saved (transformers honours the flag), and
 `match_special_tokens_in_text` switches one to the convention (``llmsys sft`` does, with a log line).

@@ -32,14 +32,13 @@ error message in ``error``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,13 +46,11 @@ from transformers import Trainer, TrainerCallback, TrainingArguments, default_da
 from transformers.trainer_callback import PrinterCallback
 from transformers.utils import logging
 
-from ..cli.log_output import command_logging
+from ..data.pretrain_text import file_chunks, split_chunks, tokenize_and_pack
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from ..models.positions import POSITIONAL_ENCODINGS
-from ..training.pretrain_arguments import DataArguments
-from ..training.text_data import load_chunks, split_chunks, tokenize_and_pack
 
 logger = logging.get_logger(__name__)
 
@@ -157,7 +154,7 @@ def validate(settings: ZooSettings) -> None:
 
 def prepare_data(settings: ZooSettings):
     """Shared tokenizer, packed training blocks and held-out evaluation text."""
-    chunks = load_chunks(DataArguments(train_files=settings.train_files))
+    chunks = [chunk for source in file_chunks(settings.train_files) for chunk in source]
     train_chunks, eval_chunks = split_chunks(chunks, 0.05, settings.seed)
     tokenizer = train_bpe_tokenizer((c["text"] for c in train_chunks), settings.vocab_size)
     train_ds = tokenize_and_pack(train_chunks, tokenizer, settings.train_length, "training")
@@ -316,40 +313,3 @@ def format_run(run: dict) -> str:
     cells = [f"{r['eval_length']}: {r['ppl']:.1f}" if r["ppl"] is not None else f"{r['eval_length']}: n/a"
              for r in run["results"]]  # fmt: skip
     return f"{run['name']:<14} " + "  ".join(cells)
-
-
-def parse_args(argv: list[str] | None) -> ZooSettings:
-    """Command-line options -> ZooSettings."""
-    parser = argparse.ArgumentParser(prog="pe_zoo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/pe_zoo"))
-    parser.add_argument("--encodings", nargs="+", default=sorted(POSITIONAL_ENCODINGS))
-    parser.add_argument("--rope-scalings", nargs="*", default=sorted(ROPE_SCALINGS))
-    parser.add_argument("--train-length", type=int, default=64)
-    parser.add_argument("--eval-factors", type=float, nargs="+", default=list(DEFAULT_FACTORS))
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-files", nargs="+", default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument(
-        "--preset",
-        choices=sorted(PRESETS),
-        default=None,
-        help="a budget from PRESETS: 'demo' (what `llmsys demo` trains, <= 3 min), 'smoke' (seconds)",
-    )
-    parser.add_argument("--quick", action="store_true", help="same as --preset smoke (tiny budget for tests)")
-    args = parser.parse_args(argv)
-    settings = ZooSettings(
-        out=args.out, encodings=args.encodings, train_length=args.train_length,
-        eval_factors=tuple(args.eval_factors), steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-        train_files=args.train_files, rope_scalings=args.rope_scalings, threads=args.threads,
-    )  # fmt: skip
-    preset = "smoke" if args.quick else args.preset
-    return replace(settings, **PRESETS[preset]) if preset else settings
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Entry point of scripts/pe_zoo.py (each run's line is a log record, shown on stderr)."""
-    settings = parse_args(argv)
-    with command_logging():
-        return run_zoo(settings)

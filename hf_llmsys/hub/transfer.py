@@ -9,10 +9,8 @@ that revision are skipped by the client, so an unchanged re-push makes no commit
 (``checkpoint-*``) and hidden files stay local. A dataset folder goes through ``Dataset.push_to_hub`` (parquet
 shards and the dataset card with its ``dataset_info``), then ``report.json`` is added beside it.
 
-push --format transformers: the model (or a LoRA adapter over one, merged) is first exported into a hidden temporary
-folder beside FOLDER by ``llmsys export --format transformers`` (``hf_llmsys.export``: transformers' own classes, no
-remote code), and that folder is pushed with the export's card, which says it is the transformers-native export;
-a model no transformers class expresses is refused before anything is created on the Hub.
+push --format transformers (``hf_llmsys/export/push.py``, above this module: it exports, then pushes with
+`push_folder`): the export, not the folder, is what the repo receives.
 
 pull: resolves the revision (branch, tag or commit sha) to a commit, then ``snapshot_download``s exactly that
 commit into FOLDER; a model folder with ``checksums.sha256`` is then verified byte for byte (``llmsys verify``), so
@@ -25,7 +23,6 @@ errors become one ValueError line naming the repo, the revision and the fix (`ll
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -181,16 +178,11 @@ def push_folder(
     revision: str | None = None,
     commit_message: str | None = None,
     api: HfApi | None = None,
-    format: str | None = None,
     write_card: bool = True,
 ) -> dict:
     """Push a saved folder as one commit; returns {repo_id, revision, commit, commit_url, changed}.
 
-    ``format="transformers"``: push its transformers-native export instead (``push_export``). ``write_card=False``
-    pushes the folder's own README.md as is."""
-    if format is not None:
-        return push_export(folder, repo_id, format, private=private, revision=revision,
-                           commit_message=commit_message, api=api)  # fmt: skip
+    ``write_card=False`` pushes the folder's own README.md as is (the transformers-native export: ``export.push``)."""
     from huggingface_hub import HfApi
 
     from .folders import saved_folder
@@ -228,24 +220,6 @@ def push_folder(
     changed = after != before
     commit_url = commit.commit_url if changed else f"{url.rstrip('/')}/commit/{after}"
     return {"repo_id": repo_id, "revision": branch, "commit": after, "commit_url": commit_url, "changed": changed}
-
-
-def push_export(folder: str | Path, repo_id: str, format: str, **push_args) -> dict:
-    """Export ``folder`` (``hf_llmsys.export``, into a hidden temporary folder beside it) and push the export."""
-    from ..export import export
-
-    if format != "transformers":
-        raise ValueError(f"--format {format!r}: push can export to transformers only; write a GGUF file with "
-                         "`llmsys export --format gguf` and upload it with `hf upload`.")  # fmt: skip
-    from huggingface_hub import HfApi
-
-    api = push_args.pop("api", None) or HfApi()
-    repo_id = full_repo_id(api, checked_repo_id(repo_id))
-    source = Path(folder).expanduser().resolve()
-    with tempfile.TemporaryDirectory(prefix=".llmsys-push-export-", dir=source.parent) as staging:
-        exported = export(source, Path(staging) / source.name, format=format, repo_id=repo_id)
-        message = push_args.pop("commit_message", None) or "Upload the transformers-native export with hf-llmsys"
-        return push_folder(exported, repo_id, api=api, commit_message=message, write_card=False, **push_args)
 
 
 def refresh_card(saved: SavedFolder, repo_id: str) -> None:

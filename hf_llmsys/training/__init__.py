@@ -1,4 +1,5 @@
-"""Training jobs on one skeleton (`job.py`, `checkpoints.py`, `output_dir.py`).
+"""Training jobs on one skeleton (`job.py`, `checkpoints.py`, `output_dir.py`); their command lines are
+``hf_llmsys/cli/train.py``, ``sft.py`` and ``dpo.py``, which parse the flags into the jobs' dataclasses.
 
 - `llmsys train`: causal pre-training (`train.py`) or T5 span corruption (`seq2seq_train.py`);
 - `llmsys sft` / `sft(...)`: instruction tuning on Alpaca records (`sft.py`).
@@ -9,8 +10,6 @@ Note: the name `hf_llmsys.training.sft` is the Python API function (the job's mo
 ``from hf_llmsys.training.sft import run_sft``).
 """
 
-from .sft import main as sft_main
 from .sft import sft
-from .train import main as train_main
 
-__all__ = ["sft", "sft_main", "train_main"]
+__all__ = ["sft"]

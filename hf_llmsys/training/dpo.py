@@ -1,4 +1,5 @@
-"""`llmsys dpo` / `hf_llmsys.training.dpo.dpo(...)`: preference tuning on TRL's `DPOTrainer`, the llmsys job's way.
+"""`llmsys dpo` (its command line: ``cli/dpo.py``) / `hf_llmsys.training.dpo.dpo(...)`: preference tuning on TRL's
+`DPOTrainer`, the llmsys job's way.
 
 TRL is the engine: its `DPOTrainer` computes the loss (every TRL 1.16 ``--loss_type``: sigmoid, ipo, hinge, ...), the
 reference log-probabilities, the rewards and its metrics; `LlmsysDPOTrainer` only takes the pairs this job
@@ -25,7 +26,7 @@ Model (``--model_name_or_path``) and reference, as TRL 1.16 arranges them:
 An encoder-decoder (``llmsys_t5``) is refused: TRL 1.16's DPOTrainer joins prompt and answer into one decoder
 sequence and has no encoder-decoder path.
 
-Summary (``train_results.json``, printed): base, data, template, method (TRL version, loss, beta, reference), pair
+Summary (``train_results.json``; the command prints it): base, data, template, method (TRL version, loss, beta, reference), pair
 counts, held-out figures before and after (``preference_accuracy``: pairs whose chosen answer the model gives a
 higher log-probability than the rejected one; after training also TRL's DPO loss, reward margin and reward accuracy
 on the held-out pairs), steps, a few greedy answers before and after. Saved: the model or adapter, tokenizer,
@@ -43,7 +44,6 @@ from transformers import HfArgumentParser
 from transformers.utils import logging
 from trl import DPOTrainer
 
-from ..cli.parsing import dataclass_parser
 from ..data.conversation_labels import ConversationTemplate
 from ..data.preference_pairs import COLUMNS, PreferencePairEncoder, build_preference_dataset, marked_pair
 from ..data.preference_records import load_preference_records
@@ -52,6 +52,7 @@ from ..data.pretrained_sources import load_tokenizer as load_named_tokenizer
 from ..data.prompt_templates import TEMPLATE_FILE, ChatPromptTemplate, PromptTemplate, load_template, save_template
 from ..data.sft_labels import check_tokenizer
 from ..data.tokenizer import match_special_tokens_in_text
+from ..evaluation.greedy_answers import generate_responses
 from ..evaluation.model_limits import config_position_limit, fit_length
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .dpo_arguments import (
@@ -61,42 +62,22 @@ from .dpo_arguments import (
     validate_dpo_args,
 )
 from .eval_tasks import attach_eval_tasks, check_eval_tasks
-from .job import count_parameters, finish_job, generation_config, is_world_process_zero, job_help, parse_job_args
+from .job import count_parameters, finish_job, generation_config
 from .job import seeded as seeded_build
 from .lora import lora_config, lora_summary
 from .output_dir import prepare_output_dir
 from .sft import read_records, reload_checkpoint, save_merged
 from .sft_arguments import DEFAULT_MAX_LENGTH
-from .sft_generation import generate_responses
 
 logger = logging.get_logger(__name__)
 
 ARGUMENT_CLASSES = (DPOModelArguments, DPODataArguments, DPOTrainingArguments)
-DESCRIPTION = (
-    "Preference-tune a causal LM on prompt / chosen / rejected records with TRL's DPOTrainer: full or LoRA, from a "
-    "base, an SFT folder or an SFT adapter folder, prompts rendered as llmsys sft renders them."
-)
 REFERENCES = {
     "full": "a frozen copy of the starting model",
     "precomputed": "the starting model, its log-probabilities computed once before training",
     "lora": "the starting model (the new LoRA adapter disabled)",
     "adapter": "the SFT adapter as it started (TRL's frozen 'ref' copy of it)",
 }
-
-
-def parse_args(argv: list[str] | None) -> tuple[DPOModelArguments, DPODataArguments, DPOTrainingArguments]:
-    """Parse `llmsys dpo` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys dpo", DESCRIPTION)
-
-
-def build_parser():
-    """The flags of `llmsys dpo` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, "llmsys dpo", DESCRIPTION)
-
-
-def help_text() -> str:
-    """`llmsys dpo --help`: the job's own options, grouped, and one line for TRL's and the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, "llmsys dpo", DESCRIPTION)
 
 
 class LlmsysDPOTrainer(DPOTrainer):
@@ -354,27 +335,6 @@ def summarize(model_args, data_args, training_args, counts, stats, before, after
     }
 
 
-def print_dpo_results(results: dict, output_dir: str) -> None:
-    """Print the final summary: CLI output."""
-    before, after = results["held_out_before"], results["held_out_after"]
-    print(results["method"])
-    print(
-        f"held-out preference accuracy {before['preference_accuracy']:.3f} -> {after['preference_accuracy']:.3f} | "
-        f"reward margin {after['reward_margin']:.4f}, reward accuracy {after['reward_accuracy']:.3f}, "
-        f"DPO loss {after['dpo_loss']:.4f}"
-    )
-    print(
-        f"records {results['records_read']} (invalid {results['invalid_records'] or 0}); train pairs "
-        f"{results['train_pairs']} (dropped {results['dropped_pairs'] or 0}, prompt cut {results['prompt_truncated']}, "
-        f"answer cut {results['response_truncated']}); held out {results['validation_pairs']}; template "
-        f"{results['template']} ({results['template_from']}); max_length {results['max_length']}"
-    )
-    for g in results["generations"]:
-        print(f"  prompt: {g['prompt']!r}\n    chosen: {g['chosen']!r}\n    before: {g['before']!r}\n"
-              f"    after:  {g['after']!r}")  # fmt: skip
-    print(f"steps {results['global_step']}; runtime {results['runtime_s']} s; saved to {output_dir}")
-
-
 def read_preference_records(data_args, seed: int):
     """(training records, held-out records, counts) through SFT's reader with the preference records' loader."""
     return read_records(data_args, seed, loader=load_preference_records)
@@ -461,12 +421,3 @@ def dpo(model_name_or_path: str, data: str | list[str], output_dir: str = "runs/
     }
     parsed = HfArgumentParser(ARGUMENT_CLASSES).parse_dict(values, allow_extra_keys=False)
     return run_dpo(*parsed)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys dpo`: run the job, print its summary (main process); returns the summary."""
-    model_args, data_args, training_args = parse_args(argv)
-    results = run_dpo(model_args, data_args, training_args)
-    if is_world_process_zero(training_args):
-        print_dpo_results(results, training_args.output_dir)
-    return results

@@ -3,7 +3,8 @@
 A job module (`train.py` causal pre-training, `seq2seq_train.py` span corruption, `sft.py` instruction tuning)
 supplies its data, model and collator and calls these. Order of a job (every check before anything is written):
 
-1. parse arguments (`parse_job_args`), load and check data, tokenizer and config;
+1. the command parses the arguments (``cli/jobs.py``: `parse_job_args`); the job loads and checks data, tokenizer
+   and config;
 2. `prepare_output_dir` (writable, not a different model, leftover staging removed), `find_checkpoint`;
 3. `seeded(seed, build)`: the model is built AFTER `set_seed(--seed)`, so two runs with one seed start from the
    same weights (the Trainer seeds only in its own __init__, after the model exists);
@@ -12,7 +13,8 @@ supplies its data, model and collator and calls these. Order of a job (every che
    with `torch_compile`: whether the model was compiled, by which backend and mode, and the graphs and graph
    breaks torch.compile recorded.
 
-Progress notes are log records (`hf_llmsys.cli.log_output`), never prints.
+Progress notes are log records of the ``hf_llmsys`` logger, never prints: the commands (``cli/``) parse the flags,
+show the records and print the summary; the jobs here take the parsed dataclasses.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from dataclasses import dataclass, field
 from transformers import GenerationConfig, TrainingArguments, set_seed
 from transformers.trainer_utils import TrainOutput
 
-from ..cli.log_output import follow_trainer_log_level
-from ..cli.parsing import answer_help, command_help, dataclass_parser, parse_into_dataclasses
 from ..kernels import COMPILED_CHUNKED_LOSS_DEVICES
 from ..kernels import applied as applied_kernels
 from .eval_tasks import EvalTasksArguments, eval_task_scores
@@ -65,25 +65,6 @@ def check_report_to(report_to) -> None:
             package = {"tensorboard": "tensorboard"}.get(name, name)
             raise ValueError(f"--report_to {name}: the {package} package is not installed; pip install {package}, "
                              "or leave --report_to out")  # fmt: skip
-
-
-def parse_job_args(dataclass_types: tuple, argv: list[str] | None, prog: str, description: str | None = None) -> tuple:
-    """Parse `argv` into the job's argument dataclasses (transformers-examples style); unknown flags are errors.
-
-    ``-h`` / ``--help`` prints the job's own options, ``--help-all`` every option (`cli.parsing`); a usage error
-    is one line. The last dataclass is the job's TrainingArguments: its --log_level / --log_level_replica set this
-    process's level of the library's log records.
-    """
-    parser = dataclass_parser(dataclass_types, prog, description)
-    answer_help(parser, dataclass_types, argv)
-    parsed = parse_into_dataclasses(parser, argv)
-    follow_trainer_log_level(parsed[-1])
-    return parsed
-
-
-def job_help(dataclass_types: tuple, prog: str, description: str | None = None) -> str:
-    """The short help of a job (what ``-h`` prints; stored for the console script: `cli.stored_help`)."""
-    return command_help(dataclass_parser(dataclass_types, prog, description), dataclass_types)
 
 
 def seeded(seed: int, build: Callable[[], object]):
@@ -175,18 +156,6 @@ def compiled_loss(trainer) -> str:
     return f"chunked, {chunk} tokens a chunk"
 
 
-def describe_compile(report: dict) -> str:
-    """One summary line about ``--torch_compile``."""
-    if not report["compiled"]:
-        return "torch.compile: requested but the model was not compiled (no graph was produced); trained eagerly"
-    mode = f", mode {report['mode']}" if report["mode"] else ""
-    loss = f"; loss {report['loss']}" if report.get("loss") else ""
-    return (
-        f"torch.compile: compiled with backend {report['backend']}{mode}: {report['graphs']} graphs, "
-        f"{report['graph_breaks']} graph breaks{loss}"
-    )
-
-
 def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> dict:
     """Validation loss and perplexity, the unigram baseline and their ratio, steps and tokens seen."""
     loss = eval_metrics["eval_loss"]
@@ -204,24 +173,6 @@ def loss_metrics(eval_metrics: dict, unigram: float, train_out: TrainOutput) -> 
 def is_world_process_zero(training_args) -> bool:
     """Whether this is the process that saves and reports (process 0 of all nodes, as Trainer.is_world_process_zero)."""
     return training_args.process_index == 0
-
-
-def print_results(results: dict, output_dir: str) -> None:
-    """Print the final metrics of a pre-training job (validation loss against the unigram baseline): CLI output."""
-    print(
-        f"validation loss {results['val_loss']:.4f} | perplexity {results['val_perplexity']:.2f} | "
-        f"unigram baseline perplexity {results['unigram_perplexity']:.2f} | "
-        f"baseline/model ratio {results['perplexity_ratio']:.2f}x"
-    )
-    print(f"tokens seen {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}")
-    print_compile_report(results)
-
-
-def print_compile_report(results: dict) -> None:
-    """The ``--torch_compile`` line of a command's summary, when compiling was requested: CLI output."""
-    report = results.get("torch_compile")
-    if report and report["requested"]:
-        print(describe_compile(report))
 
 
 def apply_speed_layer(model, model_args) -> None:

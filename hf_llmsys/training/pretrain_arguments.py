@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..architectures import architecture
+from ..data.pretrain_text import DEFAULT_CHUNK_CHARS
 from ..kernels import ACCELERATOR_CHUNK_SIZE, DEFAULT_CHUNK_SIZE, default_chunk_size
 from .job import JobTrainingArguments
 from .model_type_flags import FlagScope, apply_model_type_flags, flag_scopes
@@ -141,7 +142,8 @@ class DataArguments:
         default=0.05, metadata={"help": "Fraction of contiguous text chunks held out for validation."}
     )
     chunk_chars: int = field(
-        default=4096, metadata={"help": "Size in characters of the contiguous chunks the split is made of."}
+        default=DEFAULT_CHUNK_CHARS,
+        metadata={"help": "Size in characters of the contiguous chunks the split is made of."},
     )
     noise_density: float = field(
         default=0.15, metadata={"help": "T5 only: fraction of tokens masked by span corruption."}

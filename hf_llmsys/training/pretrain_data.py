@@ -1,9 +1,9 @@
 """The data of both `llmsys train` jobs, streaming or not: checks, the tokenizer's training sample, the blocks.
 
-Non-streaming (default): the sources are read into chunks (`text_data.py`), split by seed, tokenized with
-`Dataset.map(num_proc=--num_proc)` and cached on disk (`tokenized_cache.py`). Streaming (`--streaming`): blocks are
-made on the fly (`streaming_data.py`). Either way the tokenizer, when trained here, sees a deterministic sample of
-about --tokenizer_sample_bytes of the training text, not the whole corpus.
+Non-streaming (default): the sources are read into chunks (`data/pretrain_text.py`), split by seed, tokenized
+with `Dataset.map(num_proc=--num_proc)` and cached on disk (`data/tokenized_cache.py`). Streaming (`--streaming`):
+blocks are made on the fly (`streaming_data.py`). Either way the tokenizer, when trained here, sees a deterministic
+sample of about --tokenizer_sample_bytes of the training text, not the whole corpus.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import random
 from collections.abc import Iterator
 
 from ..data.mixtures import check_stopping_strategy
+from ..data.tokenized_cache import default_cache_dir
 from .streaming_data import check_streaming_args, tokenizer_sample
-from .tokenized_cache import default_cache_dir
 
 
 def check_data_args(model_args, data_args, training_args, given_flags: frozenset[str] | None = None) -> None:

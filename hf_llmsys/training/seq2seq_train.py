@@ -26,9 +26,11 @@ from transformers import GenerationConfig, Trainer, TrainerCallback
 from transformers.utils import logging
 
 from ..data.packing import group_texts, unigram_perplexity
+from ..data.pretrain_text import describe_data, load_split_chunks, tokenize_chunks
 from ..data.pretrained_sources import load_tokenizer
 from ..data.sentinel_tokenizer import DEFAULT_SENTINELS, sentinel_id, train_sentinel_tokenizer
 from ..data.span_corruption import SpanCorruptionCollator, corrupt
+from ..data.tokenized_cache import blocks_key, cached_dataset
 from .checkpoints import clear_checkpoints, find_checkpoint, train_or_skip
 from .eval_tasks import attach_eval_tasks
 from .job import apply_speed_layer, examples_per_step, finish_job, loss_metrics, seeded
@@ -44,8 +46,6 @@ from .streaming_data import (
     training_stream,
     validation_blocks,
 )
-from .text_data import describe_data, load_split_chunks, tokenize_chunks
-from .tokenized_cache import blocks_key, cached_dataset
 
 logger = logging.get_logger(__name__)
 

@@ -1,4 +1,5 @@
-"""`llmsys sft` / `hf_llmsys.training.sft(...)`: instruction tuning with the Trainer, loss on the response only.
+"""`llmsys sft` (its command line: ``cli/sft.py``) / `hf_llmsys.training.sft(...)`: instruction tuning with the
+Trainer, loss on the response only.
 
 Data (`hf_llmsys.data`): Alpaca records or conversations (``messages`` / ShareGPT ``conversations``; one kind per
 run), one source or a seeded mixture, checked (`--skip_invalid` drops and counts bad ones), held out
@@ -25,7 +26,7 @@ the plain path, about half the head's work with the loss on Alpaca responses.
 Length: ``--max_length`` fits the base model (`evaluation/model_limits.py`, from its config before any record is
 read): default min(512, its context), a value past a learned position table refused naming the flag and the limit.
 
-Summary (``train_results.json``, printed): base model, data sources, template, max_length and how it was chosen
+Summary (``train_results.json``; the command prints it): base model, data sources, template, max_length and how it was chosen
 (``max_length_rule``), record / example / dropped counts
 with reasons, response-token loss and perplexity on the held-out records before and after, steps, tokens, runtime,
 LoRA settings, a few greedy answers. Logged before training: the first training example with its supervised text in
@@ -51,7 +52,6 @@ from transformers import (
 )
 from transformers.utils import logging
 
-from ..cli.parsing import dataclass_parser
 from ..data.alpaca_records import mix_records
 from ..data.conversation_labels import ConversationEncoder, ConversationTemplate, last_exchange
 from ..data.conversation_records import load_sft_records
@@ -62,6 +62,7 @@ from ..data.prompt_templates import load_template, save_template
 from ..data.sft_labels import SFTExampleEncoder, build_sft_dataset, check_tokenizer, marked_text
 from ..data.sft_packing import PackedRowsCollator, pack_examples, packing_stats
 from ..data.tokenizer import match_special_tokens_in_text
+from ..evaluation.greedy_answers import generate_responses
 from ..evaluation.model_limits import config_position_limit, fit_length
 from ..kernels import applied as applied_kernels
 from ..kernels import default_chunk_size
@@ -71,10 +72,6 @@ from .job import (
     count_parameters,
     finish_job,
     generation_config,
-    is_world_process_zero,
-    job_help,
-    parse_job_args,
-    print_compile_report,
     seeded,
 )
 from .lora import add_lora, lora_summary
@@ -86,7 +83,6 @@ from .sft_arguments import (
     SFTTrainingArguments,
     validate_sft_args,
 )
-from .sft_generation import generate_responses
 from .supervised_logits import (
     KeepSupervisedLogits,
     SupervisedLogitsLoss,
@@ -97,25 +93,6 @@ from .supervised_logits import (
 logger = logging.get_logger(__name__)
 
 ARGUMENT_CLASSES = (SFTModelArguments, SFTDataArguments, SFTTrainingArguments)
-DESCRIPTION = (
-    "Instruction-tune a causal LM or an encoder-decoder on Alpaca records or conversations with the Trainer: loss on "
-    "the responses, optional LoRA and packing."
-)
-
-
-def parse_args(argv: list[str] | None) -> tuple[SFTModelArguments, SFTDataArguments, SFTTrainingArguments]:
-    """Parse `llmsys sft` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys sft", DESCRIPTION)
-
-
-def build_parser():
-    """The flags of `llmsys sft` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, "llmsys sft", DESCRIPTION)
-
-
-def help_text() -> str:
-    """`llmsys sft --help`: the job's own options, grouped, and one line for the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, "llmsys sft", DESCRIPTION)
 
 
 def load_tokenizer(model_args: SFTModelArguments):
@@ -377,28 +354,6 @@ def summarize(
     }
 
 
-def print_sft_results(results: dict, output_dir: str) -> None:
-    """Print the final summary."""
-    print(
-        f"held-out response loss {results['response_loss_before']:.4f} -> {results['response_loss_after']:.4f} | "
-        f"perplexity {results['response_perplexity_before']:.2f} -> {results['response_perplexity_after']:.2f}"
-    )
-    print(
-        f"records {results['records_read']} (invalid {results['invalid_records'] or 0}); train examples "
-        f"{results['train_examples']} (dropped {results['dropped_examples'] or 0}, prompt cut "
-        f"{results['prompt_truncated']}, response cut {results['response_truncated']}); held out "
-        f"{results['validation_examples']}"
-    )
-    print(f"max_length {results['max_length']}: {results['max_length_rule']}")
-    for g in results["generations"]:
-        prompt = repr(g["prompt"]) if "prompt" in g else f"{g['instruction']!r} {g['input']!r}"
-        print(f"  prompt: {prompt}\n    expected: {g['output']!r}\n    model:    {g['generated']!r}")
-    print(
-        f"steps {results['global_step']}; tokens {results['tokens_seen']:,}; runtime {results['runtime_s']} s; saved to {output_dir}"
-    )
-    print_compile_report(results)
-
-
 def save_merged(trainer, tokenizer, gen_config, results, template, output_dir: str) -> None:
     """With LoRA and --save_merged: the merged model (merge_and_unload on a copy) in output_dir/merged."""
     merged = copy.deepcopy(trainer.model).merge_and_unload()
@@ -504,12 +459,3 @@ def sft(model_name_or_path: str, data: str | list[str], output_dir: str = "runs/
     }
     parsed = HfArgumentParser(ARGUMENT_CLASSES).parse_dict(values, allow_extra_keys=False)
     return run_sft(*parsed)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys sft`: run the job, print its summary (main process); returns the summary."""
-    model_args, data_args, training_args = parse_args(argv)
-    results = run_sft(model_args, data_args, training_args)
-    if is_world_process_zero(training_args):
-        print_sft_results(results, training_args.output_dir)
-    return results

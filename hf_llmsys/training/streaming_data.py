@@ -35,8 +35,8 @@ from datasets import Dataset, Features, IterableDataset, Sequence, Value, concat
 
 from ..data.mixtures import check_stopping_strategy, mixture_probabilities
 from ..data.packing import document_blocks
+from ..data.pretrain_text import document_ids
 from ..data.text_sources import TextSource, document_pieces, read_shard, resolve_sources, shard_specs
-from .text_data import document_ids
 
 PIECE_FEATURES = Features({"text": Value("string"), "end_of_document": Value("bool")})
 CAUSAL_FEATURES = Features({"input_ids": Sequence(Value("int64")), "labels": Sequence(Value("int64"))})

@@ -1,10 +1,12 @@
-"""`llmsys train`: pre-train a tiny model with `transformers.Trainer` on plain text.
+"""The job of `llmsys train` (`run_training`; its command line: ``cli/train.py``): pre-train a tiny model with
+`transformers.Trainer` on plain text.
 
 `--model_type llmsys_llama` (default) or `llmsys_gpt3`: a byte-level BPE tokenizer and a causal LM trained on
 blocks of `--block_size` tokens (this module). `--model_type llmsys_t5`: span-corruption pre-training of the T5
 encoder-decoder (`seq2seq_train.py`). Each type's job and config builder are its row of the architecture registry
 (``hf_llmsys/architectures.py``: ``train_job``, ``train_config``). Both run on the shared skeleton (`job.py`,
-`checkpoints.py`, `output_dir.py`) and read the same text (`text_data.py`); the flags are in `pretrain_arguments.py`.
+`checkpoints.py`, `output_dir.py`) and read the same text (`data/pretrain_text.py`); the flags are the dataclasses
+of `pretrain_arguments.py` (`ARGUMENT_CLASSES`).
 
 Arguments are parsed the transformers-examples way (dataclasses + `HfArgumentParser`); the defaults run the
 default job (the embedded public-domain corpus, a ~1.1M-parameter model, 800 steps).
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterable
 
@@ -23,7 +24,14 @@ from transformers import Trainer, default_data_collator
 from transformers.utils import logging
 
 from ..architectures import architecture
-from ..cli.parsing import apply_config_file, dataclass_parser, take_config_file
+from ..data.pretrain_text import (  # noqa: F401  (re-exported for scripts reusing the job's data)
+    baseline_perplexity,
+    describe_data,
+    load_chunks,
+    load_split_chunks,
+    split_chunks,
+    tokenize_and_pack,
+)
 from ..data.pretrained_sources import load_tokenizer
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.model_limits import config_position_limit, fit_length
@@ -35,14 +43,9 @@ from .job import (
     examples_per_step,
     finish_job,
     generation_config,
-    is_world_process_zero,
-    job_help,
     loss_metrics,
-    parse_job_args,
-    print_results,
     seeded,
 )
-from .model_type_flags import flags_given
 from .output_dir import atomic_save, prepare_output_dir  # noqa: F401  (atomic_save: part of this job's API)
 from .pretrain_arguments import (  # noqa: F401  (re-exported: scripts import the job's arguments from here)
     DEFAULT_BLOCK_SIZE,
@@ -62,43 +65,11 @@ from .streaming_data import (
     training_stream,
     validation_blocks,
 )
-from .text_data import (  # noqa: F401  (re-exported for scripts reusing the job's data)
-    baseline_perplexity,
-    describe_data,
-    load_chunks,
-    load_split_chunks,
-    split_chunks,
-    tokenize_and_pack,
-)
 
 logger = logging.get_logger(__name__)
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, LlmsysTrainingArguments)
-
-
-def parse_args(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, LlmsysTrainingArguments]:
-    """Parse command-line arguments into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, "llmsys train", __doc__.split("\n\n")[0])
-
-
-def build_parser():
-    """The flags of `llmsys train` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, "llmsys train", __doc__.split("\n\n")[0])
-
-
-def help_text() -> str:
-    """`llmsys train --help`: the job's own options, grouped, and one line for the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, "llmsys train", __doc__.split("\n\n")[0])
-
-
-def given_flags(argv: list[str] | None) -> frozenset[str]:
-    """The flags `argv` sets explicitly, on the command line or in its ``--config`` file (what a model type that
-    does not take them refuses)."""
-    parser = build_parser()
-    argv, config_file = take_config_file(argv)
-    from_file = apply_config_file(parser, config_file) if config_file is not None else set()
-    return flags_given(parser, argv) | from_file
 
 
 def get_tokenizer(args: ModelArguments, texts: Iterable[str], checkpoint: str | None):
@@ -316,13 +287,3 @@ def run_training(
     model_args.block_size_rule = fit_block_size(model_args, training_args)
     logger.info(f"block_size {model_args.block_size}: {model_args.block_size_rule}")
     return job(model_args, data_args, training_args)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Entry point of `llmsys train`: run the job, print its summary (main process); returns the results dict."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    model_args, data_args, training_args = parse_args(argv)
-    results = run_training(model_args, data_args, training_args, given_flags(argv))
-    if is_world_process_zero(training_args):
-        print_results(results, training_args.output_dir)
-    return results

@@ -111,7 +111,7 @@ def measure(model, tokenizer, template, held_out: list[dict]) -> dict:
     """Greedy rule-following / copying shares and the preference accuracy on the held-out pairs (module doc)."""
     from hf_llmsys.data.preference_pairs import PreferencePairEncoder
     from hf_llmsys.data.preference_records import check_preference_records
-    from hf_llmsys.training.sft_generation import generate_responses
+    from hf_llmsys.evaluation.greedy_answers import generate_responses
 
     model.eval()
     records = [{"instruction": r["prompt"], "input": r["input"], "output": r["chosen"]} for r in held_out]

@@ -14,7 +14,7 @@ its children, sampled every 0.05 s with psutil; not the kernel's ru_maxrss, whic
     does with ``--dataloader_num_workers 2`` (batches of 16 blocks collated in the workers): every block
     tokenized and packed (block 128); ``train-stream-main``: the same in the main process (the Trainer's default
     ``--dataloader_num_workers 0``);
-  * ``train-memory``: the in-memory mode: `text_data.load_split_chunks` + `tokenize_and_pack(num_proc=2)`
+  * ``train-memory``: the in-memory mode: `pretrain_text.load_split_chunks` + `tokenize_and_pack(num_proc=2)`
     without the cache (what a first run does);
   * ``run-clm``: the reference, transformers' run_clm recipe on the same file: ``load_dataset("json")``,
     ``map(tokenize, batched=True, num_proc=2)``, ``map(group_texts, batched=True, num_proc=2)``;
@@ -199,9 +199,9 @@ def job_train_stream(corpus: str, tokenizer_dir: str, workdir: str, workers: int
 
 
 def job_train_memory(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
+    from hf_llmsys.data.pretrain_text import load_split_chunks, tokenize_and_pack
     from hf_llmsys.data.pretrained_sources import load_tokenizer
     from hf_llmsys.training.pretrain_arguments import DataArguments
-    from hf_llmsys.training.text_data import load_split_chunks, tokenize_and_pack
 
     tokenizer = load_tokenizer(tokenizer_dir)
     train_chunks, _ = load_split_chunks(DataArguments(train_files=[corpus], validation_fraction=HOLD_OUT), 0)
@@ -224,7 +224,7 @@ def job_run_clm(corpus: str, tokenizer_dir: str, workdir: str) -> dict:
 
 
 def job_clean(corpus: str, workdir: str, engine: str, streaming: bool = False) -> dict:
-    from hf_llmsys.cleaning.cli import main
+    from hf_llmsys.cli.clean import main
 
     out = os.path.join(workdir, f"clean-{engine}{'-stream' if streaming else ''}")
     ray = ["--ray-object-store-mb", str(RAY_OBJECT_STORE_MB)] if engine == "ray" else []
@@ -345,7 +345,7 @@ def prepare_tokenizer(shared: Path, workdir: Path) -> str:
 
 def prepare_model(workdir: Path) -> str:
     """A tiny llmsys_llama (hidden 32, one layer, 64 positions) trained for 20 steps: the model `llmsys ppl` runs."""
-    from hf_llmsys.training.train import main
+    from hf_llmsys.cli.train import main
 
     out = workdir / "tiny-model"
     main(["--output_dir", str(out), "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "1",

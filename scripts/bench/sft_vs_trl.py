@@ -1005,7 +1005,7 @@ def learn_trl(base: str, records: list[dict], tokenizer, template, out: Path, ar
 
 def decode_ours(model, tokenizer, template, records: list[dict], max_length: int) -> list[str]:
     """Our decoding (`generate_responses`: the training prefix, left-padded batches, stop at the EOS)."""
-    from hf_llmsys.training.sft_generation import generate_responses
+    from hf_llmsys.evaluation.greedy_answers import generate_responses
 
     return generate_responses(model, tokenizer, template, records, max_new_tokens=16, max_length=max_length)
 
@@ -1042,7 +1042,7 @@ def learn_part(args, workdir: Path) -> dict:
 
 
 def _learn_runs(args, workdir: Path) -> dict:
-    from hf_llmsys.training.sft_generation import exact_match
+    from hf_llmsys.evaluation.greedy_answers import exact_match
 
     template = load_template(args.template)
     tokenizer = learn_tokenizer(template)

@@ -21,7 +21,8 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
-# bumped when the blocks of the same text change: 2 = special strings in documents are plain text (text_data.document_ids)
+# bumped when the blocks of the same text change: 2 = special strings in documents are plain text
+# (pretrain_text.document_ids)
 CACHE_FORMAT = "llmsys-pretrain-blocks-2"
 
 

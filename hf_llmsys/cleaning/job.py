@@ -1,10 +1,5 @@
-"""`llmsys clean`: clean pretraining documents with a recipe; write them and a report atomically.
-
-    llmsys clean --input crawl/*.jsonl --output clean/ --recipe fineweb-like --num-proc 2
-    llmsys clean --input books/*.txt --output clean/ --recipe gopher          # one document per file
-    llmsys clean --input lines.txt --lines --output clean/ --recipe my_recipe.yaml --format parquet
-    llmsys clean --input user/dataset --split train --text-field content --output clean/ --recipe c4
-    llmsys clean --engine ray --address auto --input s3://bucket/crawl/ --output /shared/clean --format parquet
+"""The job of `llmsys clean` (`run_clean`; its command line: ``cli/clean.py``): clean pretraining documents with a
+recipe; write them and a report atomically.
 
 The output folder receives ``data.jsonl`` (or ``data.parquet``: the input's fields, cleaned text) and
 ``report.json`` (documents and characters in and out, drops per rule with examples, the steps run). Everything
@@ -22,10 +17,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cli.parsing import answer_help, dataclass_parser, parse_into_dataclasses, short_help
 from .files import OUTPUT_FORMATS, check_output_dir, publish, read_input, staging_dir, write_documents
 from .pipeline import clean
 from .recipes import RECIPES, load_recipe
+from .report import CleaningReport
 
 ENGINES = ("datasets", "ray")
 MIN_OBJECT_STORE_MB = 75  # Ray's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES
@@ -74,24 +69,8 @@ class CleanArguments:
     )
 
 
-ARGUMENT_CLASSES = (CleanArguments,)
-
-
-def build_parser():
-    """transformers' HfArgumentParser over `CleanArguments` (`cli.parsing.dataclass_parser`)."""
-    return dataclass_parser(ARGUMENT_CLASSES, "llmsys clean", __doc__.split("\n\n")[0])
-
-
-def help_text() -> str:
-    """`llmsys clean --help` (stored for the console script: `cli.stored_help`)."""
-    return short_help(build_parser(), ARGUMENT_CLASSES)
-
-
-def parse_args(argv: list[str] | None) -> CleanArguments:
-    """Parse and validate `llmsys clean` arguments."""
-    parser = build_parser()
-    answer_help(parser, ARGUMENT_CLASSES, argv)
-    (args,) = parse_into_dataclasses(parser, argv)
+def check_clean_args(args: CleanArguments) -> CleanArguments:
+    """Validate `llmsys clean` arguments (ValueError naming the flag), ``--ray-runtime-env`` parsed into a dict."""
     if args.format not in OUTPUT_FORMATS:
         raise ValueError(f"--format must be one of {list(OUTPUT_FORMATS)}, got {args.format!r}.")
     for name in ("num_proc", "batch_size"):
@@ -132,14 +111,14 @@ def parse_runtime_env(text: str | None) -> dict | None:
     return value
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run `llmsys clean`; prints the report table and returns the report dict."""
-    args = parse_args(argv)
+def run_clean(args: CleanArguments) -> tuple[dict, CleaningReport]:
+    """Clean the inputs of `args` (checked by `check_clean_args`) into its output folder; returns (the summary
+    written to report.json, the report)."""
     output = Path(args.output)
     check_output_dir(output, args.overwrite)
     _, steps = load_recipe(args.recipe)  # a bad recipe fails before any input is read
     if args.engine == "ray":
-        return _main_ray(args, output, steps)
+        return _run_ray(args, output, steps)
     dataset = read_input(args.input, args.text_field, args.lines, args.split, args.streaming)
     result = clean(
         dataset, args.recipe, text_field=args.text_field, num_proc=args.num_proc, batch_size=args.batch_size,
@@ -150,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
 
-def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
+def _run_ray(args: CleanArguments, output: Path, steps) -> tuple[dict, CleaningReport]:
     """`llmsys clean --engine ray`: connect, check the workers, read with Ray Data, clean, write shards."""
     from .engine_ray import INDEX, check_recipe_runs_on_ray, clean_ray
     from .ray_cluster import check_workers_import, configure_data_context, connect
@@ -192,7 +171,7 @@ def _main_ray(args: CleanArguments, output: Path, steps) -> dict:
     )  # fmt: skip
 
 
-def _publish(args: CleanArguments, output: Path, report, write) -> dict:
+def _publish(args: CleanArguments, output: Path, report, write) -> tuple[dict, CleaningReport]:
     """Documents (`write(staging)` -> file names) and report.json into a staging folder, renamed into place."""
     staging = staging_dir(output)
     try:
@@ -205,7 +184,4 @@ def _publish(args: CleanArguments, output: Path, report, write) -> dict:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    print(report.table())
-    where = output / names[0] if len(names) == 1 else f"{len(names)} shards in {output}"
-    print(f"wrote {report.documents_out:,} documents to {where} and {output / 'report.json'}")
-    return summary
+    return summary, report

@@ -1,4 +1,5 @@
-"""Greedy answers of an instruction-tuned model for records, with the training template and prompt ids.
+"""Greedy answers of an instruction-tuned model for records, with the training template and prompt ids (the sft
+and dpo jobs' summaries; `new_token_budget` also bounds `llmsys chat`'s replies).
 
 `generate_responses` starts from each record's training prefix (`SFTExampleEncoder.generation_prefix`, or the
 conversation encoder's: the ids before the first supervised token of the record's own training example, so

@@ -1,7 +1,8 @@
 """Pre-training text: files, a `datasets` dataset or the embedded corpus, as contiguous chunks split by seed.
 
-Shared by the causal-LM job (`train.py`: tokens packed into blocks) and the span-corruption job
-(`seq2seq_train.py`), which both read the same sources and hold out the same chunks.
+Shared by the causal-LM job (`training/train.py`: tokens packed into blocks) and the span-corruption job
+(`training/seq2seq_train.py`), which both read the same sources and hold out the same chunks, and by the
+positional-encoding zoo (`experiments/positional_zoo.py`: files or the embedded corpus, `file_chunks`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import random
 
 from datasets import Dataset, interleave_datasets
 
-from ..data.corpus import load_default_corpus, split_documents
-from ..data.mixtures import check_stopping_strategy, mixture_probabilities
-from ..data.packing import group_texts, unigram_perplexity
-from ..data.text_sources import read_local_documents, resolve_sources
+from .corpus import load_default_corpus, split_documents
+from .mixtures import check_stopping_strategy, mixture_probabilities
+from .packing import group_texts, unigram_perplexity
+from .text_sources import read_local_documents, resolve_sources
 from .tokenized_cache import blocks_key, cached_dataset
+
+DEFAULT_CHUNK_CHARS = 4096  # --chunk_chars of `llmsys train`
 
 
 def _chunks(text: str, source: str, chunk_chars: int) -> list[dict]:
@@ -44,11 +47,18 @@ def load_chunks(args) -> list[dict]:
 
 def load_source_chunks(args) -> list[list[dict]]:
     """The chunks of each source (--train_files entries: files, folders, globs; then --dataset_name)."""
-    if not args.train_files and not args.dataset_name:
-        return [_chunks(load_default_corpus(), "embedded default corpus", args.chunk_chars)]
-    sources = resolve_sources(args.train_files, None)
-    chunks = [read_local_documents(s, args.text_column, args.chunk_chars) for s in sources]
-    return chunks + ([_dataset_chunks(args)] if args.dataset_name else [])
+    read_files = args.train_files or not args.dataset_name
+    files = file_chunks(args.train_files, args.text_column, args.chunk_chars) if read_files else []
+    return files + ([_dataset_chunks(args)] if args.dataset_name else [])
+
+
+def file_chunks(
+    train_files: list[str] | None, text_column: str = "text", chunk_chars: int = DEFAULT_CHUNK_CHARS
+) -> list[list[dict]]:
+    """The chunks of each source of `train_files` (files, folders, globs); of the embedded corpus when none is given."""
+    if not train_files:
+        return [_chunks(load_default_corpus(), "embedded default corpus", chunk_chars)]
+    return [read_local_documents(s, text_column, chunk_chars) for s in resolve_sources(train_files, None)]
 
 
 def load_split_chunks(args, seed: int) -> tuple[list[dict], list[dict]]:
@@ -106,7 +116,7 @@ def tokenize_and_pack(
     cache_dir: str | None = None,
 ) -> Dataset:  # fmt: skip
     """Tokenize chunks with `Dataset.map(batched=True, num_proc=num_proc)` and pack them into `block_size`
-    blocks; with ``cache_dir`` the blocks are kept on disk (`tokenized_cache.py`) and a rerun loads them."""
+    blocks; with ``cache_dir`` the blocks are kept on disk (`data/tokenized_cache.py`) and a rerun loads them."""
     key = blocks_key(chunks, tokenizer, block_size, "causal") if cache_dir else ""
     packed = cached_dataset(
         cache_dir, key, lambda: _tokenize_and_pack(chunks, tokenizer, block_size, num_proc), f"the {split} split"
