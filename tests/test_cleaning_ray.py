@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from datasets import Dataset
-from script_modules import load_script
 
 from hf_llmsys.cleaning import clean
 from hf_llmsys.cleaning.base import CorpusStep, Document, DocumentStep
@@ -303,7 +302,8 @@ def test_ray_engine_refuses_what_it_cannot_run(ray_session):
 
 @pytest.mark.slow
 def test_ray_engine_equals_datasets_engine_on_real_text(ray_session, shared_data):
-    bench = load_script("scripts/bench/cleaning.py", "bench_cleaning")
+    from benchmarks import cleaning as bench
+
     docs, _ = bench.plant_near_duplicates(bench.load_documents(shared_data, 240))
     for recipe, corpus_rule in (("c4", "c4_lines.too_few_sentences"), ("fineweb-like", "minhash.near_duplicate")):
         reference = clean(_corpus(docs), recipe)

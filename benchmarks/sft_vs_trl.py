@@ -1,56 +1,16 @@
 #!/usr/bin/env python
-"""Benchmark: hf-llmsys' instruction-tuning data layer and training against TRL 1.16's ``SFTTrainer``.
+"""Benchmark: hf-llmsys' instruction tuning against TRL 1.16's ``SFTTrainer``: speed, memory and learning.
 
-Not a test (TRL is a reference, never imported by hf_llmsys): it compares, measures, prints and optionally writes
-JSON. Both sides get the same records, tokenizer, prompt template and ``max_length``.
+Not a test (TRL is a reference, never imported by hf_llmsys): it measures, prints and optionally writes JSON. Both
+sides get the same records, tokenizer, prompt template and ``max_length``. The label masks equal TRL's: that is a
+parity test, ``tests/test_sft_vs_trl.py``.
 
-1. Label masks (``--part masks``): our `SFTExampleEncoder` (`ConversationEncoder` for ``--template chat``)
-   against the ``input_ids`` / ``labels`` columns that ``SFTTrainer`` builds at dataset preparation from a
-   prompt-completion dataset (``completion_only_loss=True``, ``truncation_mode="keep_start"``). A text template
-   gives TRL ``prompt`` = the template up to ``{output}`` (trailing space included, as a user would write it) and
-   ``completion`` = the output (TRL appends the EOS text); ``--template chat`` gives TRL conversational prompt /
-   completion messages. Every record whose ids or mask differ is classified by what explains it, each explanation
-   checked, not assumed:
-
-   - ``seam_merge``: the two tokenizations of the same text differ, first at the prompt/response seam. Both
-     sides tokenize prompt + response as one text (TRL: prompt + completion; ours: `SFTExampleEncoder`, the
-     boundary at the seam's character offset, a straddling token supervised, as TRL's common-prefix rule does),
-     so this is expected to be 0; checked: same decoded text, first differing token at the seam.
-   - ``mask_shift``: same ids, the masks differ only in tokens right at the boundary that decode to whitespace
-     (our text templates move the prompt's trailing whitespace into the response; ``--template chat`` goes through
-     the conversation labeller and is expected identical).
-   - ``trl_double_eos``: TRL appends the EOS as text to the completion AND tokenizes with the tokenizer's special
-     tokens, so a tokenizer whose post-processor appends ``</s>`` (T5's) gets two EOS; checked: TRL's row is ours
-     with one more supervised EOS at the end.
-   - ``truncation``: the full example exceeds ``max_length``. TRL keeps the first ``max_length`` tokens (response
-     tail and EOS cut, or the example dropped when no response token is left); we cut the prompt first and keep
-     the response and its EOS. Checked: TRL's row is its untruncated row cut at ``max_length``.
-   - ``unexplained``: anything else (a defect on one side; the default test requires none).
-
-   With ``--chat_family NAME|all`` (`chat_masks_part`): each family of `CHAT_FAMILIES` (ChatML / Qwen2.5, Llama-3,
-   Phi-3, Mistral-Instruct: published templates, ``tests/fixtures/chat_templates/``) on each of ``--chat_bases``
-   (GPT-2 BPE, Mistral SentencePiece, the family's special tokens added):
-
-   - Alpaca records as one-turn conversations (our ``--template chat``) against TRL's prompt-completion
-     conversational path, classified as above (target: identical);
-   - multi-turn conversations (the fixture ``tests/fixtures/conversations/multi_turn.jsonl`` and ``--conversations``
-     built from Alpaca records, messages and ShareGPT spellings, 1-4 assistant turns) through our conversation
-     labeller on the UNTAGGED template against TRL's ``assistant_only_loss=True``, which needs ``{% generation %}``
-     markers: TRL's own marked copy where TRL knows the template byte for byte, else the family's marked copy.
-     One whitespace rule on our side for both chat paths (`WHITESPACE_RULE`, conversation_labels.py); every
-     difference is classified ``whitespace_edge`` (same ids; each run of differing labels decodes to whitespace
-     and touches a token both supervise: `whitespace_edge`) or ``unexplained``. A conversation the template
-     itself refuses (Mistral's on a system turn) is counted, on neither side.
-
-   The JSON records TRL's and transformers' versions; ``--json`` writes it through ``results_files`` with the
-   generated table beside it (benchmarks/results/sft_vs_trl-masks.md).
-
-2. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
+1. Training throughput and memory (``--part speed``): real tokens per second and peak RSS of one epoch with each
    trainer, without and with packing, every run in a fresh process of its own, repetitions interleaved, medians,
    ratios ours / TRL by CPU time, by wall time and by peak RSS, the machine load (the metric and what is held
    equal: `speed_part`). Goals: tokens/s >= 1.1x TRL padded, >= 1.3x packed, peak RSS <= TRL's.
 
-3. Learning side by side (``--part learn``; minutes of training, only when asked for): one randomly
+2. Learning side by side (``--part learn``; minutes of training, only when asked for): one randomly
    initialised tiny base per model type (`learn_base`, seeded; random so that the task is learnt from nothing and
    the trainers alone make the difference), the same synthetic records (reverse 3-6 digits, ``--learn_records``
    training, ``--held_out`` disjoint prompts), tokenizer (ours from ``llmsys train``, where TRL's EOS appended as
@@ -84,18 +44,11 @@ JSON. Both sides get the same records, tokenizer, prompt template and ``max_leng
    trainers' ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. Compare over seeds
    (``--seed``, ``--merge_learn``).
 
-    python scripts/bench/sft_vs_trl.py --part masks                       # 500 Alpaca records, GPT-2 BPE
-    python scripts/bench/sft_vs_trl.py --part masks --n 0 --tokenizer mistral   # all records; also gpt2_prefix_space,
-                                                                          # t5_unigram (see load_tokenizer)
-    python scripts/bench/sft_vs_trl.py --part masks --tokenizer smollm2 --template chat
-    python scripts/bench/sft_vs_trl.py --part masks --chat_family all --n 300 --conversations 200 \
-        --json benchmarks/results/sft_vs_trl-masks.json
-    python scripts/bench/sft_vs_trl.py --part speed --repeats 3 --threads 1
-    python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
-    python scripts/bench/sft_vs_trl.py --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
-    python scripts/bench/sft_vs_trl.py --part learn --template short --max_length 64 --steps 800 --batch 32 \
+    python -m benchmarks.sft_vs_trl --part speed --repeats 3 --threads 1
+    python -m benchmarks.sft_vs_trl --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
+    python -m benchmarks.sft_vs_trl --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
+    python -m benchmarks.sft_vs_trl --part learn --template short --max_length 64 --steps 800 --batch 32 \
         --learning_rate 1e-3 --trl_option lr_scheduler_type=cosine --trl_option warmup_steps=0.03 --json learn.json
-    python scripts/bench/sft_vs_trl.py --json results.json
 """
 
 from __future__ import annotations
@@ -112,32 +65,24 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import Counter
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
-
-import hf_llmsys  # noqa: F401, E402  (registers the Auto classes)
+import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys.data import (
-    IGNORE_INDEX,
-    ConversationEncoder,
     ConversationTemplate,
-    SFTExampleEncoder,
     load_records,
     load_template,
 )
 
-SHARED_DATA = Path(os.environ.get("LLMSYS_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
+from . import SHARED_DATA, child_environment, machine_limits, module_command, results_files
+
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
 GOALS = {"padded": 1.1, "packed": 1.3}  # tokens/s >= 1.1x TRL's without packing, >= 1.3x with
 MEMORY_GOAL = 1.0  # peak RSS <= TRL's
 RATIO_NAMES = {"tokens_per_s": "ratio", "tokens_per_cpu_s": "cpu_ratio", "peak_rss_mb": "rss_ratio",
                "peak_rss_train_mb": "train_rss_ratio"}  # fmt: skip
-CATEGORIES = ("identical", "seam_merge", "mask_shift", "trl_double_eos", "truncation", "unexplained")
 
 
 def log(message: str = "") -> None:
@@ -145,12 +90,6 @@ def log(message: str = "") -> None:
 
 
 # ---------------------------------------------------------------- inputs
-
-
-TOKENIZER_FAMILIES = ("gpt2", "gpt2_prefix_space", "mistral", "t5_unigram")
-SPM_TOKENIZER_DIR = Path(
-    os.environ.get("LLMSYS_SPM_TOKENIZER_DIR", Path.home() / ".cache" / "hf_llmsys" / "mistral-7b-v0.1-tokenizer")
-)
 
 
 def _gpt2_folder(workdir: Path) -> Path:
@@ -165,46 +104,12 @@ def _gpt2_folder(workdir: Path) -> Path:
     return folder
 
 
-def t5_unigram_tokenizer(texts: list[str], vocab_size: int = 4000):
-    """transformers' T5Tokenizer (T5's rules: whitespace split, "▁" before every word, ``</s>`` appended, no BOS)
-    over a Unigram vocabulary trained on `texts`: no PyPI package ships T5's own ``spiece.model``."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import T5Tokenizer
-
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(
-        vocab_size=vocab_size, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    vocab = json.loads(tok.to_str())["model"]["vocab"]
-    return T5Tokenizer(vocab=[tuple(v) for v in vocab], extra_ids=0)
-
-
-def load_tokenizer(spec: str, workdir: Path, records: list[dict] | None = None):
-    """One of `TOKENIZER_FAMILIES`, ``smollm2`` (the converted checkpoint) or a tokenizer folder.
-
-    ``gpt2``: the shared GPT-2 byte-level BPE; ``gpt2_prefix_space``: the same with ``add_prefix_space=True``;
-    ``mistral``: the real Mistral-7B v0.1 SentencePiece (dummy prefix "▁", fetched by
-    ``scripts/fetch_sentencepiece_tokenizer.py``); ``t5_unigram``: T5's rules over a vocabulary trained on `records`.
-    """
+def load_tokenizer(spec: str, workdir: Path):
+    """``gpt2`` (the shared GPT-2 byte-level BPE), ``smollm2`` (the converted checkpoint's) or a tokenizer folder."""
     from transformers import AutoTokenizer
 
-    options = {}
-    if spec in ("gpt2", "gpt2_prefix_space"):
-        options = {"add_prefix_space": True} if spec == "gpt2_prefix_space" else {}
+    if spec == "gpt2":
         spec = str(_gpt2_folder(workdir))
-    elif spec == "mistral":
-        if not (SPM_TOKENIZER_DIR / "tokenizer.json").is_file():
-            raise ValueError(
-                f"--tokenizer mistral: {SPM_TOKENIZER_DIR} has no tokenizer.json; run "
-                "python scripts/fetch_sentencepiece_tokenizer.py (or set LLMSYS_SPM_TOKENIZER_DIR)"
-            )
-        spec = str(SPM_TOKENIZER_DIR)
-    elif spec == "t5_unigram":
-        if not records:
-            raise ValueError("--tokenizer t5_unigram: needs the records to train its vocabulary on")
-        return t5_unigram_tokenizer([" ".join(r.values()) for r in records])
     elif spec == "smollm2":
         from hf_llmsys.checkpoints import find_smollm2
 
@@ -212,7 +117,7 @@ def load_tokenizer(spec: str, workdir: Path, records: list[dict] | None = None):
         if folder is None:
             raise ValueError("--tokenizer smollm2: checkpoint not converted; run python scripts/fetch_smollm2.py")
         spec = str(folder)
-    tokenizer = AutoTokenizer.from_pretrained(spec, **options)
+    tokenizer = AutoTokenizer.from_pretrained(spec)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -239,17 +144,6 @@ def trl_rows(records: list[dict], template, seam_whitespace_in_completion: bool 
 # ---------------------------------------------------------------- the two label builders
 
 
-def _tiny_causal_lm(tokenizer):
-    """A 1-layer Llama for `tokenizer`'s vocabulary: SFTTrainer needs a model; the masks do not depend on it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
-    return LlamaForCausalLM(config)
-
-
 def trl_config(output_dir: str, max_length: int | None, **overrides):
     """SFTConfig with the settings both sides share: fp32, no gradient checkpointing, CPU, nothing reported."""
     from trl import SFTConfig
@@ -263,362 +157,15 @@ def trl_config(output_dir: str, max_length: int | None, **overrides):
     return SFTConfig(**settings)
 
 
-def trl_examples(records: list[dict], tokenizer, template, max_length: int | None) -> list[dict | None]:
-    """TRL SFTTrainer's prepared (input_ids, labels) per record, None where TRL dropped the record."""
-    from datasets import Dataset
-    from trl import SFTTrainer
-
-    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=_tiny_causal_lm(tokenizer),
-            args=trl_config(out, max_length),
-            train_dataset=Dataset.from_dict(trl_rows(records, template)),
-            processing_class=tokenizer,
-        )
-        prepared = trainer.train_dataset
-    rows: list[dict | None] = [None] * len(records)
-    for index, ids, labels in zip(prepared["record_index"], prepared["input_ids"], prepared["labels"], strict=True):
-        rows[index] = {"input_ids": list(ids), "labels": list(labels)}
-    return rows
-
-
-def our_examples(records: list[dict], tokenizer, template, max_length: int) -> list[dict | None]:
-    """Our SFTExampleEncoder's (input_ids, labels) per record, None where we dropped it."""
-    if isinstance(template, ConversationTemplate):  # --template chat: the conversation labeller
-        return ConversationEncoder(tokenizer, template, max_length).encode_batch(records)[0]
-    examples, _events = SFTExampleEncoder(tokenizer, template, max_length).encode_batch(records)
-    return examples
-
-
 # ---------------------------------------------------------------- comparison
-
-
-def _first_supervised(labels: list[int]) -> int:
-    return next((i for i, t in enumerate(labels) if t != IGNORE_INDEX), len(labels))
-
-
-def _seam_merge(ours: dict, trl: dict, tokenizer) -> bool:
-    """Same text, ids first differing at our prompt/response seam (where TRL's joint tokenization merged)."""
-    a, b = ours["input_ids"], trl["input_ids"]
-    if a == b or tokenizer.decode(a) != tokenizer.decode(b):
-        return False
-    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    seam = _first_supervised(ours["labels"])
-    return seam - 1 <= first <= seam
-
-
-def _mask_shift(ours: dict, trl: dict, tokenizer) -> bool:
-    """Same ids; the masks differ only in whitespace tokens adjacent to the boundary."""
-    if ours["input_ids"] != trl["input_ids"]:
-        return False
-    differ = [i for i, (x, y) in enumerate(zip(ours["labels"], trl["labels"], strict=True)) if x != y]
-    lo, hi = sorted((_first_supervised(ours["labels"]), _first_supervised(trl["labels"])))
-    inside = all(lo <= i < hi for i in differ) and len(differ) == hi - lo
-    return inside and tokenizer.decode(ours["input_ids"][lo:hi]).strip() == ""
-
-
-def _double_eos(ours: dict, trl: dict, tokenizer) -> bool:
-    """TRL's row is ours plus one more supervised EOS (EOS text appended and the post-processor's EOS)."""
-    eos = tokenizer.eos_token_id
-    return trl["input_ids"] == ours["input_ids"] + [eos] and trl["labels"] == ours["labels"] + [eos]
-
-
-def _keep_start(full: dict | None, max_length: int) -> dict | None:
-    """TRL's truncation of an untruncated row: the first max_length tokens, dropped when no label is left."""
-    if full is None:
-        return None
-    cut = {k: v[:max_length] for k, v in full.items()}
-    return cut if any(t != IGNORE_INDEX for t in cut["labels"]) else None
-
-
-def classify(ours, trl, ours_full, trl_full, tokenizer, max_length: int) -> set[str]:
-    """The explanations that hold for one record (see module doc); {"identical"} when both rows agree."""
-    if ours == trl:
-        return {"identical"}
-    reasons = set()
-    if ours_full != trl_full:
-        if _seam_merge(ours_full, trl_full, tokenizer):
-            reasons.add("seam_merge")
-        elif _mask_shift(ours_full, trl_full, tokenizer):
-            reasons.add("mask_shift")
-        elif _double_eos(ours_full, trl_full, tokenizer):
-            reasons.add("trl_double_eos")
-        else:
-            return {"unexplained"}
-    if len(ours_full["input_ids"]) > max_length or len(trl_full["input_ids"]) > max_length:
-        if trl != _keep_start(trl_full, max_length):
-            return {"unexplained"}
-        reasons.add("truncation")
-    return reasons or {"unexplained"}
-
-
-def compare_masks(records: list[dict], tokenizer, template, max_length: int, examples: int = 3) -> dict:
-    """Counts of identical and explained rows over `records` (each record counted once per explanation)."""
-    ours = our_examples(records, tokenizer, template, max_length)
-    ours_full = our_examples(records, tokenizer, template, 1 << 30)
-    trl = trl_examples(records, tokenizer, template, max_length)
-    trl_full = trl_examples(records, tokenizer, template, None)
-    counts, shown = Counter(), {}
-    details = Counter()
-    for index in range(len(records)):
-        reasons = classify(ours[index], trl[index], ours_full[index], trl_full[index], tokenizer, max_length)
-        counts.update(reasons)
-        if "truncation" in reasons:
-            details["trl_dropped"] += trl[index] is None
-            details["ours_dropped"] += ours[index] is None
-            details["trl_lost_eos"] += trl[index] is not None and tokenizer.eos_token_id not in trl[index]["labels"]
-            details["ours_lost_eos"] += ours[index] is not None and tokenizer.eos_token_id not in ours[index]["labels"]
-        if "seam_merge" in reasons:
-            seam = _first_supervised(ours_full[index]["labels"])
-            merged = trl_full[index]["input_ids"][seam - 1 : seam + 1]
-            details["trl_straddling_token_supervised"] += _first_supervised(trl_full[index]["labels"]) <= seam
-            shown.setdefault("seam_merge", []).append(repr(tokenizer.decode(merged)))
-        for reason in reasons - {"identical"}:
-            shown.setdefault(reason + "_records", []).append(index)
-    return {
-        "records": len(records),
-        "max_length": max_length,
-        "template": template.name,
-        "tokenizer": type(tokenizer).__name__ + f"(vocab {len(tokenizer)})",
-        "counts": {c: counts[c] for c in CATEGORIES},
-        "details": dict(details),
-        "examples": {k: v[:examples] for k, v in shown.items()},
-    }
-
-
-def masks_part(args, workdir: Path) -> dict:
-    """Part 1 (see module doc)."""
-    if args.chat_family:
-        return chat_masks_part(args, workdir)
-    records, invalid = load_records(args.records, skip_invalid=True)  # alpaca_5000 has one empty output
-    records = records[: args.n] if args.n > 0 else records
-    tokenizer = load_tokenizer(args.tokenizer, workdir, records)
-    template = load_template(args.template, tokenizer)
-    result = compare_masks(records, tokenizer, template, args.max_length)
-    result["invalid_records_skipped"] = dict(invalid)
-    log(f"label masks, ours vs TRL SFTTrainer: {result['records']} records, template {result['template']}, "
-        f"max_length {result['max_length']}, {result['tokenizer']}")  # fmt: skip
-    for name, count in result["counts"].items():
-        log(f"  {name:12s} {count:5d}")
-    for name, value in {**result["details"], **result["examples"]}.items():
-        log(f"  {name}: {value}")
-    return result
 
 
 # ---------------------------------------------------------------- part 1b: chat templates and conversations
 
-REPO = Path(__file__).resolve().parents[2]
-CHAT_TEMPLATE_DIR = REPO / "tests" / "fixtures" / "chat_templates"
-CONVERSATION_FIXTURE = REPO / "tests" / "fixtures" / "conversations" / "multi_turn.jsonl"
-# A family = its special tokens, EOS (and BOS), end-of-turn token and published chat template (the Jinja text as the
-# models ship it; the first three byte for byte TRL 1.16's trl/chat_templates copies, Mistral's as
-# Mistral-7B-Instruct-v0.1 ships it). TRL knows marked training copies of the first three; Mistral's marked copy
-# (``{% generation %}`` around the reply and its EOS) is ours, as a user adds markers to a template TRL lacks.
-CHAT_FAMILIES = {
-    "chatml": {"file": "chatml_qwen2_5.jinja", "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-               "eos": "<|endoftext|>", "end_of_turn": "<|im_end|>"},
-    "llama3": {"file": "llama3.jinja", "specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                                                    "<|end_header_id|>", "<|eot_id|>"],
-               "eos": "<|end_of_text|>", "bos": "<|begin_of_text|>", "end_of_turn": "<|eot_id|>"},
-    "phi3": {"file": "phi3.jinja", "specials": ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"],
-             "eos": "<|endoftext|>", "end_of_turn": "<|end|>"},
-    "mistral_instruct": {"file": "mistral_instruct.jinja", "marked": "mistral_instruct_marked.jinja",
-                         "specials": ["<s>", "</s>"], "eos": "</s>", "bos": "<s>", "end_of_turn": "</s>"},
-}  # fmt: skip
-CHAT_BASES = ("gpt2", "mistral")
-CONVERSATION_CATEGORIES = ("identical", "whitespace_edge", "unexplained")
-WHITESPACE_RULE = (
-    "ours (both chat paths, conversation_labels.py): a reply's span runs from the end of the generation prompt to "
-    "where the next turn starts, so whitespace after the end-of-turn marker is supervised and whitespace ending the "
-    "generation prompt is not (TRL's prompt-completion path token for token); TRL's assistant_only_loss supervises "
-    "what its {% generation %} markers enclose: differences are whitespace tokens at span edges (whitespace_edge)"
-)
-
-
-def template_text(family: str, marked: bool = False) -> str:
-    """The family's chat template (Jinja text): the published one, or its ``{% generation %}``-marked copy."""
-    spec = CHAT_FAMILIES[family]
-    return (CHAT_TEMPLATE_DIR / spec["marked" if marked else "file"]).read_text(encoding="utf-8")
-
-
-def chat_tokenizer(family: str, base):
-    """A copy of `base` with the family's special tokens, BOS / EOS (pad = EOS) and published chat template."""
-    spec = CHAT_FAMILIES[family]
-    tok = copy.deepcopy(base)
-    tok.add_tokens(spec["specials"], special_tokens=True)
-    tok.split_special_tokens = False  # the template's markers are single special tokens
-    tok.eos_token = spec["eos"]
-    if "bos" in spec:
-        tok.bos_token = spec["bos"]
-    tok.pad_token = tok.eos_token
-    tok.chat_template = template_text(family)
-    return tok
-
-
-def trl_marked_tokenizer(tokenizer, family: str | None):
-    """The tokenizer TRL's ``assistant_only_loss`` runs with: as is when TRL swaps in its own marked copy of this
-    exact template (`get_training_chat_template`), else a copy holding the family's marked template."""
-    from trl.chat_template_utils import get_training_chat_template
-
-    if "{% generation %}" in tokenizer.chat_template:
-        return tokenizer
-    try:
-        if get_training_chat_template(tokenizer) is not None:
-            return tokenizer
-    except ValueError:  # "not training-compatible ... patching is not supported for this template"
-        pass
-    if family is None or "marked" not in CHAT_FAMILIES[family]:
-        raise ValueError(f"--chat_family {family}: TRL has no marked copy of this template and the family none")
-    marked = copy.deepcopy(tokenizer)
-    marked.chat_template = template_text(family, marked=True)
-    return marked
-
-
-def trl_conversation_examples(conversations: list[list[dict]], tokenizer) -> list[dict]:
-    """TRL SFTTrainer's prepared (input_ids, labels) for a ``messages`` dataset with ``assistant_only_loss=True``
-    (untruncated: ``max_length=None``)."""
-    from datasets import Dataset
-    from trl import SFTTrainer
-
-    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=_tiny_causal_lm(tokenizer), args=trl_config(out, None, assistant_only_loss=True),
-            train_dataset=Dataset.from_dict({"messages": conversations}), processing_class=tokenizer,
-        )  # fmt: skip
-        prepared = trainer.train_dataset
-    return [{"input_ids": list(i), "labels": list(lab)}
-            for i, lab in zip(prepared["input_ids"], prepared["labels"], strict=True)]  # fmt: skip
-
-
-def label_differences(ours: dict, trl: dict) -> list[list[int]]:
-    """Runs of consecutive token indices whose label differs (the ids must agree)."""
-    groups: list[list[int]] = []
-    for i, (a, b) in enumerate(zip(ours["labels"], trl["labels"], strict=True)):
-        if a != b:
-            if groups and groups[-1][-1] == i - 1:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-    return groups
-
-
-def whitespace_edge(ours: dict, trl: dict, tokenizer) -> bool:
-    """Same ids; every run of differing labels decodes to whitespace and touches a token both sides supervise (a
-    span edge: ChatML's newline after the generation prompt, say), so the two agree on every reply's text."""
-    if ours["input_ids"] != trl["input_ids"]:
-        return False
-    both = [a != IGNORE_INDEX and b != IGNORE_INDEX for a, b in zip(ours["labels"], trl["labels"], strict=True)]
-    for group in label_differences(ours, trl):
-        if tokenizer.decode([ours["input_ids"][i] for i in group]).strip():
-            return False
-        lo, hi = group[0] - 1, group[-1] + 1
-        if not ((lo >= 0 and both[lo]) or (hi < len(both) and both[hi])):
-            return False
-    return True
-
-
-def fixture_conversations() -> list[dict]:
-    """The hand-written multi-turn fixture (messages and ShareGPT spellings, system turns, 1-3 assistant turns,
-    replies starting with a newline or spaces, code blocks), read and normalised by our loader."""
-    from hf_llmsys.data.conversation_records import load_sft_records
-
-    return load_sft_records(CONVERSATION_FIXTURE)[0]
-
-
-def alpaca_conversations(records: list[dict], n: int, seed: int = 0) -> list[dict]:
-    """`n` multi-turn conversations of consecutive Alpaca records (real texts and their whitespace): 1-4 exchanges,
-    a system turn in every third, every other one spelled ShareGPT (normalised by our loader, as a user's file)."""
-    import random
-
-    from hf_llmsys.data.conversation_records import check_conversations
-    from hf_llmsys.data.prompt_templates import alpaca_messages
-
-    rng, raw, at = random.Random(seed), [], 0
-    for index in range(n):
-        turns = [] if index % 3 else [{"role": "system", "content": "You are a helpful assistant."}]
-        for record in records[at : at + rng.randint(1, 4)]:
-            turns += alpaca_messages(record)
-        at = (at + len(turns)) % max(1, len(records) - 4)
-        if index % 2:
-            names = {"system": "system", "user": "human", "assistant": "gpt"}
-            raw.append({"conversations": [{"from": names[t["role"]], "value": t["content"]} for t in turns]})
-        else:
-            raw.append({"messages": turns})
-    return check_conversations(raw, "alpaca conversations")[0]
-
-
-def renderable(conversations: list[dict], tokenizer) -> tuple[list[dict], int]:
-    """(conversations the template renders, how many it refuses: Mistral's raises on a system turn, on both sides)."""
-    kept = []
-    for record in conversations:
-        try:
-            tokenizer.apply_chat_template(record["messages"], tokenize=False)
-        except Exception:  # the template's own raise_exception
-            continue
-        kept.append(record)
-    return kept, len(conversations) - len(kept)
-
-
-def compare_conversations(conversations: list[dict], tokenizer, family: str | None, examples: int = 3) -> dict:
-    """Our conversation labeller (the untagged template) against TRL's ``assistant_only_loss`` (a marked copy)."""
-    conversations, refused = renderable(conversations, tokenizer)
-    encoder = ConversationEncoder(tokenizer, ConversationTemplate(tokenizer), 1 << 30)
-    ours = encoder.encode_batch(conversations)[0]
-    trl = trl_conversation_examples([r["messages"] for r in conversations], trl_marked_tokenizer(tokenizer, family))
-    counts, details, shown = Counter(), Counter(), {}
-    for index, (o, t) in enumerate(zip(ours, trl, strict=True)):
-        reason = "identical" if o == t else "whitespace_edge" if whitespace_edge(o, t, tokenizer) else "unexplained"
-        counts[reason] += 1
-        replies = sum(m["role"] == "assistant" for m in conversations[index]["messages"])
-        details[f"with_{min(replies, 3)}{'+' if replies >= 3 else ''}_assistant_turns"] += 1
-        if reason == "whitespace_edge":
-            for group in label_differences(o, t):
-                side = "ours" if o["labels"][group[0]] != IGNORE_INDEX else "trl"
-                details[f"whitespace_tokens_only_{side}_supervises"] += len(group)
-                text = repr(tokenizer.decode([o["input_ids"][i] for i in group]))
-                shown.setdefault(f"whitespace_only_{side}", [])
-                if text not in shown[f"whitespace_only_{side}"]:
-                    shown[f"whitespace_only_{side}"].append(text)
-        if reason != "identical":
-            shown.setdefault(reason + "_records", []).append(index)
-    return {"conversations": len(conversations), "refused_by_template": refused,
-            "counts": {c: counts[c] for c in CONVERSATION_CATEGORIES}, "details": dict(sorted(details.items())),
-            "examples": {k: v[:examples] for k, v in shown.items()}}  # fmt: skip
-
-
-def chat_masks_part(args, workdir: Path) -> dict:
-    """Part 1 with chat templates: every (base, family) of ``--chat_family`` / ``--chat_bases``: Alpaca records as
-    one-turn conversations against TRL's prompt-completion conversational path, conversations against TRL's
-    ``assistant_only_loss``."""
-    import transformers
-    import trl
-
-    records, _ = load_records(args.records, skip_invalid=True)
-    alpaca = records[: args.n] if args.n > 0 else records
-    conversations = fixture_conversations() + alpaca_conversations(records[args.n :], args.conversations)
-    families = list(CHAT_FAMILIES) if args.chat_family == "all" else [args.chat_family]
-    results = []
-    for base_name in args.chat_bases:
-        base = load_tokenizer(base_name, workdir)
-        for family in families:
-            tokenizer = chat_tokenizer(family, base)
-            one_turn = compare_masks(alpaca, tokenizer, load_template("chat", tokenizer), args.max_length)
-            multi = compare_conversations(conversations, tokenizer, family)
-            results.append({"base": base_name, "family": family, "alpaca_one_turn": one_turn,
-                            "conversations": multi})  # fmt: skip
-            log(f"{base_name:8s} {family:17s} Alpaca one-turn vs TRL prompt-completion: {one_turn['counts']}; "
-                f"conversations vs TRL assistant_only_loss: {multi['counts']} ({multi['refused_by_template']} "
-                f"refused by the template); {multi['examples']}")  # fmt: skip
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "trl_version": trl.__version__,
-            "transformers_version": transformers.__version__, "max_length": args.max_length, "alpaca_records": len(alpaca), "conversation_fixture": CONVERSATION_FIXTURE.name,
-            "whitespace_rule": WHITESPACE_RULE, "runs": results}  # fmt: skip
-
 
 def results_table(results: dict) -> results_files.Table:
-    """The results file's table: training speed (ours / TRL, tokens per second), learning (greedy exact match per
-    setting, mean over seeds) and the mask comparison (counts; no ratio)."""
+    """The results file's table: training speed (ours / TRL, tokens per second) and learning (greedy exact match per
+    setting, mean over seeds)."""
     rows = []
     for mode, entry in (results.get("speed") or {}).items():
         if not isinstance(entry, dict) or "ratio" not in entry:
@@ -632,21 +179,11 @@ def results_table(results: dict) -> results_files.Table:
         ours, trl = statistics.mean(entry["ours"]), statistics.mean(entry["trl"])
         rows.append(results_files.Row(f"greedy exact match, {setting} (seeds {entry['seeds']})",
                                       f"{ours:.3f}", f"{trl:.3f}", results_files.rate_ratio(ours, trl)))  # fmt: skip
-    for run in (results.get("masks") or {}).get("runs") or []:
-        one, multi = run["alpaca_one_turn"], run["conversations"]
-        rows.append(results_files.Row(
-            f"label masks, {run['base']} + {run['family']}: one-turn records identical / conversations identical",
-            f"{one['counts']['identical']}/{one['records']} ({one['counts']['unexplained']} unexplained), "
-            f"{multi['counts']['identical']}/{multi['conversations']} ({multi['counts']['unexplained']} unexplained)",
-            "TRL's labels", None))  # fmt: skip
     notes = []
-    if masks := results.get("masks"):
-        notes.append(f"Masks: whitespace rule: {masks.get('whitespace_rule')}; explained differences are classified "
-                     "in the JSON (`mask_shift`, `truncation`, `whitespace_edge`).")  # fmt: skip
     if learn := results.get("learn"):
         notes.append(f"Learning: task {learn.get('task')}, {learn.get('held_out')} held-out prompts, target "
                      f"|ours - TRL| <= {learn.get('target')}.")  # fmt: skip
-    trl_version = (results.get("masks") or results.get("learn") or {}).get("trl_version", "")
+    trl_version = (results.get("learn") or {}).get("trl_version", "")
     return results_files.Table("Instruction tuning: hf-llmsys against TRL", f"TRL {trl_version}".strip(), rows, notes)
 
 
@@ -817,8 +354,8 @@ def spawn_run(spec: dict, workdir: Path) -> dict:
 
     spec_file = workdir / f"spec-{spec['side']}-{spec['mode']}-{spec['name']}.json"
     spec_file.write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_file)],
+    env = child_environment({"OMP_NUM_THREADS": str(spec["threads"]), "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run([*module_command(__spec__.name), "--worker", str(spec_file)],
                           capture_output=True, text=True, env=env, check=False)  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -1128,27 +665,13 @@ def merge_learn_results(paths: list[str]) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("masks", "speed", "learn", "all"), default="all")
+    parser.add_argument("--part", choices=("speed", "learn"), default="speed")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="Alpaca records (JSON / JSONL / folder)")
-    parser.add_argument("--n", type=int, default=500, help="records compared in the mask part (0: all)")
     parser.add_argument("--tokenizer", default=None,
-                        help=f"one of {', '.join(TOKENIZER_FAMILIES)}, smollm2, or a tokenizer folder; default: "
+                        help="gpt2, smollm2 or a tokenizer folder; default: "
                         "smollm2 with --model smollm2, else gpt2")  # fmt: skip
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
-    parser.add_argument("--chat_family", choices=(*CHAT_FAMILIES, "all"),
-                        help="masks part: chat template family (or all) on --chat_bases; Alpaca records as one-turn "
-                        "conversations and multi-turn conversations against TRL")  # fmt: skip
-    parser.add_argument(
-        "--chat_bases",
-        nargs="+",
-        choices=CHAT_BASES,
-        default=list(CHAT_BASES),
-        help="masks part with --chat_family: the tokenizers the family's tokens are added to",
-    )
-    parser.add_argument("--conversations", type=int, default=200,
-                        help="masks part with --chat_family: conversations built from Alpaca records (besides the "
-                        "fixture's)")  # fmt: skip
     parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
     parser.add_argument("--train_records", type=int, default=64, help="speed part: records trained (one epoch)")
     parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
@@ -1200,8 +723,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             except json.JSONDecodeError:
                 options[key] = value
         setattr(args, flag, options)
-    if args.n < 0 or args.max_length < 1 or args.threads < 1 or args.repeats < 1:
-        parser.error("--n must be >= 0 (0: all records); --max_length, --threads and --repeats >= 1")
+    if args.max_length < 1 or args.threads < 1 or args.repeats < 1:
+        parser.error("--max_length, --threads and --repeats must be >= 1")
     return args
 
 
@@ -1224,9 +747,7 @@ def main(argv=None) -> dict:
     quiet()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.part in ("masks", "all"):
-            results["masks"] = masks_part(args, Path(tmp))
-        if args.part in ("speed", "all"):
+        if args.part == "speed":
             results["speed"] = speed_part(args, Path(tmp))
         if args.part == "learn" and args.merge_learn:
             results["learn"] = merge_learn_results(args.merge_learn)

@@ -39,23 +39,21 @@ anything is timed, and the run aborts otherwise.
    ``generate`` compiles (its default ``compile_config``; on the CPU too, as transformers' tests switch it on), which
    removes most of Python's per-token overhead
    (H200, default shape, batch 1: 1.5-1.9 ms a token against 7.6 ms eager; the floor is 0.04 ms).
-10. ``--malloc tcmalloc``: the timed runs on tcmalloc instead of glibc's malloc (``malloc_choice.py``: the script
-   re-executes itself with it preloaded; the memory children keep the allocator the script was started with).
-   glibc serves every large tensor with fresh pages, so a step that builds the full (B*S, V) logits page-faults on
-   them every step; tcmalloc reuses freed memory. The ratios under both show how much of a CPU ratio that is.
+10. The C allocator: glibc's malloc serves every large tensor with fresh pages, so a step that builds the full
+   (B*S, V) logits page-faults on them every step; ``LD_PRELOAD=libtcmalloc_minimal.so.4`` reuses freed memory
+   (PyTorch's CPU tuning guide). The run records which one it ran (``malloc``).
 
 "ours" runs with the speed layer (``hf_llmsys.kernels.apply``, as ``llmsys train`` / ``sft`` and ``generate`` after
 it), "ours_no_kernels" is the plain model. Goals printed with the results: with the speed layer training fp32
 >= 0.98x and bf16 >= 1.0x transformers, decode >= 1.0x, peak training memory <= 0.9x at SmolLM2's shape; the
 plain model >= 0.97x in training and decode; load <= 1.05x. The machine load (os.getloadavg) is printed with every measurement.
 
-    python scripts/bench/llama_vs_hf.py                      # default run (~10 min on 2 cores)
-    python scripts/bench/llama_vs_hf.py --quick              # smoke run, fewer steps / tokens
-    python scripts/bench/llama_vs_hf.py --quick --tiny       # seconds: drastically smaller model
-    python scripts/bench/llama_vs_hf.py --profile-decode     # add a profile of OUR per-token decode step
-    python scripts/bench/llama_vs_hf.py --json results.json --threads 2
-    python scripts/bench/llama_vs_hf.py --skip-decode --skip-memory --skip-load --malloc tcmalloc   # no page faults
-    python scripts/bench/llama_vs_hf.py --device cuda --compile --decode-static --skip-load   # on a GPU
+    python -m benchmarks.llama_vs_hf                      # default run (~10 min on 2 cores)
+    python -m benchmarks.llama_vs_hf --quick              # smoke run, fewer steps / tokens
+    python -m benchmarks.llama_vs_hf --quick --tiny       # seconds: drastically smaller model
+    python -m benchmarks.llama_vs_hf --profile-decode     # add a profile of OUR per-token decode step
+    python -m benchmarks.llama_vs_hf --json results.json --threads 2
+    python -m benchmarks.llama_vs_hf --device cuda --compile --decode-static --skip-load   # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
 """
@@ -71,7 +69,6 @@ import os
 import platform
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -85,18 +82,16 @@ import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, kernels
 from hf_llmsys.kernels import GrowingCache, default_chunk_size
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
-from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
+from . import machine_limits, results_files
+from .training_sides import (
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
     chunk_size_arg,
+    fmt_round,
     make_optimizer,
+    per_round_ratios,
     training_variants,
 )
-from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 # ours = with the speed layer (hf_llmsys.kernels.apply); ours_no_kernels = the plain model
 TRAIN_GOAL = 0.98  # ours / transformers tokens/s (fp32, eager)
@@ -204,14 +199,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and decode")
     add_optimizer_argument(parser)
-    malloc_choice.add_malloc_argument(parser)
     parser.add_argument(
         "--decode-static", action="store_true",
         help='also decode with cache_implementation="static" (the step compiled by generate, on the CPU too), both sides',
     )  # fmt: skip
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
-    args.malloc = malloc_choice.use(args.malloc, parser, reexec=argv is None)
+    args.malloc = os.environ.get("LD_PRELOAD") or "glibc"  # the C allocator the timed runs use
     device = machine_limits.checked_device(parser, args.device)
     if device.type == "cuda" and (args.profile_train or args.profile_decode):
         parser.error("--profile-train / --profile-decode profile CPU time; run them with --device cpu")
@@ -646,7 +640,7 @@ def memory_child(args) -> None:
         "step_s": step_s, "tokens_per_s": tokens / step_s[-1], "loss": loss.item(), "load": machine_limits.load(),
         "params": param_count(model), "loss_chunk_size": args.loss_chunk_size if args.memory_child == "ours" else 0,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
-        "malloc": malloc_choice.active(),
+        "malloc": os.environ.get("LD_PRELOAD") or "glibc",
     }))  # fmt: skip
 
 
@@ -660,10 +654,10 @@ def bench_memory(args) -> dict:
     if args.threads:
         argv += ["--threads", str(args.threads)]
     runs = {"ours": [], "theirs": []}
-    env = {**malloc_choice.child_environment(), **MEMORY_ALLOCATORS[args.memory_allocator]}  # not --malloc's preload
+    env = MEMORY_ALLOCATORS[args.memory_allocator]
     for round_index in range(args.memory_rounds):
         for side in interleaved_order(round_index):
-            child = machine_limits.peak_rss_child(__file__, [*argv, "--memory-child", side], env=env)
+            child = machine_limits.peak_rss_child(__spec__.name, [*argv, "--memory-child", side], env=env)
             log(f"  memory {side:6s} peak {memory_measure_name(child)} {child['peak_rss'] / 2**30:6.2f} GiB (after build "
                 f"{child['built_rss'] / 2**30:5.2f} GiB), last step {child['step_s'][-1]:6.2f} s, "
                 f"{child['tokens_per_s']:8.1f} tok/s, load {machine_limits.fmt_load(child['load'])}")  # fmt: skip
@@ -802,7 +796,7 @@ def print_report(results: dict) -> None:
         log(
             f"Training (forward + backward + {w.get('optimizer', 'AdamW')}), batch {w['batch']} x seq {w['seq']}, "
             f"median of {w['steps']} interleaved steps after {w['warmup']} warm-up; MFU vs the measured matmul peak; "
-            f"malloc {results['malloc']}{malloc_choice.caveat(results['malloc'], results['device_type'])}"
+            f"malloc {results['malloc']}"
         )
         for r in results["training"]:
             columns = [

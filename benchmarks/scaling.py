@@ -35,9 +35,9 @@ Printed per job and size: seconds, peak RSS, MB/s, and the growth ratios against
 time; streaming peak RSS within 1.5x from 1x to 16x; train-stream MB/s >= run-clm MB/s), with the load average
 before and after every run.
 
-    python scripts/bench/scaling.py                                   # 1x, 4x, 16x of 25 MB, every job
-    python scripts/bench/scaling.py --sizes 1 4 --jobs train-stream run-clm --json scaling.json
-    python scripts/bench/scaling.py --quick                           # smoke run: tiny sizes, seconds
+    python -m benchmarks.scaling                                   # 1x, 4x, 16x of 25 MB, every job
+    python -m benchmarks.scaling --sizes 1 4 --jobs train-stream run-clm --json scaling.json
+    python -m benchmarks.scaling --quick                           # smoke run: tiny sizes, seconds
 """
 
 from __future__ import annotations
@@ -49,17 +49,12 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # this checkout's hf_llmsys, in this process and (PYTHONPATH) in every job
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import SHARED_DATA, child_environment, module_command, results_files
 
-DEFAULT_DATA_DIR = REPO.parent.parent / "shared" / "data"  # /work/wt/<name> -> /work/shared/data
 JOBS = (
     "train-stream",
     "train-stream-main",
@@ -84,13 +79,6 @@ STREAMING_JOBS = (
     "clean-ray",
     "ppl",
 )  # the jobs held to the flat-RSS goal
-
-
-def data_dir() -> Path:
-    for candidate in (os.environ.get("LLMSYS_DATA_DIR"), DEFAULT_DATA_DIR, REPO.parent / "shared" / "data"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    return DEFAULT_DATA_DIR
 
 
 def paragraph_pools(shared: Path) -> list[list[str]]:
@@ -298,10 +286,9 @@ def measure(name: str, corpus: Path, text_bytes: int, tokenizer_dir: str, model_
 
     job_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
     result_file = job_dir / "result.json"
-    command = [sys.executable, __file__, "--run-job", name, "--corpus", str(corpus), "--tokenizer-dir",
+    command = [*module_command(__spec__.name), "--run-job", name, "--corpus", str(corpus), "--tokenizer-dir",
                tokenizer_dir, "--model-dir", model_dir, "--workdir", str(job_dir), "--result", str(result_file)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_DATASETS_CACHE": str(job_dir / "hf"), "TOKENIZERS_PARALLELISM": "true", "RAY_DEDUP_LOGS": "0"}  # fmt: skip
+    env = child_environment({"HF_DATASETS_CACHE": str(job_dir / "hf"), "TOKENIZERS_PARALLELISM": "true", "RAY_DEDUP_LOGS": "0"})  # fmt: skip
     load_before = os.getloadavg()
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -531,7 +518,7 @@ def job_unit(args, job: str) -> float:
 
 
 def run_all(args, workdir: Path) -> dict:
-    shared = data_dir()
+    shared = SHARED_DATA
     pools = paragraph_pools(shared)
     model_dir = prepare_model(workdir) if "ppl" in args.jobs else ""
     tokenizer_dir = prepare_tokenizer(shared, workdir) if (shared / "tokenizers" / "gpt2").is_dir() else model_dir

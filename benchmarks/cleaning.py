@@ -18,9 +18,9 @@ Measured:
     ``pip install datatrove spacy regex tokenizers "xxhash<4"`` (spaCy is its English word tokenizer; its
     MinHash hashes str objects, which xxhash 4 refuses).
 
-    python scripts/bench/cleaning.py                                  # our side only
-    python scripts/bench/cleaning.py --datatrove-python /tmp/dt-venv/bin/python --json bench.json
-    python scripts/bench/cleaning.py --max-docs 40 --no-datatrove     # smoke run (seconds)
+    python -m benchmarks.cleaning                                  # our side only
+    python -m benchmarks.cleaning --datatrove-python /tmp/dt-venv/bin/python --json bench.json
+    python -m benchmarks.cleaning --max-docs 40 --no-datatrove     # smoke run (seconds)
 
 With ``--engine ray`` it measures the Ray Data engine instead, on a local Ray cluster (127.0.0.1) per worker
 count: documents/s of the recipe with 1 and 2 workers (``ray.init(num_cpus=w)``), next to the datasets engine in
@@ -29,7 +29,7 @@ the same run (ratios printed, and the two engines' outputs compared: they must b
 the ratio stays near 1); and langdetect against langid (speed, agreement of the language and of the keep
 decision at the recipe's threshold). Always record the machine load printed with the figures.
 
-    python scripts/bench/cleaning.py --engine ray --ray-docs 300 --json ray.json
+    python -m benchmarks.cleaning --engine ray --ray-docs 300 --json ray.json
 """
 
 from __future__ import annotations
@@ -55,10 +55,8 @@ from hf_llmsys.cleaning.gopher import GopherQuality, GopherRepetition
 from hf_llmsys.cleaning.minhash import MinHashDedup
 from hf_llmsys.cleaning.text import guess_language
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import SHARED_DATA, results_files
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 PLANTED_SHARE = 0.05
 TOP_HEADING = re.compile(r"\n(?= = [^=\n]+ = \n)")  # " = Title = " starts an article; " = = Section = = " does not
 
@@ -119,7 +117,7 @@ json.dump(out, sys.stdout)
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("LLMSYS_DATA_DIR", DEFAULT_DATA_DIR)))
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
     parser.add_argument("--max-docs", type=int, default=None, help="cap on documents (before planting)")
     parser.add_argument("--recipe", default="fineweb-like")
     parser.add_argument("--datatrove-python", help="python of a separate venv with datatrove installed")
