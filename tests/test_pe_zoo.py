@@ -43,10 +43,8 @@ def test_layout_and_format(zoo):
 
 def test_learned_positions_record_the_table_error_beyond_training_length(zoo):
     report = json.loads((zoo / "zoo.json").read_text())
-    learned = [run for run in report["runs"] if run["name"] == "learned"]
-    if not learned:
-        pytest.skip("the 'learned' encoding is not registered")
-    beyond = [row for row in learned[0]["results"] if row["eval_length"] > report["settings"]["train_length"]]
+    (learned,) = [run for run in report["runs"] if run["name"] == "learned"]
+    beyond = [row for row in learned["results"] if row["eval_length"] > report["settings"]["train_length"]]
     assert beyond and all(row["ppl"] is None and "max_position_embeddings" in row["error"] for row in beyond)
 
 
