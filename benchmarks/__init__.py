@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -23,3 +24,9 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     ``hf_llmsys`` from any working folder), plus ``extra``."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **(extra or {})}
+
+
+def argument_parser(module: str, description: str, **kwargs) -> argparse.ArgumentParser:
+    """A bench's parser, whose usage line is the command that runs it (``python -m benchmarks.<name>``), not the
+    file's name. ``module``: the bench's ``__spec__.name`` (its ``__name__`` is ``__main__`` when run)."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=description, **kwargs)

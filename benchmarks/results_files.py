@@ -162,13 +162,18 @@ def markdown(results: dict, json_name: str) -> str:
         lines.append(f"- command: `{env['command']}`")
     if results.get("source"):  # results recovered from an older run's log rather than written by `write`
         lines.append(f"- source: {results['source']}")
-    lines += ["", f"| measurement | ours | {table.peer} | ours ahead by (> 1: ours better) |", "|---|---|---|---|"]
+    return "\n".join([*lines, "", table_text(table)]) + "\n"
+
+
+def table_text(table: Table) -> str:
+    """The table as markdown, its notes under it: the results file's body, and what a bench prints at its end."""
+    lines = [f"| measurement | ours | {table.peer} | ours ahead by (> 1: ours better) |", "|---|---|---|---|"]
     for row in table.rows:
         shown = "" if row.ratio is None else f"{row.ratio:.2f}x"
         lines.append(f"| {row.measurement} | {row.ours} | {row.peer} | {shown} |")
     for note in table.notes:
         lines += ["", note]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def _write_atomic(path: Path, text: str) -> None:

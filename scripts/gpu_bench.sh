@@ -3,16 +3,15 @@
 #   1. benchmarks.llama_vs_hf eager: training fp32 and bf16 (tokens/s, MFU against the matmul peak measured on the GPU),
 #      greedy decode batch 1 and 8 (batch 1 against the weight-read floor), peak training memory at SmolLM2's shape;
 #   2. benchmarks.t5_vs_hf: training fp32 and bf16, beam 4;
-#   3. benchmarks.llama_vs_hf with --compile (both sides compiled) and --decode-static (generate compiles the decoding step);
-#   4. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
+#   3. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
 # Usage from the repository root:  bash scripts/gpu_bench.sh        (logs and JSON under $OUT, else /tmp/gpu_bench)
 #   SMOKE=1 bash scripts/gpu_bench.sh   runs the same commands on tiny sizes on the CPU (checks the script itself).
 #   PARTS="t5_fp32 llama_eager" bash scripts/gpu_bench.sh   runs only the parts named, in that order.
 # Wheels in .whl/ (transformers and its dependencies, when the machine's own are too old) are installed first.
-# On an H200 (2026-12-04) the parts took 60-85, 22, 28, 128 (fp32 only; compiles of about 40 s each) and > 50 s (the wheel install about 15 s, a fresh machine's start about 30 s more).
+# On an H200 (2026-12-04) the parts took 60-85, 22, 28 and > 50 s (the wheel install about 15 s, a fresh machine's start about 30 s more).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_PARTS="llama_eager t5_fp32 t5_bf16 llama_compiled sparse_parity"
+ALL_PARTS="llama_eager t5_fp32 t5_bf16 sparse_parity"
 for name in ${PARTS:-}; do  # checked before anything is installed or run
     case " $ALL_PARTS " in
     *" $name "*) ;;
@@ -65,8 +64,6 @@ run_part() {  # run_part NAME: the part of that name, with its limit and argumen
         --json "$OUT/t5_fp32.json" ;;
     t5_bf16) part t5_bf16 40 -m benchmarks.t5_vs_hf --device "$DEVICE" --precision bf16 --load-repeats 0 "${T5[@]}" \
         --json "$OUT/t5_bf16.json" ;;
-    llama_compiled) part llama_compiled 180 -m benchmarks.llama_vs_hf --device "$DEVICE" --compile --decode-static \
-        --decode-batches 1 --precisions fp32 --skip-load --skip-memory "${LLAMA[@]}" --json "$OUT/llama_compiled.json" ;;
     sparse_parity) part sparse_parity 40 scripts/gpu_check.py "${SPARSE[@]}" ;;
     esac
 }

@@ -16,8 +16,7 @@ order), and are the same for the same rows, weight and input every time.
 
 Traced by ``torch.compile`` the rule is the same and the product stays this BLAS call (inductor leaves matrix
 products to the BLAS on the CPU), so a compiled forward gives the eager bits; a compiled forward that fell back to
-``F.linear`` would run MKL's matrix-vector product on one thread, a slower decode
-(``benchmarks/llama_vs_hf.py --compile``).
+``F.linear`` would run MKL's matrix-vector product on one thread, a slower decode.
 
 Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
 and dtypes than CPU float32 with MKL (only measured there), tensor subclasses; the rule is read per call, so a
