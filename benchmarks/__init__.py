@@ -1,6 +1,6 @@
 """hf-llmsys' benchmarks: each measures ours against a named peer and runs from the repository root as
 ``python -m benchmarks.<name>`` (``--help`` says what it measures and how). Results of record live in
-``benchmarks/results/`` (written by `benchmarks.results_files`), figures in ``benchmarks/figures/``."""
+``benchmarks/results/`` (written by `benchmarks.results_files`)."""
 
 from __future__ import annotations
 

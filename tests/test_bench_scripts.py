@@ -15,7 +15,7 @@ import pytest
 import torch
 from script_modules import load_script
 
-from benchmarks import llama_vs_hf, machine_limits, results_files, scaling, sparse_attention
+from benchmarks import llama_vs_hf, machine_limits, results_files, sparse_attention
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -212,83 +212,13 @@ def test_gpu_check_script_runs_its_parity_sections_on_cpu(capsys):
     assert "parity: all ok" in printed and printed.count(" ok\n") >= 14
 
 
-def test_scaling_bench_replots_saved_runs_as_one_figure(tmp_path):
-    """--replot combines the rows of several --json files into the README figure (two panels, a line per job)."""
-    bench = scaling
-    rows = [{"job": job, "text_mb": mb, "work_seconds": mb * speed, "peak_rss_mb": rss, "size": mb // 25}
-            for job, speed, rss in (("run-clm", 0.7, 2800), ("train-stream-main", 0.6, 580)) for mb in (25, 100, 400)]  # fmt: skip
-    for i, part in enumerate((rows[:3], rows[3:])):
-        (tmp_path / f"run{i}.json").write_text(json.dumps({"rows": part}))
-    figure = tmp_path / "figures" / "scaling.svg"
-    result = bench.main(["--replot", str(tmp_path / "run0.json"), str(tmp_path / "run1.json"), "--plot", str(figure)])
-    svg = figure.read_text()
-    assert len(result["rows"]) == 6 and "train-stream-main" in svg and "run-clm" in svg and "peak memory" in svg
-    with pytest.raises(SystemExit):
-        bench.main(["--replot", str(tmp_path / "run0.json")])  # no --plot: nowhere to draw
-
-
-@pytest.mark.slow  # ~40 s: six jobs at three sizes, each a fresh interpreter
-@pytest.mark.timeout(900)
-def test_scaling_bench_parquet_copy_keeps_every_document(tmp_path):
-    """The clean-stream-parquet job's input: the JSON Lines corpus as parquet, every text in order, once."""
-    import pyarrow.parquet as pq
-
-    bench = scaling
-    corpus = tmp_path / "corpus.jsonl"
-    texts = [f"document {i}\n\nwith \u2028 two paragraphs" for i in range(2500)]
-    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-    target = bench.parquet_copy(corpus)
-    table = pq.read_table(target)
-    assert table.column("text").to_pylist() == texts and pq.ParquetFile(target).metadata.num_row_groups == 3
-    assert bench.parquet_copy(corpus) == target and "clean-stream-parquet" in bench.STREAMING_JOBS
-
-
-def test_scaling_bench_ray_shards_split_the_corpus_at_lines_in_order(tmp_path):
-    """The clean-ray job's input: the JSON Lines corpus as ~N MB shards whose name order is the corpus order."""
-    bench = scaling
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"document {i} " * 40}) + "\n" for i in range(3000)), "utf-8")
-    shards = bench.json_shards(corpus, shard_mb=0.25)
-    files = sorted(shards.iterdir())
-    assert len(files) == -(-corpus.stat().st_size // 250_000) > 1  # a shard closes at the first line past 0.25 MB
-    assert b"".join(f.read_bytes() for f in files) == corpus.read_bytes()
-    assert all(f.read_bytes().endswith(b"\n") for f in files)
-    assert bench.json_shards(corpus, shard_mb=0.25) == shards and "clean-ray" in bench.STREAMING_JOBS
-
-
-def test_scaling_bench_quick_measures_each_job_in_its_own_process(tmp_path):
-    """python -m benchmarks.scaling --quick: tiny corpora, each job a subprocess with its peak RSS, growth ratios
-    computed from its own rows, and the streaming job's MB/s against transformers' run_clm recipe."""
-    out = tmp_path / "scaling.json"
-    results = scaling.main(["--quick", "--jobs", "train-stream", "run-clm", "--json", str(out), "--workdir",
-                            str(tmp_path), "--plot", str(tmp_path / "scaling.svg")])  # fmt: skip
-    assert (tmp_path / "scaling.svg").read_text().count("<path") > 4
-    saved = json.loads(out.read_text())
-    rows = saved["rows"]
-    assert [(r["job"], r["size"]) for r in rows] == [("train-stream", 1), ("run-clm", 1), ("train-stream", 4),
-                                                     ("run-clm", 4)]  # fmt: skip
-    for row in rows:
-        assert row["work_seconds"] <= row["seconds"] and len(row["load_before"]) == 3
-    small, big = (r for r in rows if r["job"] == "train-stream")
-    assert 3.5 < big["text_mb"] / small["text_mb"] < 4.5 and 3.0 < big["tokens"] / small["tokens"] < 5.0
-    same = [r for r in rows if r["size"] == 4]
-    assert same[0]["tokens"] == pytest.approx(same[1]["tokens"], rel=0.02)  # the same text, one tokenizer
-    growth = saved["growth"]["train-stream"]
-    assert growth["ratios"][-1] == {"size_ratio": round(big["text_mb"] / small["text_mb"], 2),
-                                    "time_ratio": round(big["work_seconds"] / small["work_seconds"], 2),
-                                    "rss_ratio": round(big["peak_rss_mb"] / small["peak_rss_mb"], 2)}  # fmt: skip
-    assert set(saved["growth"]) == {"train-stream", "run-clm"} and "rss_flat" in growth["goals_met"]
-    assert "run_clm" in saved["table"]["peer"] or "run-clm" in saved["table"]["peer"]
-    assert [r.__dict__ for r in scaling.results_table(saved).rows] == saved["table"]["rows"]
-    assert results["throughput"] and not list(tmp_path.glob("llmsys-scaling-*/corpus-*"))  # corpora removed
-
-
-def test_scaling_bench_reads_the_shared_data_beside_the_repository():
+def test_benches_read_the_shared_data_beside_the_repository():
     """../shared/data from the repository root (issue 54 item 11), unless LLMSYS_DATA_DIR names another folder."""
     import benchmarks
+    from benchmarks import ppl
 
     expected = Path(os.environ.get("LLMSYS_DATA_DIR", REPO.parent / "shared" / "data"))
-    assert benchmarks.SHARED_DATA == expected and scaling.SHARED_DATA is benchmarks.SHARED_DATA
+    assert benchmarks.SHARED_DATA == expected and ppl.SHARED_DATA is benchmarks.SHARED_DATA
 
 
 def test_gpu_bench_refuses_an_unknown_part_before_running_anything():
@@ -297,7 +227,7 @@ def test_gpu_bench_refuses_an_unknown_part_before_running_anything():
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_bench.sh")], env=env, capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.returncode == 2
-    assert "llama_compild" in done.stderr and "llama_compiled" in done.stderr  # names the typo and the parts
+    assert "llama_compild" in done.stderr and "llama_eager" in done.stderr  # names the typo and the parts
     assert "===" not in done.stdout
 
 
