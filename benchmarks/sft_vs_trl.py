@@ -25,28 +25,15 @@ parity test, ``tests/test_sft_vs_trl.py``.
    3% warmup): 800 steps, batch 32, lr 1e-3. There both trainers learn the task in every run: llmsys_gpt3 padded
    seeds 0-3 and packed seeds 0-2, llmsys_llama padded and packed seeds 0-1, 1.000 / 1.000 in each (gap 0).
 
-   Why not lr 3e-3 for 400 steps (the first setting, kept in the results file): there llmsys_gpt3 (learned
-   positions, tied embeddings) is bimodal, a run either finds the solution or stays near 0, and float rounding
-   decides which, not the trainer. Traced step by step (padded, ``--trl_seam ours``, seed 0, all 400 steps), both
-   trainers draw the same 32 rows in the same order at every step, each with the same input_ids, attention_mask
-   and labels (right padding; no position_ids on either side), the same ``num_items_in_batch``, learning rate and
-   weight decay; the loss agrees to 5e-7 at step 1 and to 1e-6 up to step 38, then the rounding grows (above 1e-4
-   at step 88, 1e-2 at step 93), just as between our own trainer on one torch thread and on two (the same steps).
-   That rounding alone flips runs: seed 0 gives ours 0.175 on one thread and 1.000 on two, TRL 0.865 and 0.775.
-   So the learn part trains on ``--threads`` (default 1) and records ``torch_threads``. Over seeds 0-19 (one
-   thread) ours 0.281 and TRL 0.371 on average, |gap| <= 0.07 for 6 of 20 seeds, mean gap +0.090 with a standard
-   error of 0.115: no difference between the trainers that these runs can show. At lr 1e-3 for 400 steps the runs
-   have not converged (padded seeds 0-3: ours 1.000 / 0.835 / 0.755 / 0.750, TRL 0.995 / 0.730 / 0.725 / 0.410).
-   Checked equal besides, so ruled out as causes: our training step's gradients (speed layer, chunked loss, logits
-   on labels only) against the plain model's, padded, packed and with gradient accumulation; the saved model
-   against the trained one; greedy decoding of a left-padded batch against the prompt alone (transformers'
-   ``generate`` derives ``position_ids`` from the attention mask, so learned positions see 0, 1, ...); the two
-   trainers' ``TrainingArguments``; the loss of TRL's fused LM head against the model's own. Compare over seeds
-   (``--seed``, ``--merge_learn``).
+   Why not lr 3e-3 for 400 steps (the first setting, kept in the results file): there llmsys_gpt3 is bimodal, a
+   run either finds the solution or stays near 0, and float rounding decides which, not the trainer: traced step
+   by step, both trainers draw the same rows with the same ids, masks, labels and learning rate, and their losses
+   part only as rounding grows, as between our own trainer on one torch thread and on two. So the learn part
+   trains on ``--threads`` (default 1) and records ``torch_threads``; compare over seeds (``--seed``,
+   ``--merge_learn``).
 
     python -m benchmarks.sft_vs_trl --part speed --repeats 3 --threads 1
-    python -m benchmarks.sft_vs_trl --part speed --model smollm2 --lora_r 8 --train_records 12 --batch 4
-    python -m benchmarks.sft_vs_trl --part speed --model smollm2 --lora_r 0 --train_records 12 --batch 4
+    python -m benchmarks.sft_vs_trl --part speed --lora_r 8 --train_records 12 --batch 4
     python -m benchmarks.sft_vs_trl --part learn --template short --max_length 64 --steps 800 --batch 32 \
         --learning_rate 1e-3 --trl_option lr_scheduler_type=cosine --trl_option warmup_steps=0.03 --json learn.json
 """
@@ -61,7 +48,6 @@ import json
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -76,7 +62,7 @@ from hf_llmsys.data import (
     load_template,
 )
 
-from . import SHARED_DATA, child_environment, machine_limits, module_command, results_files
+from . import SHARED_DATA, argument_parser, child_environment, machine_limits, module_command, results_files
 
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
 GOALS = {"padded": 1.1, "packed": 1.3}  # tokens/s >= 1.1x TRL's without packing, >= 1.3x with
@@ -105,19 +91,10 @@ def _gpt2_folder(workdir: Path) -> Path:
 
 
 def load_tokenizer(spec: str, workdir: Path):
-    """``gpt2`` (the shared GPT-2 byte-level BPE), ``smollm2`` (the converted checkpoint's) or a tokenizer folder."""
+    """``gpt2`` (the shared GPT-2 byte-level BPE) or a tokenizer folder."""
     from transformers import AutoTokenizer
 
-    if spec == "gpt2":
-        spec = str(_gpt2_folder(workdir))
-    elif spec == "smollm2":
-        from hf_llmsys.checkpoints import find_smollm2
-
-        folder = find_smollm2()
-        if folder is None:
-            raise ValueError("--tokenizer smollm2: checkpoint not converted; run python scripts/fetch_smollm2.py")
-        spec = str(folder)
-    tokenizer = AutoTokenizer.from_pretrained(spec)
+    tokenizer = AutoTokenizer.from_pretrained(str(_gpt2_folder(workdir)) if spec == "gpt2" else spec)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -141,9 +118,6 @@ def trl_rows(records: list[dict], template, seam_whitespace_in_completion: bool 
     return {"prompt": prompts, "completion": completions, "record_index": list(range(len(records)))}
 
 
-# ---------------------------------------------------------------- the two label builders
-
-
 def trl_config(output_dir: str, max_length: int | None, **overrides):
     """SFTConfig with the settings both sides share: fp32, no gradient checkpointing, CPU, nothing reported."""
     from trl import SFTConfig
@@ -155,12 +129,6 @@ def trl_config(output_dir: str, max_length: int | None, **overrides):
     )  # fmt: skip
     settings.update(overrides)
     return SFTConfig(**settings)
-
-
-# ---------------------------------------------------------------- comparison
-
-
-# ---------------------------------------------------------------- part 1b: chat templates and conversations
 
 
 def results_table(results: dict) -> results_files.Table:
@@ -187,18 +155,11 @@ def results_table(results: dict) -> results_files.Table:
     return results_files.Table("Instruction tuning: hf-llmsys against TRL", f"TRL {trl_version}".strip(), rows, notes)
 
 
-# ---------------------------------------------------------------- part 2: training throughput
+# ---------------------------------------------------------------- speed
 
 
 def build_base(spec: str, tokenizer, workdir: Path) -> str:
-    """The base model folder both trainers start from: ``tiny`` (a random transformers Llama), ``smollm2``, a path."""
-    if spec == "smollm2":
-        from hf_llmsys.checkpoints import find_smollm2
-
-        folder = find_smollm2()
-        if folder is None:
-            raise ValueError("--model smollm2: checkpoint not converted; run python scripts/fetch_smollm2.py")
-        return str(folder)
+    """The base model folder both trainers start from: ``tiny`` (a random transformers Llama) or a folder."""
     if spec != "tiny":
         return spec
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -221,13 +182,8 @@ def _write_records(records: list[dict], path: Path) -> str:
 
 
 def current_rss_mb() -> float:
-    """Resident set size of this process now, in MiB (Linux /proc; psutil elsewhere)."""
-    statm = Path("/proc/self/statm")
-    if statm.is_file():
-        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
+    """Resident set size of this process now, in MiB (Linux /proc)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def peak_rss_mb() -> float:
@@ -238,14 +194,8 @@ def peak_rss_mb() -> float:
 
 @contextlib.contextmanager
 def timed_train(record: dict):
-    """Time every ``Trainer.train`` call inside (wall and process CPU seconds) and note the memory around it: the
-    same hook for both sides.
-
-    CPU time (all threads of this process) stays comparable when other jobs share the machine; wall time does not.
-    Memory: ``rss_train_start_mb`` (resident when training starts: model, data, optimizer not yet built) and
-    ``peak_rss_train_mb`` (the process's peak up to the end of training; each run is its own process, so this is
-    the training peak unless loading peaked higher).
-    """
+    """Time every ``Trainer.train`` call inside (wall and process CPU seconds, the latter comparable on a shared
+    machine) and note the RSS when training starts and the process's peak at its end: one hook for both sides."""
     from transformers import Trainer
 
     original = Trainer.train
@@ -267,53 +217,64 @@ def timed_train(record: dict):
         Trainer.train = original
 
 
-def run_ours(base: str, train_file: str, val_file: str, out: Path, args, packing: bool) -> dict:
-    """One epoch of `hf_llmsys.training.sft` (no generations, no checkpoints); the Trainer's runtime and tokens."""
+def train_ours(base: str, train_file: str, val_file: str, out: Path, args, packing: bool, **options) -> dict:
+    """`llmsys sft` through its Python API (no generations, no checkpoints): the settings both sides share, then
+    `options`, then ``--ours_option``; sft()'s results."""
     from hf_llmsys.training.sft import sft
 
-    options = dict(
+    shared = dict(
         validation_data=val_file, template=args.template, max_length=args.max_length, packing=packing,
-        per_device_train_batch_size=args.batch, num_train_epochs=1, learning_rate=args.learning_rate,
-        num_generation_examples=0, save_strategy="no", report_to="none", seed=0, logging_steps=10**6,
-        overwrite_output_dir=True, lora_r=args.lora_r, disable_tqdm=True, use_cpu=True,
+        per_device_train_batch_size=args.batch, learning_rate=args.learning_rate, num_generation_examples=0,
+        save_strategy="no", report_to="none", logging_steps=10**6, overwrite_output_dir=True, disable_tqdm=True,
+        use_cpu=True,
     )  # fmt: skip
-    if args.lora_r:
-        options["lora_alpha"] = 2 * args.lora_r
-    options.update(args.ours_option)
-    with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
-        results = sft(base, train_file, str(out), **options)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return sft(base, train_file, str(out), **{**shared, **options, **args.ours_option})
+
+
+def train_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool, seam: bool = False,
+              peft_config=None, **options):  # fmt: skip
+    """TRL's ``SFTTrainer`` on the same base, records, template, max_length, batch and learning rate (`options`:
+    further SFTConfig settings): (trainer, its train() output)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, set_seed
+    from trl import SFTTrainer
+
+    config = trl_config(str(out), args.max_length, packing=packing, per_device_train_batch_size=args.batch,
+                        learning_rate=args.learning_rate, **options)  # fmt: skip
+    set_seed(config.seed)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=AutoModelForCausalLM.from_pretrained(base), args=config, processing_class=tokenizer,
+            train_dataset=Dataset.from_dict(trl_rows(records, template, seam)), peft_config=peft_config,
+        )  # fmt: skip
+        return trainer, trainer.train()
+
+
+def run_ours(base: str, train_file: str, val_file: str, args, packing: bool, out: Path) -> dict:
+    """One timed epoch of ours: the Trainer's runtime and memory, the real tokens, steps and rows."""
+    lora = {"lora_r": args.lora_r, "lora_alpha": 2 * args.lora_r} if args.lora_r else {}
+    with timed_train({}) as timing:
+        results = train_ours(base, train_file, val_file, out, args, packing, num_train_epochs=1, seed=0, **lora)
     rows = results.get("packed_rows") or results["train_examples"]
     return {"tokens": results["train_tokens"], "trainer_tokens": results["tokens_seen"],
             "steps": results["global_step"], "rows": rows, **timing}  # fmt: skip
 
 
-def run_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool) -> dict:
-    """One epoch of TRL's SFTTrainer with the same model, data, template, max_length, batch and optimiser."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, set_seed
-    from trl import SFTTrainer
-
-    set_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(base)
+def run_trl(base: str, records: list[dict], tokenizer, template, args, packing: bool, out: Path) -> dict:
+    """One timed epoch of TRL's (ours' cosine schedule with 3% warmup; LoRA as PEFT's ``all-linear``)."""
     peft_config = None
     if args.lora_r:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.05,
                                  target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
-    config = trl_config(
-        str(out), args.max_length, packing=packing, per_device_train_batch_size=args.batch, num_train_epochs=1,
-        learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=0.03,
-        include_num_input_tokens_seen="non_padding", logging_steps=10**6,
-    )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=model, args=config, train_dataset=Dataset.from_dict(trl_rows(records, template)),
-            processing_class=tokenizer, peft_config=peft_config,
+    with timed_train({}) as timing:
+        trainer, train_out = train_trl(
+            base, records, tokenizer, template, out, args, packing, peft_config=peft_config, num_train_epochs=1,
+            lr_scheduler_type="cosine", warmup_steps=0.03, include_num_input_tokens_seen="non_padding",
         )  # fmt: skip
-        with timed_train({}) as timing, contextlib.redirect_stdout(io.StringIO()):
-            train_out = trainer.train()
     ids = trainer.train_dataset["input_ids"]  # TRL's prepared rows (packed: concatenated examples, no padding)
     return {"tokens": sum(len(x) for x in ids), "trainer_tokens": int(trainer.state.num_input_tokens_seen),
             "steps": train_out.global_step, "rows": len(ids), **timing}  # fmt: skip
@@ -323,14 +284,9 @@ MODES = {"padded": False, "packed": True}
 
 
 def worker(spec_file: str) -> None:
-    """``--worker SPEC``: one measured training run in this fresh process; prints its figures as one JSON line.
-
-    Each run is its own process so that its peak RSS (VmHWM) is its own: nothing allocated by an earlier
-    run, the other side or the parent is counted, and both sides pay the same interpreter, torch and
-    transformers start-up (``peak_rss_mb`` is the whole process's peak, ``peak_rss_train_mb`` its peak up to the
-    end of ``Trainer.train``; ours evaluates and saves afterwards, TRL does neither, so the first is the fair
-    "what the job needs" figure and the second shows where it peaks).
-    """
+    """``--worker SPEC``: one measured training run in this fresh process, so that its peak RSS (VmHWM) is its own;
+    prints its figures as one JSON line (``peak_rss_mb``: the whole process's, ``peak_rss_train_mb``: up to the
+    end of ``Trainer.train``; ours evaluates afterwards, TRL does not)."""
     spec = json.loads(Path(spec_file).read_text())
     torch.set_num_threads(spec["threads"])
     quiet()
@@ -338,12 +294,12 @@ def worker(spec_file: str) -> None:
     workdir, packing = Path(spec["workdir"]), MODES[spec["mode"]]
     load = os.getloadavg()
     if spec["side"] == "ours":
-        run = run_ours(spec["base"], spec["train_file"], spec["val_file"], Path(spec["out"]), args, packing)
+        run = run_ours(spec["base"], spec["train_file"], spec["val_file"], args, packing, Path(spec["out"]))
     else:
         tokenizer = load_tokenizer(args.tokenizer, workdir)
         template = load_template(args.template, tokenizer)
         records = json.loads(Path(spec["train_file"]).read_text(encoding="utf-8"))
-        run = run_trl(spec["base"], records, tokenizer, template, Path(spec["out"]), args, packing)
+        run = run_trl(spec["base"], records, tokenizer, template, args, packing, Path(spec["out"]))
     run.update(peak_rss_mb=peak_rss_mb(), pid=os.getpid(), load_start=load[0], load_end=os.getloadavg()[0])
     print(json.dumps(run), flush=True)
 
@@ -364,37 +320,20 @@ def spawn_run(spec: dict, workdir: Path) -> dict:
 
 
 def speed_part(args, workdir: Path) -> dict:
-    """Part 2: real tokens per second and peak memory of one training epoch, ours vs TRL, without and with packing.
+    """Real tokens per second and peak memory of one training epoch, ours vs TRL, without and with packing.
 
-    Metric: tokens / seconds inside ``Trainer.train`` (`timed_train`, the same hook on both sides; model loading,
-    tokenization, packing and our before / after evaluation are outside it). Tokens are REAL tokens: the sum of
-    the lengths of the examples the epoch trains on, read from each side's prepared training set (no padding,
-    no filler; both sides train every example once). The Trainer's ``num_input_tokens_seen="non_padding"`` is
-    kept as ``trainer_tokens`` for reference (it also leaves out every EOS when the pad token is the EOS).
-    Printed: the median over repetitions of tokens per CPU second (process time, all threads: robust when other
-    jobs share the machine) and per wall second, and the ratios ours / TRL of those medians (> 1: ours faster).
-    Memory: every run is a fresh process (`worker`); its peak RSS (``ru_maxrss``) is the median's input, printed
-    with the ratio ours / TRL (< 1: ours needs less) and the RSS when training starts.
-
-    Held equal: base folder (both load it with ``AutoModelForCausalLM``), records, template, max_length, rows per
-    device batch, optimiser, learning-rate schedule, seed; fp32, no gradient checkpointing (TRL's defaults bf16
-    and gradient checkpointing switched off), CPU, no dataloader workers, ``--threads`` torch threads (default 1:
-    with one thread CPU time is the work done; extra threads on a shared machine spin and wait, which inflates
-    CPU time by an amount that depends on the load). Packing: both sides pack best-fit decreasing into rows of
-    max_length and a batch is ``--batch`` rows, so both take the same number of optimizer steps over the same
-    tokens (steps and rows are printed and compared). Without packing a batch is ``--batch`` examples padded.
-    LoRA (``--lora_r``): rank r, alpha 2r, dropout 0.05 on both; each side's default target modules (ours: the
-    fused attention / MLP input projections and the output projections, TRL: PEFT's ``all-linear``).
-
-    Not held equal, on purpose (each is part of what a trainer does): TRL flattens a batch of rows into one row
-    (attention over batch x max_length tokens, masked), ours keeps rows as rows; TRL computes the LM head over
-    every position and its per-step entropy / token-accuracy metrics, ours only at supervised positions.
-
-    Order: repetitions interleaved, the side that goes first alternating (ours first, then TRL first, ...). Each
-    run pays its own first-step costs (fresh process): the same for both sides, so there is no warm-up run.
+    Tokens are the lengths of the examples each side's prepared training set holds (no padding), timed inside
+    ``Trainer.train`` by the same hook on both sides (`timed_train`): model loading, tokenization and our
+    evaluation are outside it. Per mode: medians over repetitions of tokens per CPU second (robust on a shared
+    machine) and per wall second, and the peak RSS of each run's own process (`worker`), with ratios ours / TRL.
+    Held equal: base folder, records, template, max_length, rows per batch, optimiser, schedule, seed; fp32, no
+    gradient checkpointing, CPU, ``--threads`` torch threads (default 1: CPU time is then the work done). Packing:
+    both sides pack best-fit decreasing into rows of max_length, so both take the same steps over the same tokens.
+    LoRA (``--lora_r``): rank r, alpha 2r, dropout 0.05, each side's default target modules. Not held equal, on
+    purpose: TRL flattens a batch into one row and computes the LM head at every position, ours keeps rows and
+    computes it at supervised positions only. Repetitions interleave, the side that goes first alternating; each
+    run is a fresh process that pays its own first-step costs, so there is no warm-up run.
     """
-    import statistics
-
     load_before = os.getloadavg()
     tokenizer = load_tokenizer(args.tokenizer, workdir)
     records, _ = load_records(args.records, skip_invalid=True)
@@ -458,7 +397,7 @@ def _load(loadavg) -> str:
     return f"{loadavg[0]:.2f}, {loadavg[1]:.2f}, {loadavg[2]:.2f} (1, 5, 15 min; {os.cpu_count()} CPUs)"
 
 
-# ---------------------------------------------------------------- part 3: learning side by side
+# ---------------------------------------------------------------- learning side by side
 
 LEARN_INSTRUCTION = "Reverse the digits."
 LEARN_TARGET = 0.07  # greedy exact match of the two trainers within this
@@ -502,44 +441,6 @@ def learn_base(model_type: str, tokenizer, folder: Path, seed: int = 0) -> str:
     return str(folder)
 
 
-def learn_ours(base: str, train_file: str, val_file: str, out: Path, args, packing: bool):
-    """`llmsys sft` (the Python API, every default but the shared settings and ``--ours_option``): trained model."""
-    from transformers import AutoModelForCausalLM
-
-    from hf_llmsys.training.sft import sft
-
-    options = dict(
-        validation_data=val_file, template=args.template, max_length=args.max_length, packing=packing,
-        per_device_train_batch_size=args.batch, max_steps=args.steps, learning_rate=args.learning_rate,
-        num_generation_examples=0, save_strategy="no", report_to="none", seed=args.seed, logging_steps=10**6,
-        overwrite_output_dir=True, disable_tqdm=True, use_cpu=True,
-    )  # fmt: skip
-    options.update(args.ours_option)
-    with contextlib.redirect_stdout(io.StringIO()):
-        results = sft(base, train_file, str(out), **options)
-    return AutoModelForCausalLM.from_pretrained(out), results["train_loss"]
-
-
-def learn_trl(base: str, records: list[dict], tokenizer, template, out: Path, args, packing: bool):
-    """TRL's ``SFTTrainer`` (its defaults but the shared settings and ``--trl_option``): trained model, loss."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-    from trl import SFTTrainer
-
-    config = trl_config(
-        str(out), args.max_length, packing=packing, per_device_train_batch_size=args.batch, max_steps=args.steps,
-        learning_rate=args.learning_rate, seed=args.seed, **args.trl_option,
-    )  # fmt: skip
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=AutoModelForCausalLM.from_pretrained(base), args=config, processing_class=tokenizer,
-            train_dataset=Dataset.from_dict(trl_rows(records, template, args.trl_seam == "ours")),
-        )  # fmt: skip
-        out = trainer.train()
-    return trainer.model, out.training_loss
-
-
 def decode_ours(model, tokenizer, template, records: list[dict], max_length: int) -> list[str]:
     """Our decoding (`generate_responses`: the training prefix, left-padded batches, stop at the EOS)."""
     from hf_llmsys.training.sft_generation import generate_responses
@@ -579,6 +480,8 @@ def learn_part(args, workdir: Path) -> dict:
 
 
 def _learn_runs(args, workdir: Path) -> dict:
+    from transformers import AutoModelForCausalLM
+
     from hf_llmsys.training.sft_generation import exact_match
 
     template = load_template(args.template)
@@ -603,8 +506,12 @@ def _learn_runs(args, workdir: Path) -> dict:
         for mode in args.modes:
             torch.manual_seed(args.seed)
             start = time.perf_counter()
-            ours, ours_loss = learn_ours(base, train_file, val_file, workdir / "learn-ours", args, MODES[mode])
-            trl, trl_loss = learn_trl(base, train, tokenizer, template, workdir / "learn-trl", args, MODES[mode])
+            packing, steps = MODES[mode], {"max_steps": args.steps, "seed": args.seed}
+            ours_loss = train_ours(base, train_file, val_file, workdir / "ours", args, packing, **steps)["train_loss"]
+            ours = AutoModelForCausalLM.from_pretrained(workdir / "ours")
+            trainer, trained = train_trl(base, train, tokenizer, template, workdir / "trl", args, packing,
+                                         args.trl_seam == "ours", **steps, **args.trl_option)  # fmt: skip
+            trl, trl_loss = trainer.model, trained.training_loss
             scores = {}
             for side, model in (("ours", ours), ("trl", trl)):
                 scores[side] = {
@@ -632,7 +539,6 @@ def merge_learn_results(paths: list[str]) -> dict:
     one result: every run with the settings it ran under, and per setting (model type, mode, template, steps,
     learning rate, each side's options, torch threads) the scores over seeds and their mean gap. A merged result
     (the results file) may be one of them: its runs carry their settings, so new runs are added to it."""
-    import statistics
 
     setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam",
                     "torch_threads")  # fmt: skip
@@ -664,15 +570,13 @@ def merge_learn_results(paths: list[str]) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("speed", "learn"), default="speed")
     parser.add_argument("--records", default=str(DEFAULT_RECORDS), help="Alpaca records (JSON / JSONL / folder)")
-    parser.add_argument("--tokenizer", default=None,
-                        help="gpt2, smollm2 or a tokenizer folder; default: "
-                        "smollm2 with --model smollm2, else gpt2")  # fmt: skip
+    parser.add_argument("--tokenizer", default="gpt2", help="gpt2 or a tokenizer folder")
     parser.add_argument("--template", default="alpaca", help="alpaca, short, chat or a template file")
     parser.add_argument("--max_length", type=int, default=256)
-    parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama), smollm2 or a folder")
+    parser.add_argument("--model", default="tiny", help="speed part: tiny (random 4-layer Llama) or a folder")
     parser.add_argument("--train_records", type=int, default=64, help="speed part: records trained (one epoch)")
     parser.add_argument("--batch", type=int, default=8, help="speed part: per-device batch size")
     parser.add_argument("--learning_rate", type=float, default=1e-4)
@@ -686,13 +590,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "logits_on_labels_only=false or packing_strategy=flatten; repeatable")  # fmt: skip
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES),
                         help="speed and learn parts: padded and / or packed")  # fmt: skip
-    parser.add_argument(
-        "--trl_option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="learn part: an extra SFTConfig option for TRL's side (ablations); repeatable",
-    )
+    parser.add_argument("--trl_option", action="append", default=[], metavar="KEY=VALUE",
+                        help="learn part: an extra SFTConfig option for TRL's side (ablations); repeatable")  # fmt: skip
     parser.add_argument("--steps", type=int, default=800, help="learn part: optimizer steps of each trainer")
     parser.add_argument("--trl_seam", choices=("trl", "ours"), default="trl",
                         help="learn part, text templates: TRL's prompt keeps its trailing space (trl: what a TRL user "
@@ -710,8 +609,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.worker:
         return args
-    if args.tokenizer is None:
-        args.tokenizer = "smollm2" if args.model == "smollm2" else "gpt2"
     for flag in ("ours_option", "trl_option"):
         options = {}
         for item in getattr(args, flag):
@@ -760,4 +657,3 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)
