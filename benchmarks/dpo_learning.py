@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from . import results_files
+from . import argument_parser, results_files
 
 INSTRUCTION = "Rearrange the digits."
 TOLERANCE = {"share": 0.05, "relative": 0.05}
@@ -274,7 +274,7 @@ def quiet() -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__spec__.name, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_types", nargs="+", default=["llmsys_llama", "llmsys_gpt3"])
     parser.add_argument("--sft_steps", type=int, default=300)
     parser.add_argument("--dpo_steps", type=int, default=300)

@@ -23,7 +23,6 @@ PyPI): "float32" is that model exactly, and a re-quantisation loses less than it
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from . import SHARED_DATA, results_files
+from . import SHARED_DATA, argument_parser, results_files
 
 DEFAULT_DATA = SHARED_DATA / "wikitext-2-valid.tokens"
 TYPES = ("f32", "f16", "q8_0", "q6_K", "q5_K_M", "q4_K_M")
@@ -42,7 +41,7 @@ GREEDY = 16
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="held-out text (default WikiText-2 valid)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens of the text scored (default 4096)")
     parser.add_argument("--window", type=int, default=512, help="window length in tokens (default 512)")

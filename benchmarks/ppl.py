@@ -41,7 +41,7 @@ import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 
-from . import SHARED_DATA, results_files
+from . import SHARED_DATA, argument_parser, results_files
 
 REL_DIFF_GOAL = 1e-4
 SPEED_GOAL = 1.0
@@ -56,7 +56,7 @@ WORKLOADS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, short text")
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--stride", type=int)

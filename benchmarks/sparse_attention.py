@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hf_llmsys.kernels import sparse_attention
 from hf_llmsys.layout_views import flex_layout_attention
 
-from . import results_files
+from . import argument_parser, results_files
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # one decoder layer at 8k, local and strided vs dense, forward + backward
@@ -456,7 +456,7 @@ def print_model_table(results: dict, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark, print the tables, return the raw results {"kernel": ..., "model": ...}."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__spec__.name, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)

@@ -57,7 +57,7 @@ from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.kernels import default_chunk_size
 from hf_llmsys.presets import T5_PRESETS
 
-from . import machine_limits, results_files
+from . import argument_parser, machine_limits, results_files
 from .training_sides import (
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
@@ -74,7 +74,7 @@ TINY_SHAPE = dict(vocab_size=512, d_model=64, d_ff=128, d_kv=16, num_heads=4, nu
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="t5-small", choices=sorted(set(T5_PRESETS) - {"debug"}))
     parser.add_argument("--tiny", action="store_true", help="a drastically smaller model (for tests)")
     parser.add_argument("--feed-forward-proj", default="relu", help="'relu' (v1.0) or 'gated-gelu' (v1.1)")
