@@ -1,24 +1,17 @@
 #!/usr/bin/env bash
 # Issue 21's benchmarks on a lent GPU in one call (at most 580 s plus the wheel install; each part has its own limit):
-#   1. llama_vs_hf.py eager: training fp32 and bf16 (tokens/s, MFU against the matmul peak measured on the GPU),
+#   1. benchmarks.llama_vs_hf eager: training fp32 and bf16 (tokens/s, MFU against the matmul peak measured on the GPU),
 #      greedy decode batch 1 and 8 (batch 1 against the weight-read floor), peak training memory at SmolLM2's shape;
-#   2. t5_vs_hf.py: training fp32 and bf16, beam 4;
-#   3. llama_vs_hf.py with --compile (both sides compiled) and --decode-static (generate compiles the decoding step);
-#   4. train_step_variants.py: a bf16 step at SmolLM2-135M's shape, batch 8 x 2048, of transformers' Llama and of
-#      ours as the jobs train it on the GPU, with the plain loss, other chunk sizes, the recompute hooks on and off;
-#      and the compiled chunked loss against eager (whether inductor's CUDA code of it is still wrong);
-#   5. decode_step_overhead.py: where a decoding step's time goes (per-token generate and bare model step, kernels
-#      launched per step, ours' Python frames), batch 1 and 8;
-#   6. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
+#   2. benchmarks.t5_vs_hf: training fp32 and bf16, beam 4;
+#   3. the sparse GPU paths' parity (scripts/gpu_check.py --quick).
 # Usage from the repository root:  bash scripts/gpu_bench.sh        (logs and JSON under $OUT, else /tmp/gpu_bench)
 #   SMOKE=1 bash scripts/gpu_bench.sh   runs the same commands on tiny sizes on the CPU (checks the script itself).
-#   PARTS="train_step_variants llama_eager" bash scripts/gpu_bench.sh   runs only the parts named, in that order.
+#   PARTS="t5_fp32 llama_eager" bash scripts/gpu_bench.sh   runs only the parts named, in that order.
 # Wheels in .whl/ (transformers and its dependencies, when the machine's own are too old) are installed first.
-# On an H200 (2026-12-04) the parts took 60-85, 22, 28, 128 (fp32 only; compiles of about 40 s each), 44-58, 72 and
-# > 50 s (the wheel install about 15 s, a fresh machine's start about 30 s more).
+# On an H200 (2026-12-04) the parts took 60-85, 22, 28 and > 50 s (the wheel install about 15 s, a fresh machine's start about 30 s more).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_PARTS="llama_eager t5_fp32 t5_bf16 llama_compiled train_step_variants decode_overhead sparse_parity"
+ALL_PARTS="llama_eager t5_fp32 t5_bf16 sparse_parity"
 for name in ${PARTS:-}; do  # checked before anything is installed or run
     case " $ALL_PARTS " in
     *" $name "*) ;;
@@ -33,20 +26,16 @@ PY=python3
 OUT=${OUT:-/tmp/gpu_bench}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # hf_llmsys from this checkout where it is not installed
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # hf_llmsys and benchmarks from this checkout
 DEVICE=cuda
 LLAMA=(--steps 10 --warmup 3 --repeats 3)
-SMOL=(--shape smollm2 --batch 8 --seq 2048 --steps 5 --warmup 2)
 T5=(--steps 10 --warmup 3 --repeats 3)
 SPARSE=(--quick)
-DECODE=(--repeats 3)
 if [ "${SMOKE:-0}" = 1 ]; then
     DEVICE=cpu
     LLAMA=(--tiny --quick --threads 2)
-    SMOL=(--shape tiny --steps 1 --warmup 0 --threads 2)
     T5=(--tiny --steps 2 --repeats 1 --new-tokens 4 --threads 2)
     SPARSE=(--quick --device cpu)
-    DECODE=(--tiny --repeats 1 --new-tokens 8 --threads 2)
 else
     if compgen -G ".whl/*.whl" >/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -56,7 +45,7 @@ else
 fi
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
-part() {  # part NAME SECONDS SCRIPT ARGS...: one benchmark under its own limit, its log in $OUT/NAME.log
+part() {  # part NAME SECONDS ARGS... (of python): one benchmark under its own limit, its log in $OUT/NAME.log
     local name=$1 limit=$2
     shift 2
     echo "=== $name (limit ${limit} s) $(date -u +%T)"
@@ -69,18 +58,12 @@ part() {  # part NAME SECONDS SCRIPT ARGS...: one benchmark under its own limit,
 
 run_part() {  # run_part NAME: the part of that name, with its limit and arguments
     case $1 in
-    llama_eager) part llama_eager 110 scripts/bench/llama_vs_hf.py --device "$DEVICE" --skip-load "${LLAMA[@]}" \
+    llama_eager) part llama_eager 110 -m benchmarks.llama_vs_hf --device "$DEVICE" --skip-load "${LLAMA[@]}" \
         --json "$OUT/llama_eager.json" ;;
-    t5_fp32) part t5_fp32 40 scripts/bench/t5_vs_hf.py --device "$DEVICE" --load-repeats 0 "${T5[@]}" \
+    t5_fp32) part t5_fp32 40 -m benchmarks.t5_vs_hf --device "$DEVICE" --load-repeats 0 "${T5[@]}" \
         --json "$OUT/t5_fp32.json" ;;
-    t5_bf16) part t5_bf16 40 scripts/bench/t5_vs_hf.py --device "$DEVICE" --precision bf16 --load-repeats 0 "${T5[@]}" \
+    t5_bf16) part t5_bf16 40 -m benchmarks.t5_vs_hf --device "$DEVICE" --precision bf16 --load-repeats 0 "${T5[@]}" \
         --json "$OUT/t5_bf16.json" ;;
-    llama_compiled) part llama_compiled 180 scripts/bench/llama_vs_hf.py --device "$DEVICE" --compile --decode-static \
-        --decode-batches 1 --precisions fp32 --skip-load --skip-memory "${LLAMA[@]}" --json "$OUT/llama_compiled.json" ;;
-    train_step_variants) part train_step_variants 80 scripts/bench/train_step_variants.py --device "$DEVICE" \
-        --compile-check "${SMOL[@]}" --json "$OUT/train_step_variants.json" ;;
-    decode_overhead) part decode_overhead 90 scripts/bench/decode_step_overhead.py --device "$DEVICE" "${DECODE[@]}" \
-        --json "$OUT/decode_overhead.json" ;;
     sparse_parity) part sparse_parity 40 scripts/gpu_check.py "${SPARSE[@]}" ;;
     esac
 }

@@ -8,7 +8,7 @@ Run through ``scripts/gpu_check.sh`` on a machine with a CUDA GPU (about 3-4 min
 3. dense layers: bf16 causal SDPA forced onto the flash backend, timed against the math backend;
 4. a GPT-3 Small-shaped model training step in bf16 autocast: layout kernels (sdpa), FlexAttention and masks,
    with and without attention recomputation / activation checkpointing: loss agreement, ms per step, peak memory;
-5. the attention benchmark (``scripts/bench/sparse_attention.py``) on the device in bf16, with flex variants.
+5. the attention benchmark (``benchmarks.sparse_attention``) on the device in bf16, with flex variants.
 
 ``--device cpu --quick`` runs the same code on tiny sizes (CUDA-only parts skipped): the CI smoke test uses it.
 Exit status 1 when a parity check fails.
@@ -20,19 +20,16 @@ import argparse
 import copy
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hf_llmsys import (  # noqa: E402
+from hf_llmsys import (
     LlmsysGPT3Config,
     LlmsysGPT3ForCausalLM,
-    kernels,  # noqa: E402
+    kernels,
 )
-from hf_llmsys.kernels import sparse_attention  # noqa: E402
-from hf_llmsys.layout_views import flex_layout_attention, masked_dense_reference  # noqa: E402
+from hf_llmsys.kernels import sparse_attention
+from hf_llmsys.layout_views import flex_layout_attention, masked_dense_reference
 
 PARAMS = {"sliding_window": 128, "sparse_stride": 32, "sparse_summary": 4}
 KINDS = ("dense", "local", "strided", "fixed")
@@ -167,11 +164,8 @@ def model_training(args) -> None:
 
 def attention_bench(args) -> None:
     print("\n[5] attention benchmark", flush=True)
-    spec = __import__("importlib.util").util.spec_from_file_location(
-        "sparse_bench", Path(__file__).resolve().parent / "bench" / "sparse_attention.py"
-    )
-    bench = __import__("importlib.util").util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import sparse_attention as bench
+
     lengths = ["512"] if args.quick else ["1024", "2048", "4096", "8192", "16384"]
     extra = ["--flex", "--dtype", "bfloat16"] if args.device.startswith("cuda") else ["--heads", "2", "--reps", "1"]
     bench.main(["--device", args.device, "--lengths", *lengths, *extra])

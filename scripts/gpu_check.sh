@@ -8,4 +8,5 @@ PY=python
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # hf_llmsys and benchmarks from this checkout
 exec timeout 290 "$PY" scripts/gpu_check.py "$@"

@@ -1,7 +1,6 @@
 """Real chat templates on local tokenizers (nothing downloaded): four template families on two tokenizer bases.
 
-The families are the mask bench's (`scripts/bench/sft_vs_trl.py` ``CHAT_FAMILIES``, one table for the bench and
-the tests): a family = its special tokens, its EOS and its published chat template, the Jinja text as the models ship
+A family (`CHAT_FAMILIES`) = its special tokens, its EOS and its published chat template, the Jinja text as the models ship
 it, in ``tests/fixtures/chat_templates/``:
 
 - ``chatml``: Qwen2.5-Instruct's template (``<|im_start|>`` / ``<|im_end|>``, a default system turn); EOS
@@ -26,25 +25,49 @@ Ours render the unmarked published text.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
-from script_modules import load_script
 from sft_fixtures import SPM_FETCH, gpt2, mistral_sentencepiece
 
-BENCH_FILE = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "fixtures" / "chat_templates"
+# A family = its special tokens, EOS (and BOS), end-of-turn token and published chat template (the first three byte
+# for byte TRL 1.16's trl/chat_templates copies, Mistral's as Mistral-7B-Instruct-v0.1 ships it). TRL knows marked
+# training copies of the first three; Mistral's marked copy is ours, as a user adds markers to a template TRL lacks.
+CHAT_FAMILIES = {
+    "chatml": {"file": "chatml_qwen2_5.jinja", "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+               "eos": "<|endoftext|>", "end_of_turn": "<|im_end|>"},
+    "llama3": {"file": "llama3.jinja", "specials": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                                    "<|end_header_id|>", "<|eot_id|>"],
+               "eos": "<|end_of_text|>", "bos": "<|begin_of_text|>", "end_of_turn": "<|eot_id|>"},
+    "phi3": {"file": "phi3.jinja", "specials": ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"],
+             "eos": "<|endoftext|>", "end_of_turn": "<|end|>"},
+    "mistral_instruct": {"file": "mistral_instruct.jinja", "marked": "mistral_instruct_marked.jinja",
+                         "specials": ["<s>", "</s>"], "eos": "</s>", "bos": "<s>", "end_of_turn": "</s>"},
+}  # fmt: skip
+FAMILIES = CHAT_FAMILIES
+BASES = ("gpt2", "mistral")
 
 
-def _bench():
-    return load_script(BENCH_FILE, "bench_sft_vs_trl_families")
+def template_text(family: str, marked: bool = False) -> str:
+    """The family's chat template (Jinja text): the published one, or its ``{% generation %}``-marked copy."""
+    spec = CHAT_FAMILIES[family]
+    return (TEMPLATE_DIR / spec["marked" if marked else "file"]).read_text(encoding="utf-8")
 
 
-bench = _bench()
-FAMILIES = bench.CHAT_FAMILIES
-BASES = bench.CHAT_BASES
-TEMPLATE_DIR = bench.CHAT_TEMPLATE_DIR
-template_text = bench.template_text
-chat_tokenizer = bench.chat_tokenizer
+def chat_tokenizer(family: str, base):
+    """A copy of `base` with the family's special tokens, BOS / EOS (pad = EOS) and published chat template."""
+    spec = CHAT_FAMILIES[family]
+    tok = copy.deepcopy(base)
+    tok.add_tokens(spec["specials"], special_tokens=True)
+    tok.split_special_tokens = False  # the template's markers are single special tokens
+    tok.eos_token = spec["eos"]
+    if "bos" in spec:
+        tok.bos_token = spec["bos"]
+    tok.pad_token = tok.eos_token
+    tok.chat_template = template_text(family)
+    return tok
 
 
 def base_tokenizer(base: str, tmp_dir: Path):

@@ -1,4 +1,4 @@
-"""The repository's scripts (``scripts/``, ``scripts/bench/``) imported as modules, for the tests that call them."""
+"""The repository's scripts (``scripts/``) imported as modules, for the tests that call them."""
 
 from __future__ import annotations
 

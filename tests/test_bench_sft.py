@@ -1,21 +1,21 @@
-"""Smoke test of scripts/bench/sft_vs_trl.py's speed part: both trainers run end to end and report sane figures."""
+"""benchmarks.sft_vs_trl's speed and learning parts: both trainers run end to end, and the ratios reported are the
+quotients of their own runs (timings themselves are the machine's, never asserted)."""
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import statistics
 
 import pytest
-from script_modules import load_script
 
 pytest.importorskip("trl")
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
-
 
 def _bench():
-    return load_script(BENCH, "bench_sft_vs_trl_speed")
+    from benchmarks import sft_vs_trl
+
+    return sft_vs_trl
 
 
 @pytest.mark.slow  # four short Trainer runs (two per side): about a minute on 2 shared cores
@@ -34,8 +34,10 @@ def test_speed_part_runs_both_trainers_with_and_without_packing(tmp_path):
         entry = speed[mode]
         for side in ("ours", "trl"):
             (run,) = entry["runs"][side]
-            assert run["tokens"] > 0 and run["wall_s"] > 0 and run["cpu_s"] > 0 and run["steps"] >= 1
-        assert entry["ratio"] > 0 and entry["cpu_ratio"] > 0
+            assert run["tokens_per_s"] == pytest.approx(run["tokens"] / run["wall_s"]) and run["steps"] >= 1
+        for key, ratio in (("tokens_per_s", "ratio"), ("tokens_per_cpu_s", "cpu_ratio")):
+            medians = [statistics.median(r[key] for r in entry["runs"][side]) for side in ("ours", "trl")]
+            assert entry[ratio] == pytest.approx(medians[0] / medians[1])
         # same records, none over max_length (TRL would drop rows whose prompt fills it, we keep them): the
         # token counts agree to a few tokens (TRL tokenizes prompt + completion jointly, we tokenize them apart)
         ours, trl = entry["runs"]["ours"][0]["tokens"], entry["runs"]["trl"][0]["tokens"]
@@ -69,7 +71,6 @@ def test_speed_part_peak_rss_per_run_in_its_own_process(tmp_path, capsys):
     for run in (ours, trl):
         # a process that loaded torch and a model: hundreds of MiB; the peak is at least the RSS training began with
         assert 100 < run["rss_train_start_mb"] <= run["peak_rss_train_mb"] <= run["peak_rss_mb"] < 64_000
-        assert run["load_start"] >= 0 and run["load_end"] >= 0
     assert entry["rss_ratio"] == pytest.approx(ours["peak_rss_mb"] / trl["peak_rss_mb"])
     assert entry["train_rss_ratio"] == pytest.approx(ours["peak_rss_train_mb"] / trl["peak_rss_train_mb"])
     assert entry["memory_goal"] == 1.0 and entry["goal"] == 1.3
@@ -109,7 +110,7 @@ def test_learn_part_task_tokenizer_and_one_short_run(tmp_path):
     for side in ("ours", "trl"):
         assert set(run["cross"][side]) == {"ours_decoder", "trl_decoder"}
         assert all(0.0 <= v <= 1.0 for v in run["cross"][side].values())
-    assert run["gap"] == pytest.approx(run["trl"] - run["ours"]) and run["ours_train_loss"] > 0
+    assert run["gap"] == pytest.approx(run["trl"] - run["ours"])
     merged = bench.merge_learn_results([str(out), str(out)])  # e.g. two seeds run in parallel processes
     ((setting, scores),) = merged["by_setting"].items()
     assert setting.startswith("llmsys_gpt3 packed") and scores["ours"] == [run["ours"]] * 2 and len(merged["runs"]) == 2

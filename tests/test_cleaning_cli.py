@@ -9,7 +9,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
-from script_modules import load_script
 
 from hf_llmsys.cleaning import files
 from hf_llmsys.cli import main as llmsys
@@ -29,7 +28,6 @@ RECORDS = [{"id": i, "text": t, "meta": {"lang": "x"}} for i, t in enumerate(PRO
     {"id": 4, "text": "tiny"},
     {"id": 5},  # missing text
 ]
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "cleaning.py"
 
 
 def _write_jsonl(path: Path, records) -> Path:
@@ -454,24 +452,6 @@ def test_files_reader_unions_fields(tmp_path):
     src = _write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}, {"text": "b", "extra": 1}])
     ds = files.read_files([src])
     assert ds.column_names == ["text", "extra"] and ds["extra"] == [None, 1]
-
-
-# ------------------------------------------------------------------------------------------------- bench
-
-
-def test_bench_script_smoke(tmp_path, shared_data):
-    bench = load_script(BENCH, "bench_cleaning")
-    out = tmp_path / "bench.json"
-    results = bench.main(["--data-dir", str(shared_data), "--max-docs", "40", "--json", str(out), "--no-datatrove"])
-    saved = json.loads(out.read_text())  # the results, plus what results_files adds: benchmark, environment, table
-    assert {key: saved[key] for key in results} == results and saved["benchmark"] == "cleaning"
-    assert out.with_suffix(".md").is_file()
-    assert results["full_recipe"]["docs_per_s"] > 0 and results["minhash"]["docs_per_s"] > 0
-    assert results["full_recipe"]["documents_in"] == results["documents"] == 40 + results["planted_near_duplicates"]
-    assert results["minhash"]["near_duplicates_dropped"] >= 1 and results["minhash"]["planted_recall"] == 1.0
-    assert results["datatrove"]["available"] is False
-    with pytest.raises(OSError):  # a missing interpreter is reported, never silently ignored
-        bench.datatrove_decisions(str(tmp_path / "no-python"), ["text"])
 
 
 def test_mixed_type_text_field_names_the_file_and_line(tmp_path, capsys):

@@ -6,9 +6,11 @@ One local Ray cluster for the module (2 CPUs, 127.0.0.1, no dashboard), shut dow
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
+import re
 import signal
 import sys
 from pathlib import Path
@@ -16,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from datasets import Dataset
-from script_modules import load_script
 
 from hf_llmsys.cleaning import clean
 from hf_llmsys.cleaning.base import CorpusStep, Document, DocumentStep
@@ -25,6 +26,7 @@ from hf_llmsys.cleaning.minhash import MinHashDedup
 from hf_llmsys.cleaning.perplexity_filter import PerplexityFilter
 from hf_llmsys.cleaning.ray_cluster import check_workers_import
 from hf_llmsys.cleaning.ray_corpus import CHILD, PARENT, _group_kwargs, connected_components, inverted_cdf_rank
+from hf_llmsys.cleaning.text import guess_language
 from hf_llmsys.cli import main as llmsys
 
 ray = pytest.importorskip("ray")
@@ -301,10 +303,29 @@ def test_ray_engine_refuses_what_it_cannot_run(ray_session):
     assert INDEX not in ray.data.from_items([{"text": "a"}]).schema().names
 
 
+def _real_documents(data_dir: Path, count: int) -> list[str]:
+    """`count` shared-data documents (wikitext articles, Shakespeare, People's Daily, interleaved) plus near copies
+    of 5% of them with 3 tokens edited: MinHash has planted near-duplicates to find."""
+    wiki = (data_dir / "wikitext-2-valid.tokens").read_text(encoding="utf-8")
+    articles = [a.strip() for a in re.split(r"\n(?= = [^=\n]+ = \n)", wiki) if a.strip()]
+    chunked = []
+    for name, size in (("tinyshakespeare.txt", 40), ("peoples_daily_1998_zh_part.txt", 8)):
+        lines = (data_dir / name).read_text(encoding="utf-8").splitlines()
+        chunked.append(["\n".join(lines[i : i + size]).strip() for i in range(0, len(lines), size)])
+    docs = [doc for row in itertools.zip_longest(articles, *chunked) for doc in row if doc][:count]
+    rng = random.Random(0)
+    for i in rng.sample(range(len(docs)), max(1, len(docs) // 20)):
+        chinese = guess_language(docs[i]) == "zh"
+        tokens = list(docs[i]) if chinese else docs[i].split(" ")
+        for pos in rng.sample(range(len(tokens)), min(3, len(tokens))):
+            tokens[pos] = "变" if chinese else "edited"
+        docs.append(("" if chinese else " ").join(tokens))
+    return docs
+
+
 @pytest.mark.slow
 def test_ray_engine_equals_datasets_engine_on_real_text(ray_session, shared_data):
-    bench = load_script("scripts/bench/cleaning.py", "bench_cleaning")
-    docs, _ = bench.plant_near_duplicates(bench.load_documents(shared_data, 240))
+    docs = _real_documents(shared_data, 240)
     for recipe, corpus_rule in (("c4", "c4_lines.too_few_sentences"), ("fineweb-like", "minhash.near_duplicate")):
         reference = clean(_corpus(docs), recipe)
         assert reference.report.dropped.get(corpus_rule, 0) >= 1  # the planted copies reach a corpus step

@@ -195,39 +195,6 @@ def test_top_level_demo_line_names_every_tab():
     assert all(tab in cli.SUBCOMMANDS["demo"][1] for tab in names), names
 
 
-def load_bench():
-    return load_script("scripts/bench/cli_help.py", "bench_cli_help")
-
-
-def test_bench_script_times_each_help_and_keeps_other_labels(tmp_path):
-    """The script runs each help, records its samples and keeps the other labels; no figure is checked (timings)."""
-    bench = load_bench()
-    out = tmp_path / "cli_help.json"
-    before = {"help_s": {"top_level": {"median_s": 8.0}, "verify": {"median_s": 9.0}}, "commit": "old"}
-    out.write_text(json.dumps({"before": before}))
-    result = bench.main(["--label", "after", "--repeats", "2", "--commands", "verify", "--json", str(out)])
-    saved = json.loads(out.read_text())
-    assert saved["before"] == before and saved["after"] == result and saved["benchmark"] == "cli_help"
-    assert "llmsys verify --help" in out.with_suffix(".md").read_text()
-    for name in ("top_level", "verify"):
-        timing = result["help_s"][name]
-        assert timing["exit_status"] == 0 and len(timing["samples_s"]) == 2
-
-
-def test_bench_table_compares_the_newest_run_with_the_lowest_load_baseline():
-    """Made-up runs: the table's rows, peers and ratios follow from them (peer / ours for a time)."""
-    bench = load_bench()
-    run = lambda load, top, verify: {"help_s": {"top_level": {"median_s": top}, "verify": {"median_s": verify}},  # noqa: E731
-                                     "load_before": [load], "commit": f"c{load}"}  # fmt: skip
-    runs = {"before": run(20.0, 80.0, 90.0), "before_quieter": run(2.0, 8.0, 9.0), "after": run(2.0, 0.1, 0.2)}
-    table = bench.results_table(runs)
-    assert table.peer == "before_quieter (commit c2.0)"
-    rows = {row.measurement: row for row in table.rows}
-    assert rows["llmsys --help"].ratio == pytest.approx(80.0) and rows["llmsys --help"].headline
-    assert rows["llmsys verify --help"].ratio == pytest.approx(45.0) and rows["llmsys verify --help"].peer == "9.00 s"
-    assert bench.results_table({"after": run(1.0, 0.1, 0.2)}).rows[0].ratio is None  # no baseline: no ratio
-
-
 @pytest.mark.parametrize(
     ("name", "required"),
     [

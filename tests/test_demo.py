@@ -213,7 +213,7 @@ def test_sparse_layouts_keys_and_memory(served):
     # the flash blocks keep q, k, v, the output and the log-sum-exp: the same for every layout, O(S D)
     flash = measured["flash blocks (runs here)"]
     assert flash.nunique() == 1 and qkv_mb < flash.iloc[0] < qkv_mb * 4 / 3 + 0.01
-    assert "scripts/bench/sparse_attention.py" in bench_note and bench.get("visible") is False  # a hint, no table
+    assert "benchmarks.sparse_attention" in bench_note and bench.get("visible") is False  # a hint, no table
 
 
 def generate(client, prompt="A hacker is", names=("rope",), strategy="greedy", max_new=8, beams=2,

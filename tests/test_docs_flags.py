@@ -42,7 +42,7 @@ EXTERNAL = {
     "scripts/pe_zoo.py": {"out"},
     "tensorboard": {"logdir"},
     "lm_eval": {"model", "model_args"},
-    "benchmarks": {"json", "readme", "datatrove_python", "part"},
+    "benchmarks": {"json", "readme", "part"},
     "scripts/examples/smollm2_lora_sft.py": {"output_dir"},
 }
 FLAG = re.compile(r"(?<![\w-])--([a-zA-Z][\w-]*)")
@@ -140,7 +140,9 @@ def test_every_flag_named_in_a_commands_help_exists(parsers):
                 if other in cli.SUBCOMMANDS:
                     problems += filter(None, (check_flag(f, parsers[other], f"llmsys {name} --help: llmsys {other}")
                                               for f in FLAG.findall(rest)))  # fmt: skip
-            bare = re.sub(r"llmsys \w+[^;,()`]*", "", re.sub(r"scripts/\S+ --\w+", "", text))  # a script's own flags
+            bare = re.sub(
+                r"llmsys \w+[^;,()`]*", "", re.sub(r"(?:scripts/|benchmarks\.)\S+ --\w+", "", text)
+            )  # a script's own flags
             problems += filter(
                 None, (check_flag(f, parsers[name], f"llmsys {name} --help") for f in FLAG.findall(bare))
             )

@@ -37,8 +37,6 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*(slow|no-run:\s*(?P<reason>.+?))\s*-->\s*$")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-# benchmarks whose scripts do not write through scripts/bench/results_files.py yet
-NOT_YET_WRITTEN_BY_RESULTS_FILES = ()
 DEMO_START_S = 600  # the demo loads SmolLM2 and starts its zoo's training before it serves the page
 
 
@@ -274,30 +272,41 @@ def test_relative_links_resolve():
 
 
 def test_readme_performance_table_is_the_generated_one():
-    sys.path.insert(0, str(REPO / "scripts" / "bench"))
-    import results_files
+    from benchmarks import results_files
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert results_files.readme_with_table(readme, results_files.readme_table()) == readme, (
         "the README's performance block differs from benchmarks/results: run "
-        "`python scripts/bench/results_files.py --readme README.md`"
+        "`python -m benchmarks.results_files --readme README.md`"
     )
 
 
 def test_benchmark_tables_are_generated_from_their_json(tmp_path):
     """Each benchmarks/results/*.md is what results_files renders from its JSON now."""
-    sys.path.insert(0, str(REPO / "scripts" / "bench"))
     import json
 
-    import results_files
+    from benchmarks import results_files
 
     for path in sorted((REPO / "benchmarks" / "results").glob("*.json")):
-        if path.stem.startswith(NOT_YET_WRITTEN_BY_RESULTS_FILES):
-            continue
         results = json.loads(path.read_text(encoding="utf-8"))
-        assert "table" in results, f"{path.name}: not written by scripts/bench/results_files.py"
+        assert "table" in results, f"{path.name}: not written by benchmarks/results_files.py"
         expected = results_files.markdown(results, path.name)
         assert path.with_suffix(".md").read_text(encoding="utf-8") == expected, f"{path.name}: regenerate its table"
+
+
+def test_every_results_file_and_benchmark_a_page_names_exists():
+    """A page that names ``benchmarks/results/NAME`` or ``benchmarks.NAME`` / ``benchmarks/NAME.py`` names a file
+    that is there (issue 54 item 10: no page cites a run that was never recorded)."""
+    missing = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for name in re.findall(r"benchmarks/results/([\w.-]+\.(?:json|md))", text):
+            if not (REPO / "benchmarks" / "results" / name).is_file():
+                missing.append(f"{page.relative_to(REPO)}: benchmarks/results/{name}")
+        for name in re.findall(r"benchmarks[./](\w+)(?:\.py)?\b", text):
+            if name != "results" and not (REPO / "benchmarks" / f"{name}.py").is_file():
+                missing.append(f"{page.relative_to(REPO)}: benchmarks.{name}")
+    assert not missing, "\n".join(missing)
 
 
 def test_docs_site_builds_strict(tmp_path):

@@ -5,7 +5,7 @@ forms (explicit and implicit prompt) and their one-line errors; pairs tokenized 
 the same prompt and answer (text template and chat template), fitted to --max_length; the job from a base (full and
 LoRA) and from an SFT adapter folder, with the reference TRL 1.16 uses for each, checked by recomputing the reward
 margin; the saved folder with `llmsys chat`, `export`, the demo's loader and `push` (loopback Hub); resuming.
-Equality with TRL's own DPOTrainer: tests/test_dpo_vs_trl.py; the learning check: scripts/bench/dpo_learning.py.
+Equality with TRL's own DPOTrainer: tests/test_dpo_vs_trl.py; the learning check: benchmarks/dpo_learning.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The learning check of `llmsys dpo` (scripts/bench/dpo_learning.py): a preference is learned, and TRL's own
+"""The learning check of `llmsys dpo` (benchmarks.dpo_learning): a preference is learned, and TRL's own
 DPOTrainer side by side on the same SFT folder, pairs and settings reaches the same.
 
 The slow test runs the bench as committed (benchmarks/results/dpo_learning-cpu.json: both model types, the default
@@ -9,18 +9,16 @@ to keep the script working and its results file well formed.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from script_modules import load_script
 
 pytest.importorskip("trl")
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "dpo_learning.py"
-
 
 def _bench():
-    return load_script(BENCH, "bench_dpo_learning")
+    from benchmarks import dpo_learning
+
+    return dpo_learning
 
 
 def test_the_bench_runs_and_writes_its_results_file(tmp_path):

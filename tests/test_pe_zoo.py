@@ -1,4 +1,4 @@
-"""The positional-encoding zoo end to end on a tiny budget: output layout and zoo.json format."""
+"""The positional-encoding zoo end to end on a tiny budget: output layout, zoo.json format, and what its rows say."""
 
 from __future__ import annotations
 
@@ -39,15 +39,30 @@ def test_layout_and_format(zoo):
         for row in run["results"]:
             assert (row["ppl"] is None) == (row["error"] is not None)
             if row["ppl"] is not None:
-                assert 1.0 < row["ppl"] < 10 * len(tokenizer) and row["tokens"] > 0
+                # three steps from a random start: about the uniform distribution's perplexity, never far worse
+                assert 1.0 < row["ppl"] < 1.05 * len(tokenizer) and row["tokens"] > 0
+
+
+def test_rope_scalings_change_nothing_within_the_training_length_and_act_beyond_it(zoo):
+    """The rope+linear / dynamic / yarn rows score the rope checkpoint with a scaling: within the training length
+    each scaling is applied by the length factor, 1 there, so their
+    perplexity is rope's; past it each scaling changes the rotation, so each differs from rope's."""
+    report = json.loads((zoo / "zoo.json").read_text())
+    train_length = report["settings"]["train_length"]
+    by_name = {run["name"]: {row["eval_length"]: row["ppl"] for row in run["results"]} for run in report["runs"]}
+    rope = by_name["rope"]
+    for name in ("rope+linear", "rope+dynamic", "rope+yarn"):
+        for length, ppl in by_name[name].items():
+            if length <= train_length:
+                assert ppl == pytest.approx(rope[length], rel=1e-9), (name, length)
+            else:
+                assert ppl != pytest.approx(rope[length], rel=1e-9), (name, length)
 
 
 def test_learned_positions_record_the_table_error_beyond_training_length(zoo):
     report = json.loads((zoo / "zoo.json").read_text())
-    learned = [run for run in report["runs"] if run["name"] == "learned"]
-    if not learned:
-        pytest.skip("the 'learned' encoding is not registered")
-    beyond = [row for row in learned[0]["results"] if row["eval_length"] > report["settings"]["train_length"]]
+    (learned,) = [run for run in report["runs"] if run["name"] == "learned"]
+    beyond = [row for row in learned["results"] if row["eval_length"] > report["settings"]["train_length"]]
     assert beyond and all(row["ppl"] is None and "max_position_embeddings" in row["error"] for row in beyond)
 
 

@@ -1,4 +1,4 @@
-"""`llmsys ppl` end to end on a tiny saved model, and a smoke run of scripts/bench/ppl.py."""
+"""`llmsys ppl` end to end on a tiny saved model, and a run of benchmarks.ppl."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from script_modules import load_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
@@ -180,7 +179,8 @@ def test_files_are_streamed_in_groups_and_read_line_by_line(saved_model, tmp_pat
 
 @pytest.mark.timeout(60)
 def test_bench_script_quick(tmp_path):
-    bench = load_script("scripts/bench/ppl.py", "bench_ppl")
+    from benchmarks import ppl as bench
+
     out = tmp_path / "ppl.json"
     results = bench.main(["--quick", "--max-tokens", "512", "--data-dir", str(tmp_path / "absent"), "--json", str(out)])
     assert json.loads(out.read_text())["text_tokens"] == results["text_tokens"] <= 512
@@ -188,7 +188,10 @@ def test_bench_script_quick(tmp_path):
     assert results["rel_diff_equal_set"] <= bench.REL_DIFF_GOAL
     assert results["doc"]["tokens_counted"] == results["doc"]["tokens_scored"] + 1
     assert results["ours_equal_set"]["tokens_scored"] == results["doc"]["tokens_scored"]
-    assert results["speed_ratio"] > 0
+    ours, doc = results["ours_equal_set"], results["doc"]
+    assert ours["tokens_per_s"] == pytest.approx(ours["tokens_scored"] / ours["seconds"])
+    assert results["speed_ratio"] == pytest.approx(ours["tokens_per_s"] / doc["tokens_per_s"])
+    assert json.loads(out.read_text())["table"]["peer"]  # the transformers docs' loop, named in the table
 
 
 def test_the_demo_and_chat_take_an_adapter_folder_as_ppl_does(saved_model, adapter_folder):

@@ -1,10 +1,10 @@
-"""Instruction tuning through real chat templates equals TRL 1.16 (issue 46: one chat path, the mask bench).
+"""Instruction tuning through real chat templates equals TRL 1.16 (issue 46: one chat path, the mask comparison).
 
 Four published templates (ChatML / Qwen2.5, Llama-3, Phi-3, Mistral-Instruct: `chat_template_fixtures.py`) on two
 local tokenizer bases (GPT-2 byte-level BPE, Mistral SentencePiece). Alpaca records under ``--template chat`` are
 one-turn conversations labelled by the conversation path: ids and labels identical to TRL's prompt-completion
 conversational path. Multi-turn conversations (``tests/fixtures/conversations/multi_turn.jsonl``) against TRL's
-``assistant_only_loss`` through the mask bench's comparison (TRL's own marked copies of the first three templates,
+``assistant_only_loss`` through the mask comparison (trl_masks.py) (TRL's own marked copies of the first three templates,
 ours of Mistral's): ids identical, labels differing only in whitespace tokens at span edges (ChatML: TRL's marked
 copy puts the generation prompt's ``"\\n"`` inside the reply), nothing else. Also: Phi-3's closing EOS with several
 assistant turns, and a template with no end-of-turn text (EOS appended, said in a log line).
@@ -39,23 +39,23 @@ def family_tokenizer(bases, tmp_path_factory, base: str, family: str):
     return chat_tokenizer(family, bases[base])
 
 
-def _bench():
+def _masks():
     pytest.importorskip("trl")
-    from test_sft_vs_trl import bench
+    import trl_masks
 
-    return bench
+    return trl_masks
 
 
 @pytest.mark.parametrize(("base", "family"), CASES)
 def test_alpaca_chat_equals_trl_prompt_completion(base, family, bases, tmp_path_factory):
     """Ids and labels identical to TRL's prompt-completion conversational path; the reply + the template's own
     end-of-turn text supervised, no EOS appended, generation from the exact generation prompt."""
-    bench = _bench()
+    masks = _masks()
     tok = family_tokenizer(bases, tmp_path_factory, base, family)
     template = load_template("chat", tok)
     assert isinstance(template, ChatPromptTemplate) and not template.appends_eos
-    ours = bench.our_examples(RECORDS, tok, template, 512)
-    trl = bench.trl_examples(RECORDS, tok, template, 512)
+    ours = masks.our_examples(RECORDS, tok, template, 512)
+    trl = masks.trl_examples(RECORDS, tok, template, 512)
     encoder = ConversationEncoder(tok, template, 512)
     end_of_turn = FAMILIES[family]["end_of_turn"]
     shifted = 0
@@ -68,7 +68,7 @@ def test_alpaca_chat_equals_trl_prompt_completion(base, family, bases, tmp_path_
             # warning: GPT-2's regex makes Llama-3's "\n\n" one token at the end of the prompt, two before a word),
             # so TRL supervises the generation prompt's trailing whitespace tokens; same ids, nothing else differs.
             assert example["input_ids"][: len(prompt_ids)] != prompt_ids
-            assert bench._mask_shift(example, reference, tok), (example, reference)
+            assert masks._mask_shift(example, reference, tok), (example, reference)
             shifted += 1
         (supervised,) = runs(example["input_ids"], example["labels"])
         text = tok.decode(supervised)
@@ -87,15 +87,15 @@ def test_alpaca_chat_equals_trl_prompt_completion(base, family, bases, tmp_path_
 
 
 def test_conversations_equal_trl_assistant_only_loss_up_to_whitespace_at_span_edges(bases, tmp_path_factory):
-    """The mask bench's conversation comparison on the multi-turn fixture (messages and ShareGPT, up to three
+    """The conversation comparison (trl_masks.py) on the multi-turn fixture (messages and ShareGPT, up to three
     assistant turns) and the ChatML test conversations, every family on every base: ids identical, labels identical
     or differing only in whitespace tokens at span edges, nothing unexplained."""
-    bench = _bench()
-    conversations = bench.fixture_conversations() + check_conversations(CONVERSATIONS)[0]
+    masks = _masks()
+    conversations = masks.fixture_conversations() + check_conversations(CONVERSATIONS)[0]
     assert sum(sum(m["role"] == "assistant" for m in c["messages"]) >= 2 for c in conversations) >= 10
     for base, family in CASES:
         tok = family_tokenizer(bases, tmp_path_factory, base, family)
-        result = bench.compare_conversations(conversations, tok, family)
+        result = masks.compare_conversations(conversations, tok, family)
         counts = result["counts"]
         assert counts["unexplained"] == 0, (base, family, result)
         assert result["conversations"] + result["refused_by_template"] == len(conversations)
@@ -112,7 +112,7 @@ def test_conversations_equal_trl_assistant_only_loss_up_to_whitespace_at_span_ed
 
 def test_every_assistant_turn_of_a_long_conversation_is_supervised_once(bases, tmp_path_factory):
     """Three assistant turns: three supervised runs, each the reply and the template's end-of-turn text, in order."""
-    fixture = _bench().fixture_conversations()
+    fixture = _masks().fixture_conversations()
     conversation = next(c for c in fixture if sum(m["role"] == "assistant" for m in c["messages"]) == 3)
     replies = [m["content"] for m in conversation["messages"] if m["role"] == "assistant"]
     for base, family in CASES:
@@ -128,21 +128,21 @@ def test_every_assistant_turn_of_a_long_conversation_is_supervised_once(bases, t
 
 
 def test_whitespace_edge_classification_is_checked_not_assumed():
-    bench = _bench()
+    masks = _masks()
     tok = chat_tokenizer("chatml", byte_bpe())
     ours, _ = ConversationEncoder(tok, ConversationTemplate(tok), 512).encode(check_conversations(CONVERSATIONS)[0][0])
     labels = ours["labels"]
     first = next(i for i, t in enumerate(labels) if t != IGNORE_INDEX)
     newline_before = {**ours, "labels": [*labels[: first - 1], ours["input_ids"][first - 1], *labels[first:]]}
     assert tok.decode(ours["input_ids"][first - 1 : first]) == "\n"  # the generation prompt's newline
-    assert bench.whitespace_edge(ours, newline_before, tok) and bench.whitespace_edge(newline_before, ours, tok)
+    assert masks.whitespace_edge(ours, newline_before, tok) and masks.whitespace_edge(newline_before, ours, tok)
     word_dropped = {**ours, "labels": [*labels[:first], IGNORE_INDEX, *labels[first + 1 :]]}
-    assert not bench.whitespace_edge(ours, word_dropped, tok)  # a reply token: not whitespace
+    assert not masks.whitespace_edge(ours, word_dropped, tok)  # a reply token: not whitespace
     other_ids = {**ours, "input_ids": [*ours["input_ids"][:-1], 0]}
-    assert not bench.whitespace_edge(ours, other_ids, tok)
+    assert not masks.whitespace_edge(ours, other_ids, tok)
     lone = next(i for i in range(1, first - 1) if tok.decode(ours["input_ids"][i : i + 1]) == "\n")
     far = {**ours, "labels": [*labels[:lone], ours["input_ids"][lone], *labels[lone + 1 :]]}
-    assert not bench.whitespace_edge(ours, far, tok)  # whitespace, but not at a span edge
+    assert not masks.whitespace_edge(ours, far, tok)  # whitespace, but not at a span edge
 
 
 def phi3_like(tok):

@@ -1,4 +1,4 @@
-"""Our SFT label masks against TRL 1.16 SFTTrainer's, on real Alpaca records (scripts/bench/sft_vs_trl.py).
+"""Our SFT label masks against TRL 1.16 SFTTrainer's, on real Alpaca records (the comparison: trl_masks.py).
 
 TRL is a test-only reference (the `reference` extra). Both sides tokenize prompt + response as one text, so rows
 are identical except for checked causes: TRL's keep-start truncation, TRL's doubled EOS on a tokenizer that appends
@@ -8,24 +8,17 @@ alpaca_5000.json on all four families. Real chat templates: test_sft_chat_templa
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from script_modules import load_script
 
 pytest.importorskip("trl")
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
+import trl_masks as bench  # noqa: E402  (after the skip: it imports TRL's settings)
+from chat_template_fixtures import BASES, CHAT_FAMILIES, base_tokenizer, chat_tokenizer  # noqa: E402
 
+from benchmarks.sft_vs_trl import quiet  # noqa: E402
+from hf_llmsys.data import IGNORE_INDEX, load_records, load_template  # noqa: E402
 
-def _bench():
-    module = load_script(BENCH, "bench_sft_vs_trl")
-    module.quiet()
-    return module
-
-
-bench = _bench()
+quiet()
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +33,12 @@ def gpt2(tmp_path_factory):
 def alpaca():
     if not bench.DEFAULT_RECORDS.is_file():
         pytest.skip(f"{bench.DEFAULT_RECORDS} not found (set LLMSYS_DATA_DIR)")
-    records, invalid = bench.load_records(bench.DEFAULT_RECORDS, skip_invalid=True)
+    records, invalid = load_records(bench.DEFAULT_RECORDS, skip_invalid=True)
     return records[:500]
 
 
 def test_masks_equal_trl_on_500_alpaca_records_or_are_explained(gpt2, alpaca):
-    template = bench.load_template("alpaca", gpt2)
+    template = load_template("alpaca", gpt2)
     result = bench.compare_masks(alpaca, gpt2, template, max_length=128)
     counts = result["counts"]
     assert counts["unexplained"] == 0, result
@@ -69,7 +62,7 @@ def test_every_tokenizer_family_matches_trl_on_a_sample(family, alpaca, tmp_path
     except ValueError as err:
         pytest.skip(str(err))
     records = alpaca[:FAMILY_SAMPLE]
-    result = bench.compare_masks(records, tokenizer, bench.load_template("alpaca", tokenizer), max_length=512)
+    result = bench.compare_masks(records, tokenizer, load_template("alpaca", tokenizer), max_length=512)
     counts = result["counts"]
     assert counts["unexplained"] == 0 and counts["seam_merge"] == 0, result
     if family == "t5_unigram":  # T5's post-processor appends </s> after TRL's EOS text: explained, checked
@@ -84,12 +77,12 @@ def test_every_tokenizer_family_matches_trl_on_a_sample(family, alpaca, tmp_path
 def test_every_tokenizer_family_matches_trl_on_all_of_alpaca_5000(family, tmp_path):
     if not bench.DEFAULT_RECORDS.is_file():
         pytest.skip(f"{bench.DEFAULT_RECORDS} not found (set LLMSYS_DATA_DIR)")
-    records, _ = bench.load_records(bench.DEFAULT_RECORDS, skip_invalid=True)
+    records, _ = load_records(bench.DEFAULT_RECORDS, skip_invalid=True)
     try:
         tokenizer = bench.load_tokenizer(family, tmp_path, records)
     except ValueError as err:
         pytest.skip(str(err))
-    result = bench.compare_masks(records, tokenizer, bench.load_template("alpaca", tokenizer), max_length=512)
+    result = bench.compare_masks(records, tokenizer, load_template("alpaca", tokenizer), max_length=512)
     counts = result["counts"]
     assert counts["unexplained"] == 0 and counts["seam_merge"] == 0, result
     explained = {"t5_unigram": "trl_double_eos"}.get(family)
@@ -98,7 +91,7 @@ def test_every_tokenizer_family_matches_trl_on_all_of_alpaca_5000(family, tmp_pa
 
 def test_short_template_masks_are_identical(gpt2, alpaca):
     # "### Response: {output}": TRL's prompt ends in a space, its common-prefix rule lands on our boundary.
-    result = bench.compare_masks(alpaca[:200], gpt2, bench.load_template("short", gpt2), max_length=512)
+    result = bench.compare_masks(alpaca[:200], gpt2, load_template("short", gpt2), max_length=512)
     assert result["counts"]["identical"] == 200, result
 
 
@@ -109,7 +102,7 @@ def test_classification_is_checked_not_assumed(gpt2):
         {"instruction": "word " * 60, "input": "", "output": "A long enough answer " * 3},  # over 64 tokens
         {"instruction": "Name a colour.", "input": "", "output": "Blue."},
     ]
-    template = bench.load_template("alpaca", gpt2)
+    template = load_template("alpaca", gpt2)
     result = bench.compare_masks(records, gpt2, template, max_length=64)
     assert result["counts"]["identical"] == 2 and result["counts"]["seam_merge"] == 0  # both supervise ':"'
     assert result["counts"]["truncation"] == 1 and result["examples"]["truncation_records"] == [1]
@@ -117,7 +110,7 @@ def test_classification_is_checked_not_assumed(gpt2):
     ours = bench.our_examples(records[2:], gpt2, template, 64)[0]
     trl = bench.trl_examples(records[2:], gpt2, template, 64)[0]
     assert ours == trl
-    wrong_label = {**ours, "labels": [bench.IGNORE_INDEX, *ours["labels"][1:-1], bench.IGNORE_INDEX]}
+    wrong_label = {**ours, "labels": [IGNORE_INDEX, *ours["labels"][1:-1], IGNORE_INDEX]}
     wrong_id = {**ours, "input_ids": [*ours["input_ids"][:-2], 0, ours["input_ids"][-1]]}
     extra_eos = {k: v + [gpt2.eos_token_id] for k, v in ours.items()}
     for bad in (wrong_label, wrong_id):
@@ -127,41 +120,53 @@ def test_classification_is_checked_not_assumed(gpt2):
 
 
 def test_smollm2_chat_template_masks_are_identical():
+    from transformers import AutoTokenizer
+
     from hf_llmsys.checkpoints import find_smollm2
 
     if find_smollm2() is None:
         pytest.skip("SmolLM2 checkpoint not converted: run python scripts/fetch_smollm2.py")
     if not bench.DEFAULT_RECORDS.is_file():
         pytest.skip(f"{bench.DEFAULT_RECORDS} not found")
-    tokenizer = bench.load_tokenizer("smollm2", Path("."))
-    records = bench.load_records(bench.DEFAULT_RECORDS, skip_invalid=True)[0][:200]
-    result = bench.compare_masks(records, tokenizer, bench.load_template("chat", tokenizer), max_length=256)
+    tokenizer = AutoTokenizer.from_pretrained(find_smollm2())
+    records = load_records(bench.DEFAULT_RECORDS, skip_invalid=True)[0][:200]
+    result = bench.compare_masks(records, tokenizer, load_template("chat", tokenizer), max_length=256)
     # --template chat goes through the conversation labeller: the generation prompt's newline is prompt, the reply,
     # "<|im_end|>" and the newline after it are supervised, exactly as TRL's prompt-completion conversational path
     assert result["counts"]["identical"] == 200, result
 
 
-def test_chat_masks_part_writes_counts_trl_version_and_a_table(tmp_path):
-    """``--part masks --chat_family``: Alpaca one-turn and multi-turn conversations against TRL, per base and family,
-    with TRL's version and the whitespace rule in the JSON and a generated Markdown table."""
-    if not bench.DEFAULT_RECORDS.is_file() or not (bench.SHARED_DATA / "tokenizers" / "gpt2").is_dir():
-        pytest.skip(f"{bench.SHARED_DATA} lacks alpaca_5000.json or the GPT-2 tokenizer (set LLMSYS_DATA_DIR)")
-    import trl
+CHAT_RECORDS, CHAT_CONVERSATIONS = 20, 12  # the default suite's sample; the slow test: 300 and 200
 
-    out = tmp_path / "masks.json"
-    bench.main(["--part", "masks", "--chat_family", "mistral_instruct", "--chat_bases", "gpt2", "--n", "20",
-                "--conversations", "12", "--json", str(out)])  # fmt: skip
-    masks = json.loads(out.read_text())["masks"]
-    assert masks["trl_version"] == trl.__version__ and "span" in masks["whitespace_rule"]
-    (run,) = masks["runs"]
-    assert run["alpaca_one_turn"]["counts"]["identical"] == 20
-    conversations = run["conversations"]
-    fixture = len(bench.fixture_conversations())
-    assert conversations["conversations"] + conversations["refused_by_template"] == fixture + 12
-    assert conversations["counts"]["identical"] == conversations["conversations"]  # Mistral: no whitespace edge
-    assert conversations["details"]["with_3+_assistant_turns"] > 0
-    table = out.with_suffix(".md").read_text()  # generated by results_files beside the JSON
-    assert (
-        "| label masks, gpt2 + mistral_instruct: one-turn records identical / conversations identical | 20/20 (0 unexplained)"
-        in table
-    )
+
+def _chat_cases(records: int, conversations: int, families, bases, tmp_path):
+    """Alpaca records as one-turn conversations against TRL's prompt-completion conversational path, and the
+    multi-turn fixture plus conversations built from Alpaca records against TRL's ``assistant_only_loss``, for each
+    (base, family): nothing unexplained, and where the template renders them, every conversation compared."""
+    if not bench.DEFAULT_RECORDS.is_file():
+        pytest.skip(f"{bench.DEFAULT_RECORDS} not found (set LLMSYS_DATA_DIR)")
+    alpaca = load_records(bench.DEFAULT_RECORDS, skip_invalid=True)[0]
+    conversations = bench.fixture_conversations() + bench.alpaca_conversations(alpaca[records:], conversations)
+    for base_name in bases:
+        base = base_tokenizer(base_name, tmp_path / base_name)
+        for family in families:
+            tokenizer = chat_tokenizer(family, base)
+            one_turn = bench.compare_masks(alpaca[:records], tokenizer, load_template("chat", tokenizer), 256)
+            multi = bench.compare_conversations(conversations, tokenizer, family)
+            assert one_turn["counts"]["unexplained"] == 0, (base_name, family, one_turn)
+            assert multi["counts"]["unexplained"] == 0, (base_name, family, multi)
+            assert multi["conversations"] + multi["refused_by_template"] == len(conversations)
+            assert multi["details"]["with_3+_assistant_turns"] > 0
+            if family == "mistral_instruct":  # no whitespace between turns: identical, one-turn and multi-turn
+                assert one_turn["counts"]["identical"] == records, one_turn
+                assert multi["counts"]["identical"] == multi["conversations"] < len(conversations)  # system turns
+
+
+def test_alpaca_and_conversations_through_a_chat_template_match_trl(tmp_path):
+    _chat_cases(CHAT_RECORDS, CHAT_CONVERSATIONS, ["mistral_instruct", "chatml"], ["gpt2"], tmp_path)
+
+
+@pytest.mark.slow  # 8 (base, family) pairs x (300 records + ~210 conversations) through TRL's preparation
+@pytest.mark.timeout(3600)
+def test_every_chat_family_on_every_base_matches_trl_on_300_records_and_200_conversations(tmp_path):
+    _chat_cases(300, 200, list(CHAT_FAMILIES), BASES, tmp_path)

@@ -1,4 +1,4 @@
-"""scripts/bench/sft_vs_trl.py --part learn trains on ``--threads`` torch threads and records them (issue 46).
+"""python -m benchmarks.sft_vs_trl --part learn trains on ``--threads`` torch threads and records them (issue 46).
 
 Both trainers see the same batches step for step (checked by tracing them); llmsys_gpt3's runs at lr 3e-3 are then
 decided by float rounding, which changes with the number of threads (seed 0: ours 0.175 on one thread, 1.000 on
@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from script_modules import load_script
 
 pytest.importorskip("trl")
 
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "sft_vs_trl.py"
-bench = load_script(BENCH, "bench_sft_vs_trl_learn_threads")
+from benchmarks import sft_vs_trl as bench  # noqa: E402
 
 
 def test_learn_part_trains_on_threads_and_restores_the_count(monkeypatch, tmp_path):

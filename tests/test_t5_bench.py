@@ -1,36 +1,47 @@
-"""Smoke test of scripts/bench/t5_vs_hf.py: runs end to end on a tiny model and writes sane JSON."""
+"""benchmarks.t5_vs_hf end to end on a tiny model: the same training as transformers' T5 on the same weights, and
+every ratio it reports computed from its own rows (timings themselves are the machine's, never asserted)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import statistics
 
 import pytest
-from script_modules import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "t5_vs_hf.py"
+from benchmarks import t5_vs_hf as bench
 
 
 def test_t5_vs_hf_tiny(tmp_path):
-    bench = load_script(SCRIPT, "bench_t5_vs_hf")
     out = tmp_path / "results.json"
     bench.main(["--tiny", "--steps", "2", "--repeats", "1", "--new-tokens", "3", "--batch", "2", "--input-length", "12",
                 "--target-length", "6", "--prompt", "8", "--compile", "--compile-backend", "aot_eager",
                 "--load-repeats", "1", "--json", str(out)])  # fmt: skip
     results = json.loads(out.read_text())
     assert results["model_shape"] == "tiny" and results["logits_max_abs_diff"] <= bench.LOGITS_TOL
+    assert results["benchmark"] == "t5_vs_hf" and results["table"]["peer"] == "transformers"
     training = results["training"]
     pairs = zip(training["ours"]["losses"], training["theirs"]["losses"], strict=True)
     assert all(abs(a - b) < 1e-4 for a, b in pairs)  # same weights, same batches: the two models train alike
-    assert training["ratio"] > 0 and training["cpu_ratio"] > 0 and len(training["ours"]["step_s"]) == 2
+    peak = results["limits"][f"peak_flops_{training['precision']}"]
     for name in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled"):
-        assert training[name]["tokens_per_s"] > 0 and 0 < training[name]["mfu"]
+        side = training[name]
+        assert len(side["step_s"]) == 2 and side["median_step_s"] == statistics.median(side["step_s"])
+        assert side["tokens_per_s"] == pytest.approx(training["tokens_per_step"] / side["median_step_s"])
+        assert side["tokens_per_cpu_s"] == pytest.approx(training["tokens_per_step"] / statistics.median(side["cpu_s"]))
+        assert side["mfu"] == pytest.approx(training["flops_per_step"] / side["median_step_s"] / peak)
+    rate = {name: training[name]["tokens_per_s"] for name in ("ours", "theirs", "ours_compiled", "theirs_compiled")}
+    assert training["ratio"] == pytest.approx(rate["ours"] / rate["theirs"])
+    assert training["cpu_ratio"] == pytest.approx(
+        training["ours"]["tokens_per_cpu_s"] / training["theirs"]["tokens_per_cpu_s"]
+    )
+    assert training["compiled_ratio"] == pytest.approx(rate["ours_compiled"] / rate["theirs_compiled"])
+    assert training["ratio_vs_theirs_compiled"] == pytest.approx(rate["ours"] / rate["theirs_compiled"])
     # ours trains with the chunked loss, as llmsys train does, beside the plain loss: the same losses
-    assert training["loss_chunk_size"] == bench.default_chunk_size("cpu") and training["plain_loss_ratio"] > 0
+    assert training["loss_chunk_size"] == bench.default_chunk_size("cpu")
+    assert training["plain_loss_ratio"] == pytest.approx(training["ours_plain_loss"]["tokens_per_s"] / rate["theirs"])
     assert training["ours"]["losses"] == [pytest.approx(x, rel=1e-5) for x in training["ours_plain_loss"]["losses"]]
     assert training["ours_compiled"]["losses"] == [pytest.approx(x, rel=1e-4) for x in training["ours"]["losses"]]
-    assert training["compiled_ratio"] > 0 and training["ratio_vs_theirs_compiled"] > 0
-    # the round-by-round ratios (scripts/bench/round_ratios.py), as in llama_vs_hf.py
+    # the round-by-round ratios (benchmarks/training_sides.py), as in llama_vs_hf
     assert set(training["per_round"]) == {"ours/theirs", "ours_plain_loss/theirs", "ours/theirs_compiled",
                                           "ours_compiled/theirs_compiled"}  # fmt: skip
     own, reference = training["ours"]["step_s"], training["theirs"]["step_s"]
@@ -38,8 +49,16 @@ def test_t5_vs_hf_tiny(tmp_path):
     rounds = training["per_round"]["ours/theirs"]
     assert rounds["rounds"] == 2 and rounds["median"] == pytest.approx(sum(ratios) / 2)
     assert min(ratios) <= rounds["q1"] <= rounds["median"] <= rounds["q3"] <= max(ratios)
-    assert results["limits"]["peak_flops_fp32"] > 0 and len(results["machine_before"]["load_average"]) == 3
     load = results["load_time"]
-    assert load["ours"]["median_s"] > 0 and load["theirs"]["median_s"] > 0 and load["ratio"] > 0
+    assert load["ratio"] == pytest.approx(load["ours"]["median_s"] / load["theirs"]["median_s"])
     beam = results["beam_search"]
-    assert beam["outputs_identical"] and beam["speedup"] > 0 and beam["cpu_speedup"] > 0 and beam["new_tokens"] == 3
+    assert beam["outputs_identical"] and beam["new_tokens"] == 3 and beam["num_beams"] == 4
+    assert beam["speedup"] == pytest.approx(beam["theirs"]["median_s"] / beam["ours"]["median_s"])
+    assert beam["cpu_speedup"] == pytest.approx(beam["theirs"]["median_cpu_s"] / beam["ours"]["median_cpu_s"])
+    # the table: training a rate (ours / peer), beam search and loading costs (peer / ours), the JSON's figures
+    rows = {row["measurement"].split(" (")[0]: row for row in results["table"]["rows"]}
+    assert rows["training fp32, tokens/s"]["ratio"] == pytest.approx(training["ratio"])
+    assert rows["beam search, latency s"]["ratio"] == pytest.approx(beam["speedup"])
+    assert rows["from_pretrained, s"]["ratio"] == pytest.approx(1 / load["ratio"])
+    assert rows["training fp32, both compiled, tokens/s"]["ratio"] == pytest.approx(training["compiled_ratio"])
+    assert [r.__dict__ for r in bench.results_table(results).rows] == results["table"]["rows"]

@@ -2,7 +2,7 @@
 
 Thresholds are the paper's, as datatrove ships them. Words are our tokens (``text.split_words``: punctuation runs
 are tokens of their own; jieba for Chinese); datatrove tokenises with spaCy, so a few borderline documents are
-decided differently (scripts/bench/cleaning.py measures how many).
+decided differently.
 """
 
 from __future__ import annotations

@@ -84,8 +84,7 @@ class LanguageFilter(DocumentStep):
     The identified language is what later steps see as the document's language (e.g. Gopher rules apply to
     English only; MinHash uses character n-grams for Chinese). C4 kept pages that langdetect called English with
     probability >= 0.99; that is the "c4" recipe's setting. Chinese is reported as "zh" (langdetect's zh-cn and
-    zh-tw). Detection reads the first `max_chars` characters: its cost grows with them (langdetect against langid:
-    ``scripts/bench/cleaning.py --engine ray``, results in ``benchmarks/results/``).
+    zh-tw). Detection reads the first `max_chars` characters: its cost grows with them.
 
     Parameters:
         languages: codes to keep (default ["en", "zh"]); langdetect's ISO 639-1 codes, "zh" for Chinese.

@@ -62,7 +62,7 @@ def build_parser() -> CommandParser:
         "--sparse_bench",
         type=Path,
         default=None,
-        help="JSON written by scripts/bench/sparse_attention.py --json, shown in the sparse tab",
+        help="JSON written by python -m benchmarks.sparse_attention --json, shown in the sparse tab",
     )
     for name, help_text in (
         ("max_chars", "characters of pasted text"),

@@ -17,9 +17,9 @@ the generation prompt is not. That is TRL's prompt-completion conversational pat
 is everything after ``apply_chat_template(prompt, add_generation_prompt=True)``, when that prompt's ids are a prefix
 of the whole's). TRL's ``assistant_only_loss`` supervises what its ``{% generation %}`` markers enclose, whose edges
 may sit on other whitespace (TRL's marked Qwen2.5 copy also marks the generation prompt's ``"\\n"``): whitespace
-tokens at span edges are the only difference (``scripts/bench/sft_vs_trl.py --part masks --chat_family all``
-classifies each as ``whitespace_edge``, checked, on four template families and two tokenizer bases;
-benchmarks/results/sft_vs_trl-masks.md; tests/test_sft_chat_templates.py).
+tokens at span edges are the only difference (tests/trl_masks.py classifies each as
+``whitespace_edge``, checked, on four template families and two tokenizer bases: tests/test_sft_vs_trl.py,
+tests/test_sft_chat_templates.py).
 A template that writes text only when it closes a conversation (Phi-3 writes ``eos_token`` when
 ``add_generation_prompt`` is false) makes ``apply_chat_template(messages[:i + 1])`` end with that closing text where
 the next turn follows in ``text``; a middle turn's span ends before it (the last turn's span keeps it, as TRL's

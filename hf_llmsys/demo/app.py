@@ -366,7 +366,7 @@ def build_sparse_tab(ctx: DemoContext) -> list[Loader]:
     measured = table("memory measured: MB saved for backward by one attention call", elem_id="memory-measured")
     derived = table("memory derived from the layout (MB)", elem_id="memory-derived")
     bench_note = gr.Markdown(elem_id="bench-note")
-    bench = table("scripts/bench/sparse_attention.py figures", max_height=300, visible=False)
+    bench = table("benchmarks.sparse_attention figures", max_height=300, visible=False)
     outputs = [picture, keys, measured, derived, bench_note, bench]
     inputs = [length, stride, window, summary, heads, head_dim]
     run.click(sparse, inputs, outputs, api_name="sparse")

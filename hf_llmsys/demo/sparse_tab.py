@@ -165,13 +165,13 @@ def derived_memory(length: int, heads: int, head_dim: int, stride: int, window: 
     return pd.DataFrame(rows)
 
 
-BENCH_HINT = ("No benchmark file configured: run `python scripts/bench/sparse_attention.py --json "
+BENCH_HINT = ("No benchmark file configured: run `python -m benchmarks.sparse_attention --json "
               "runs/bench/sparse_attention.json`, then start the demo with "
               "`--sparse-bench runs/bench/sparse_attention.json`.")  # fmt: skip
 
 
 def bench_table(path: Path | None) -> pd.DataFrame | None:
-    """The figures of ``scripts/bench/sparse_attention.py --json PATH`` when such a file is configured, else None."""
+    """The figures of ``python -m benchmarks.sparse_attention --json PATH`` when such a file is configured, else None."""
     if path is None or not Path(path).is_file():
         return None
     results = json.loads(Path(path).read_text())  # {variant: {seq_len: {"ms", "peak_mb", "saved_mb", ...}}}

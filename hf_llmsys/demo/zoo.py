@@ -269,5 +269,5 @@ def training_status(events: list[dict], preset: dict, elapsed: float) -> str:
     else:
         where = "tokenizer and data"
     steps = preset.get("steps", "?")
-    return (f"Training the demo zoo in the background ({total_runs} encodings x {steps} steps, <= 3 min on 2 cores): "
+    return (f"Training the demo zoo in the background ({total_runs} encodings x {steps} steps): "
             f"{done}/{total_runs} models done, {where}; {elapsed:.0f} s so far. Tabs 2 and 4 fill in when it ends.")  # fmt: skip

@@ -13,7 +13,7 @@ at its last scored token with as much left context as max_length allows. ``strid
 lm-eval-harness 0.4.13's ``loglikelihood_rolling`` (tested against it); ``stride == 1`` gives every token a full
 window. (The transformers doc loop, "Perplexity of fixed-length models", feeds L tokens but uses only L - 1
 predictions per window: it is this plan with max_length = L - 1 and the first token of the text unscored, except
-that its final window is not end-aligned; see scripts/bench/ppl.py.)
+that its final window is not end-aligned; see benchmarks/ppl.py.)
 
 The pieces: ``model_limits`` (context length, learned table or not, read from the blocks' ``has_length_limit``),
 ``window_planning`` (the pure plan), ``window_batching`` (batched forwards, NLL per token in float32),

@@ -104,7 +104,7 @@ class ZooSettings:
 
 # Budgets as data. "smoke": seconds, for tests of the output format. "demo": what `llmsys demo` trains in the
 # background on first run: every encoding, 500 steps of 16 x 64 tokens, evaluated at 0.5x ... 8x the training length
-# on 40k held-out characters, in <= 3 minutes on 2 CPU cores (scripts/bench/demo_latency.py --zoo-train measures it).
+# on 40k held-out characters (python -m benchmarks.demo_latency --zoo-train measures how long it takes).
 # One thread: these models are so small that more threads cost CPU time without saving wall time, and the other
 # core stays free for the page.
 PRESETS: dict[str, dict] = {

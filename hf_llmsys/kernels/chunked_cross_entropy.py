@@ -46,7 +46,7 @@ from .weight_major import PLAIN_LINEAR_TYPES
 
 # Tokens per chunk: at V = 49,152 one chunk's fp32 logits are 48 MiB. They are alive at the end of the forward,
 # beside every layer's activations: on the CPU larger chunks raise a SmolLM2-shaped step's peak, and the (256, H) x
-# (H, V) matmuls already run at the speed of larger ones (scripts/bench/train_step_variants.py).
+# (H, V) matmuls already run at the speed of larger ones (train_step_variants.py in git history).
 DEFAULT_CHUNK_SIZE = 256
 # On a GPU each chunk's dozen kernel launches are what costs: 2,048-token chunks are faster than 256 at about the
 # same peak, still far below the plain loss's (scripts/gpu_bench.sh). The training jobs' default chunk per device

@@ -7,7 +7,7 @@ Legend: B batch, S query length, K key length, H query heads, G key/value heads 
   torch.compile it repeats every cached key and value to the H query heads (``repeat_kv``), which inductor on the
   CPU runs as a (B, H, K, D) copy per layer and token; packed onto the key/value heads the call is faster in fp32
   and bf16, and so is a compiled static-cache greedy decode, with the same tokens
-  (``scripts/bench/decode_step_overhead.py``, ``scripts/bench/llama_vs_hf.py``). Without a mask transformers passes
+  (``benchmarks/llama_vs_hf.py``; the per-call figures: ``decode_step_overhead.py`` in git history). Without a mask transformers passes
   ``enable_gqa``, which the CPU kernel takes itself, at least as fast as packing: left to it.
 - ``sdpa_without_grouped_heads``: devices and dtypes of ``SDPA_WITHOUT_GROUPED_HEADS``, whose fused SDPA kernels take
   no grouped heads. On CUDA fp32 SDPA with ``enable_gqa`` falls back to the math kernel (flash and cuDNN take no
@@ -15,7 +15,7 @@ Legend: B batch, S query length, K key length, H query heads, G key/value heads 
   key/value heads, memory-efficient attention runs instead, in fewer kernels. For longer queries the math kernel
   also builds and, in training, keeps the (B, H, S, K) scores.
   bf16 takes ``enable_gqa`` in cuDNN's kernel, and the CPU's SDPA kernel takes grouped heads too
-  (``scripts/bench/decode_step_overhead.py``).
+  (``decode_step_overhead.py`` in git history).
 
 ``DecodingAttention`` is ``models.attention.GroupedQueryAttention`` whose "sdpa" calls go through ``grouped_sdpa``:
 these two calls where they apply, transformers' sdpa function everywhere else (a layer with a score

@@ -13,7 +13,7 @@ backward through the kernel's own backward, given the global output and
 logsumexp (Dao et al. 2022, "FlashAttention", Algorithm 2; the split-softmax identity of ring attention): the
 gradient of a union of key sets is the sum of the per-call gradients. Each part runs in ``PIECES`` calls of
 consecutive blocks, so a call's transient gradients are a fraction of one batch row's inputs: peak memory stays
-near the dense flash kernel's, see ``scripts/bench/sparse_attention.py``.
+near the dense flash kernel's, see ``benchmarks/sparse_attention.py``.
 
 Used by the block-kernel layouts (``layout_kernels.py``, ``hf_llmsys.kernels.sparse_attention``) for CPU tensors
 without dropout (the kernel takes no random state to replay); other devices run the autograd kernels of

@@ -16,7 +16,7 @@ saved views is unpacked, so it is made once: q_proj, k_proj and v_proj each save
 Each recompute runs under the autocast state its tensor was made under, so its values are the forward's. Under
 autocast a projection saves its own cast of the norm output, not the output: ``autocast_inputs`` makes each
 projection's cast and registers it too (a lower bf16 peak at the same step time and bitwise the same gradients,
-``scripts/bench/train_step_variants.py``).
+``train_step_variants.py`` in git history).
 
 It stands aside (a plain context) when no gradient is being recorded, under ``torch.compile`` (AOTAutograd chooses
 what to recompute itself, and dynamo does not trace saved-tensor hooks), and when other saved-tensor hooks are

@@ -6,7 +6,7 @@ A decode step projects a handful of rows (one per sequence or beam) through ever
 the weights. ``F.linear`` asks the BLAS for x Wᵀ; the same product written (W xᵀ)ᵀ is another BLAS call, with the
 weight as the left, untransposed operand (``_weight_major``). On an x86 CPU with MKL in fp32 it is faster for the
 LM head at one to eight rows and for weights of about a million elements and more; timed alone the smaller weights
-settle nothing, but in a whole greedy decode (``scripts/bench/llama_vs_hf.py``, identical tokens) a lower threshold
+settle nothing, but in a whole greedy decode (``benchmarks/llama_vs_hf.py``, identical tokens) a lower threshold
 wins. So the weight-major call runs for weights of at least ``MIN_WEIGHT_ELEMENTS`` (every projection of those models,
 t5-small's included; tiny test models' weights stay below) and at most ``MAX_ROWS`` rows; one row is repeated to
 two (a matrix product instead of MKL's slower matrix-vector one) and one result kept. The rule
@@ -16,8 +16,7 @@ order), and are the same for the same rows, weight and input every time.
 
 Traced by ``torch.compile`` the rule is the same and the product stays this BLAS call (inductor leaves matrix
 products to the BLAS on the CPU), so a compiled forward gives the eager bits; a compiled forward that fell back to
-``F.linear`` would run MKL's matrix-vector product on one thread, a slower decode
-(``scripts/bench/llama_vs_hf.py --compile``).
+``F.linear`` would run MKL's matrix-vector product on one thread, a slower decode.
 
 Everything else is ``F.linear`` exactly: training (a gradient to compute), more rows, small weights, other devices
 and dtypes than CPU float32 with MKL (only measured there), tensor subclasses; the rule is read per call, so a

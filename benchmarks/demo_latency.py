@@ -15,11 +15,11 @@
    on first run): goal <= 180 s on 2 cores. Wall and CPU seconds are printed; CPU seconds stay comparable when
    other jobs share the machine.
 
-    python scripts/bench/demo_latency.py --json benchmarks/results/demo_latency-cpu.json   # + results file
-    python scripts/bench/demo_latency.py                       # the cached demo zoo (or --zoo DIR)
-    python scripts/bench/demo_latency.py --zoo-train           # also time the background training (and use
+    python -m benchmarks.demo_latency --json benchmarks/results/demo_latency-cpu.json   # + results file
+    python -m benchmarks.demo_latency                       # the cached demo zoo (or --zoo DIR)
+    python -m benchmarks.demo_latency --zoo-train           # also time the background training (and use
                                                                # that zoo when none is cached)
-    python scripts/bench/demo_latency.py --reps 5
+    python -m benchmarks.demo_latency --reps 5
 
 Prints the load average beside the figures: numbers are noisy when other processes share the CPU.
 """
@@ -35,9 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import argument_parser, results_files
 
 os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
@@ -203,7 +201,7 @@ def results_table(results: dict) -> results_files.Table:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__spec__.name, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zoo", default=None, help="zoo folder (default: the full zoo or the cached demo zoo)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=512)

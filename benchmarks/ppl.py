@@ -19,9 +19,9 @@ window; the doc loop does not), so the text is cut to n tokens with (n - L) % st
 That pair is compared (goal: relative difference <= 1e-4) and timed (goal: ours >= 1.0x the doc loop's
 tokens/s). The headline ``corpus_perplexity(max_length=L, stride)`` with bos (every token scored) is printed too.
 
-    python scripts/bench/ppl.py                    # default run (~2 min on 2 cores)
-    python scripts/bench/ppl.py --quick            # smoke run (seconds): tiny model, short text
-    python scripts/bench/ppl.py --max-tokens 60000 --batch-size 8 --json results.json
+    python -m benchmarks.ppl                    # default run (~2 min on 2 cores)
+    python -m benchmarks.ppl --quick            # smoke run (seconds): tiny model, short text
+    python -m benchmarks.ppl --max-tokens 60000 --batch-size 8 --json results.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -42,12 +41,10 @@ import hf_llmsys  # noqa: F401  (registers the Auto classes)
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import SHARED_DATA, argument_parser, results_files
 
 REL_DIFF_GOAL = 1e-4
 SPEED_GOAL = 1.0
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 MODEL_SHAPES = {
     "default": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4),
     "quick": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4),
@@ -59,14 +56,14 @@ WORKLOADS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, short text")
     parser.add_argument("--max-length", type=int)
     parser.add_argument("--stride", type=int)
     parser.add_argument("--max-tokens", type=int, help="tokens of text evaluated (a prefix of the corpus)")
     parser.add_argument("--batch-size", type=int, help="windows per forward for corpus_perplexity")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("LLMSYS_DATA_DIR", DEFAULT_DATA_DIR)))
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     for key, value in WORKLOADS[args.quick].items():

@@ -32,10 +32,10 @@ smaller); saved-for-backward memory (MB, kept from forward until backward: the p
 On CPU memory is counted by a dispatch mode that tracks every tensor the ops allocate and when it is freed; on
 CUDA by ``torch.cuda.max_memory_allocated``.
 
-    python scripts/bench/sparse_attention.py                                  # 1k ... 16k
-    python scripts/bench/sparse_attention.py --lengths 1024 2048 --reps 1     # quick
-    python scripts/bench/sparse_attention.py --device cuda --dtype bfloat16   # GPU (see scripts/gpu_check.sh)
-    python scripts/bench/sparse_attention.py --skip-kernel-level --model-profile  # only the model-level table
+    python -m benchmarks.sparse_attention                                  # 1k ... 16k
+    python -m benchmarks.sparse_attention --lengths 1024 2048 --reps 1     # quick
+    python -m benchmarks.sparse_attention --device cuda --dtype bfloat16   # GPU (see scripts/gpu_check.sh)
+    python -m benchmarks.sparse_attention --skip-kernel-level --model-profile  # only the model-level table
 
 Numbers are noisy when other processes share the CPU.
 """
@@ -46,7 +46,6 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -56,13 +55,10 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from hf_llmsys.kernels import sparse_attention
+from hf_llmsys.layout_views import flex_layout_attention
 
-from hf_llmsys.kernels import sparse_attention  # noqa: E402
-from hf_llmsys.layout_views import flex_layout_attention  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import argument_parser, results_files
 
 GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # at 8k, >= 5x faster and <= 1/4 memory
 MODEL_GOAL_SPEEDUP = 1.7  # one decoder layer at 8k, local and strided vs dense, forward + backward
@@ -460,7 +456,7 @@ def print_model_table(results: dict, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark, print the tables, return the raw results {"kernel": ..., "model": ...}."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__spec__.name, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)

@@ -29,8 +29,8 @@ accuracy and the rule-following share rose over the SFT model's; TRL side by sid
 loss on the same ids (tests/test_dpo_vs_trl.py: bit-identical first steps), so the tolerance is for float rounding
 grown over hundreds of steps, never reached in the committed runs (see the file).
 
-    python scripts/bench/dpo_learning.py --json benchmarks/results/dpo_learning-cpu.json
-    python scripts/bench/dpo_learning.py --model_types llmsys_llama --dpo_steps 100    # quicker, fewer claims met
+    python -m benchmarks.dpo_learning --json benchmarks/results/dpo_learning-cpu.json
+    python -m benchmarks.dpo_learning --model_types llmsys_llama --dpo_steps 100    # quicker, fewer claims met
 """
 
 from __future__ import annotations
@@ -39,18 +39,13 @@ import argparse
 import json
 import logging
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))  # the tiny-model and tokenizer helpers the SFT tests use
+from . import argument_parser, results_files
 
 INSTRUCTION = "Rearrange the digits."
 TOLERANCE = {"share": 0.05, "relative": 0.05}
@@ -85,9 +80,8 @@ def make_task(seed: int, sft_prompts: int, pairs: int, held_out: int, rule_share
 
 def build_sft_model(model_type: str, task: dict, workdir: Path, args) -> Path:
     """A random tiny base of `model_type`, instruction-tuned by `llmsys sft` on the task's mixed records."""
-    from sft_fixtures import save_base_model, task_tokenizer
-
     from hf_llmsys.training import sft
+    from tests.sft_fixtures import save_base_model, task_tokenizer  # the SFT tests' tiny bases
 
     (workdir / "sft.json").write_text(json.dumps(task["sft"]))
     tokenizer = task_tokenizer(task["sft"])
@@ -280,7 +274,7 @@ def quiet() -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__spec__.name, __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_types", nargs="+", default=["llmsys_llama", "llmsys_gpt3"])
     parser.add_argument("--sft_steps", type=int, default=300)
     parser.add_argument("--dpo_steps", type=int, default=300)

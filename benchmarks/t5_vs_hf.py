@@ -27,11 +27,10 @@ bf16 peak).
 Each measurement also records the process CPU time (all threads, ``time.process_time``): on a machine shared with
 other jobs, wall times swing with the load while CPU-time ratios stay comparable, so both ratios are printed.
 
-    python scripts/bench/t5_vs_hf.py                       # t5-small shapes (60M), ~ minutes on 2 cores
-    python scripts/bench/t5_vs_hf.py --tiny --steps 2 --repeats 1 --new-tokens 4     # seconds (smoke test)
-    python scripts/bench/t5_vs_hf.py --json results.json --threads 2
-    python scripts/bench/t5_vs_hf.py --malloc tcmalloc --load-repeats 0     # tcmalloc preloaded (malloc_choice.py)
-    python scripts/bench/t5_vs_hf.py --device cuda --precision bf16 --load-repeats 0      # on a GPU
+    python -m benchmarks.t5_vs_hf                       # t5-small shapes (60M), ~ minutes on 2 cores
+    python -m benchmarks.t5_vs_hf --tiny --steps 2 --repeats 1 --new-tokens 4     # seconds (smoke test)
+    python -m benchmarks.t5_vs_hf --json results.json --threads 2
+    python -m benchmarks.t5_vs_hf --device cuda --precision bf16 --load-repeats 0      # on a GPU
 
 Numbers are noisy when other processes share the CPU; interleaving keeps the comparison fair, not absolute.
 """
@@ -58,18 +57,16 @@ from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.kernels import default_chunk_size
 from hf_llmsys.presets import T5_PRESETS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import machine_limits  # noqa: E402  (scripts/bench/machine_limits.py)
-import malloc_choice  # noqa: E402  (scripts/bench/malloc_choice.py)
-import results_files  # noqa: E402  (scripts/bench/results_files.py)
-from loss_variants import (  # noqa: E402  (scripts/bench/loss_variants.py)
+from . import argument_parser, machine_limits, results_files
+from .training_sides import (
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
     chunk_size_arg,
+    fmt_round,
     make_optimizer,
+    per_round_ratios,
     training_variants,
 )
-from round_ratios import fmt_round, per_round_ratios  # noqa: E402  (scripts/bench/round_ratios.py)
 
 GOAL = 1.1
 LOGITS_TOL = 1e-4
@@ -77,7 +74,7 @@ TINY_SHAPE = dict(vocab_size=512, d_model=64, d_ff=128, d_kv=16, num_heads=4, nu
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__spec__.name, __doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="t5-small", choices=sorted(set(T5_PRESETS) - {"debug"}))
     parser.add_argument("--tiny", action="store_true", help="a drastically smaller model (for tests)")
     parser.add_argument("--feed-forward-proj", default="relu", help="'relu' (v1.0) or 'gated-gelu' (v1.1)")
@@ -103,11 +100,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where models train and search")
     add_optimizer_argument(parser)
-    malloc_choice.add_malloc_argument(parser)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training: fp32 or bf16 autocast")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     args = parser.parse_args(argv)
-    args.malloc = malloc_choice.use(args.malloc, parser, reexec=argv is None)
+    args.malloc = os.environ.get("LD_PRELOAD") or "glibc"  # the C allocator the timed runs use
     device = machine_limits.checked_device(parser, args.device)
     if args.train_loss_chunk_size is None:  # the training jobs' default on this device
         args.train_loss_chunk_size = default_chunk_size(device)
@@ -359,7 +355,7 @@ def main(argv=None) -> dict:
     log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
         f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
         f"{loss}{fmt_round(training, 'ours/theirs')}; optimizer {training.get('optimizer', 'adamw_torch')}; "
-        f"malloc {args.malloc}{malloc_choice.caveat(args.malloc, torch.device(args.device).type)}; "
+        f"malloc {args.malloc}; "
         f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
     if "plain_loss_ratio" in training:
         log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "

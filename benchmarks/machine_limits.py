@@ -25,7 +25,9 @@ import sys
 import time
 
 import torch
-from results_files import cpu_name
+
+from . import child_environment, module_command
+from .results_files import cpu_name
 
 
 def load() -> tuple[float, float, float] | None:
@@ -140,14 +142,13 @@ def training_flops_per_token(matmul_params: int, layers: int, width: int, seq: i
     return 6 * matmul_params + 12 * layers * width * seq
 
 
-def peak_rss_child(script: str, argv: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> dict:
-    """Run ``python script *argv`` in a fresh interpreter (``env``: variables added to this one's environment),
+def peak_rss_child(module: str, argv: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m module *argv`` in a fresh interpreter (``env``: variables added to this one's environment),
     which prints its results as one JSON line last (``peak_rss``: its own `self_peak_rss`); returns that dict."""
-    child_env = {**os.environ, **env} if env else None
-    done = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, timeout=timeout,
-                          env=child_env)  # fmt: skip
+    done = subprocess.run([*module_command(module), *argv], capture_output=True, text=True, timeout=timeout,
+                          env=child_environment(env))  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"{script} {' '.join(argv)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{module} {' '.join(argv)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
