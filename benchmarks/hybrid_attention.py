@@ -469,12 +469,14 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     measure = {"cache": measure_cache, "cost": measure_cost, "recall": measure_recall, "ppl": measure_ppl}
-    parts = {}
-    for name in args.part:
-        figures = measure[name](args)
-        parts[name] = {**figures, "environment": environment()}
+    parts, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        for name in args.part:
+            parts[name] = {**measure[name](args), "environment": environment()}
+    finally:
+        torch.set_num_threads(threads)
     results = write(args.json, parts)
     print(args.json.with_suffix(".md").read_text(encoding="utf-8"))
     return results
