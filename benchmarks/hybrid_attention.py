@@ -156,7 +156,7 @@ def exponent(lengths: list[int], seconds: list[float]) -> float:
     """Slope of the least-squares line of log(seconds) on log(length)."""
     xs, ys = [math.log(n) for n in lengths], [math.log(s) for s in seconds]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
 def cost_steps(layout: str, length: int, args) -> dict:
@@ -264,8 +264,8 @@ def measure_recall(args) -> dict:
                           intermediate_size=2 * args.recall_hidden, num_attention_heads=args.recall_heads,
                           max_position_embeddings=4 * args.recall_pairs, linear_chunk_size=32)  # fmt: skip
         train_generator = torch.Generator().manual_seed(1)  # every model sees the same sequences
-        batches = iter(lambda: recall_batch(args.recall_batch, args.recall_pairs, args.recall_keys,
-                                            args.recall_values, train_generator), None)  # fmt: skip
+        batches = iter(lambda g=train_generator: recall_batch(args.recall_batch, args.recall_pairs, args.recall_keys,
+                                                              args.recall_values, g), None)  # fmt: skip
         start = time.perf_counter()
         loss = train(model, batches, args.recall_steps, args.recall_lr)
         models[name] = {
@@ -312,7 +312,7 @@ def measure_ppl(args) -> dict:
                           max_position_embeddings=seq)  # fmt: skip
         generator = torch.Generator().manual_seed(1)
 
-        def batches():
+        def batches(generator=generator):
             while True:
                 starts = torch.randint(0, len(train_ids) - seq, (args.ppl_batch,), generator=generator)
                 ids = torch.stack([train_ids[s : s + seq] for s in starts.tolist()])
@@ -435,8 +435,12 @@ def parse_args(argv=None):
     add("--cost-hidden", type=int, default=256)
     add("--cost-heads", type=int, default=4)
     add("--reps", type=int, default=3)
-    add("--threads", type=int, default=1, help="torch threads (1: the CPU is shared; more threads than free cores "
-        "slow every op down many times)")
+    add(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: the CPU is shared; more threads than free cores slow every op down many times)",
+    )
     add("--recall-pairs", type=int, default=16)
     add("--recall-keys", type=int, default=64)
     add("--recall-values", type=int, default=64)

@@ -19,7 +19,9 @@ TOY = ["--cache-lengths", "16", "48", "--cache-hidden", "16", "--cost-lengths", 
 def report(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "hybrid_attention-cpu.json"
     hybrid_attention.main(["--json", str(path), "--part", "cache", "cost", *TOY])
-    hybrid_attention.main(["--json", str(path), "--part", "recall", "ppl", *TOY])  # a second run keeps the first's parts
+    hybrid_attention.main(
+        ["--json", str(path), "--part", "recall", "ppl", *TOY]
+    )  # a second run keeps the first's parts
     return path, json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -42,7 +44,9 @@ def test_cache_rows_are_the_byte_ratios_and_the_linear_cache_is_flat(report):
     assert cache[0]["linear"] == cache[1]["linear"] > 0  # fixed-size states only
     assert cache[1]["dense"] == 3 * cache[0]["dense"]  # keys and values grow with the prefill
     assert cache[0]["dense"] > cache[0]["hybrid 3:1"] > cache[0]["linear"]
-    for row, figures in zip(rows_named(results, "cache bytes"), [(c, n) for c in cache for n in ("hybrid 3:1", "linear")]):
+    for row, figures in zip(
+        rows_named(results, "cache bytes"), [(c, n) for c in cache for n in ("hybrid 3:1", "linear")], strict=True
+    ):
         measured, name = figures
         assert row["ours"] == str(measured[name]) and row["peer"] == str(measured["dense"])
         assert row["ratio"] == pytest.approx(measured["dense"] / measured[name])
@@ -88,10 +92,10 @@ def test_recall_sequences_ask_each_key_once_with_its_value():
 
     ids, labels = hybrid_attention.recall_batch(3, 5, 10, 7, torch.Generator().manual_seed(0))
     assert ids.shape == labels.shape == (3, 20)
-    for seq, lab in zip(ids.tolist(), labels.tolist()):
-        pairs = dict(zip(seq[0:10:2], seq[1:10:2]))
+    for seq, lab in zip(ids.tolist(), labels.tolist(), strict=True):
+        pairs = dict(zip(seq[0:10:2], seq[1:10:2], strict=True))
         assert len(pairs) == 5 and all(1 <= k <= 10 < v <= 17 for k, v in pairs.items())
-        queries = list(zip(seq[10::2], seq[11::2]))
+        queries = list(zip(seq[10::2], seq[11::2], strict=True))
         assert sorted(queries) == sorted(pairs.items())
         assert [x for x in lab if x != -100] == [v for _, v in queries] and lab[11::2] == seq[11::2]
 

@@ -257,6 +257,12 @@ def input_projections(mlp: torch.nn.Module) -> list[torch.nn.Module]:
     return [proj for proj in (getattr(mlp, "gate_proj", None), mlp.up_proj) if proj is not None]
 
 
+def mixer_projections(mixer: torch.nn.Module) -> list[torch.nn.Module]:
+    """The projections of a token mixer that read its input: attention's q, k, v; Gated DeltaNet's also z, b, a."""
+    names = ("q_proj", "k_proj", "v_proj", "z_proj", "b_proj", "a_proj")
+    return [getattr(mixer, name) for name in names if hasattr(mixer, name)]
+
+
 class RecomputingDecoderLayer(DecoderLayer):
     """``models.decoder_layer.DecoderLayer`` (same modules, same math) whose training forward keeps neither norm's
     output for the projections after it: each is rebuilt in the backward from the norm's input (``recompute_norm``),
@@ -272,13 +278,13 @@ class RecomputingDecoderLayer(DecoderLayer):
         **kwargs,
     ) -> torch.Tensor:
         positions = positions.with_attention_bias(position_bias)
-        attn = self.self_attn
+        mixer = self.mixer
         normed = self.input_layernorm(hidden_states)
         with (
             recomputed_when_saved(normed, partial(recompute_norm, self.input_layernorm, hidden_states)),
-            autocast_inputs(normed, attn.q_proj, attn.k_proj, attn.v_proj),
+            autocast_inputs(normed, *mixer_projections(mixer)),
         ):
-            attn_out, _ = attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
+            attn_out, _ = mixer(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         with (
