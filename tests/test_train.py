@@ -418,6 +418,21 @@ def test_llama_honours_the_attention_layout_and_sliding_window(text_file, tmp_pa
     assert built_config().layer_layouts() == ["dense", "dense"]  # no --attention_layout: LLaMA stays dense
 
 
+def test_a_hybrid_with_linear_layers_trains_end_to_end_and_loads(text_file, tmp_path):
+    """Issue 56: --attention_layout linear,linear,linear,dense (commas or spaces) trains a 3:1 Gated DeltaNet hybrid."""
+    out = tmp_path / "hybrid"
+    extra = ["--num_hidden_layers", "4", "--attention_layout", "linear,linear,linear,dense", "--max_steps", "4"]
+    assert run(text_file, out, *extra) == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.layer_layouts() == ["linear"] * 3 + ["dense"]
+    assert [layer.mixer_name for layer in model.model.layers] == ["linear_attn"] * 3 + ["self_attn"]
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["global_step"] == 4 and math.isfinite(results["val_loss"])
+    overridden = built_config("--model_type", "llmsys_gpt3", "--config_overrides", "attention_layout=[linear,dense]")
+    assert overridden.layer_layouts() == ["linear", "dense"]
+    assert built_config("--attention_layout", "linear", "dense").layer_layouts() == ["linear", "dense"]
+
+
 def test_gpt3_default_mlp_is_4d_and_given_widths_are_honoured():
     gpt3 = ["--model_type", "llmsys_gpt3"]
     assert built_config(*gpt3).intermediate_size == 4 * 32  # not the LLaMA job's default 384

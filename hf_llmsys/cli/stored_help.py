@@ -50,8 +50,10 @@ Tokenizer and model shape:
                                   (encoder-decoder, span-corruption pre-training). (default:
                                   llmsys_llama)
   --attention_layout ATTENTION_LAYOUT [ATTENTION_LAYOUT ...]
-                                  Decoders: layout kinds per layer (dense local strided fixed),
-                                  repeated; None = dense (llmsys_llama), dense local (llmsys_gpt3).
+                                  Decoders: layout kinds per layer (dense local strided fixed
+                                  linear), repeated, separated by spaces or commas
+                                  (linear,linear,linear,dense: a 3:1 hybrid); None = dense
+                                  (llmsys_llama), dense local (llmsys_gpt3).
   --sliding_window, --local_window INT
                                   Decoders: band of the local layers (the config's sliding_window);
                                   None = block_size // 4.
