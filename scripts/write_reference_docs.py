@@ -62,11 +62,18 @@ FIELD_MEANINGS = {
     "max_relative_position": "Shaw et al.'s clipping distance k",
     "relative_values": "Shaw et al.'s relative vectors on the values too",
     "attention_layout": "layout kind per layer, or a pattern repeated over the layers: `dense`, `local`, "
-    "`strided`, `fixed` ([sparse layouts](../sparse-attention.md)); None: the type's default",
+    "`strided`, `fixed` ([sparse layouts](../sparse-attention.md)), `linear` (Gated DeltaNet); None: the type's default",
     "sliding_window": "band of `local` layers, the current token included (alias `local_window`)",
     "sparse_stride": "l of `strided` / `fixed` layers (Child et al. 2019)",
     "sparse_summary": "c of `fixed` layers: the summary positions of each block",
-    "layer_types": "transformers' per-layer cache kinds (`full_attention` / `sliding_attention`); None: derived "
+    "linear_num_key_heads": "query/key heads of `linear` layers (Gated DeltaNet); None: num_attention_heads",
+    "linear_num_value_heads": "value heads of `linear` layers, a multiple of the key heads; None: num_attention_heads",
+    "linear_key_head_dim": "query/key head size of `linear` layers; None: head_dim",
+    "linear_value_head_dim": "value head size of `linear` layers; None: head_dim",
+    "linear_conv_kernel_dim": "kernel of the causal depthwise convolution of `linear` layers",
+    "linear_chunk_size": "tokens per chunk of the chunked gated delta rule (training, prefill); results do not depend on it",
+    "layer_types": "transformers' per-layer cache kinds (`full_attention` / `sliding_attention` / "
+    "`linear_attention`); None: derived "
     "from the layouts",
     "initializer_range": "standard deviation of the weight initialisation",
     "z_loss_coefficient": "weight of PaLM's z-loss on log Z of the softmax (0: off)",

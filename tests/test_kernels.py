@@ -79,6 +79,8 @@ BUILDS = {
     "gpt3_strided_fixed": lambda: gpt3(["strided", "fixed"]),
     "t5_v1_0": lambda: t5("relu"),
     "t5_v1_1": lambda: t5("gated-gelu"),
+    "llama_hybrid": lambda: llama_gqa(attention_layout=["linear", "dense"], linear_chunk_size=4),
+    "gpt3_linear_local": lambda: gpt3(["linear", "local"], linear_chunk_size=4),
 }
 # what ``applied`` reports per model with every option on (modules swapped, per kernel class)
 APPLIED = {
@@ -88,6 +90,11 @@ APPLIED = {
                              decode={"Projection": 13}, sparse_blocks={"local": 1}),
     "gpt3_strided_fixed": dict(norms={}, swiglu={"FusedNewGELU": 2}, recompute={"RecomputingDecoderLayer": 2},
                                decode={"Projection": 13}, sparse_blocks={"strided": 1, "fixed": 1}),
+    "llama_hybrid": dict(norms={"KernelRMSNorm": 6}, swiglu={"SwiGLUMLP": 2}, recompute={"RecomputingDecoderLayer": 2},
+                         decode={"Projection": 18, "DecodingAttention": 1}, sparse_blocks={}),
+    "gpt3_linear_local": dict(norms={"KernelRMSNorm": 1}, swiglu={"FusedNewGELU": 2},  # the Gated DeltaNet's norm
+                              recompute={"RecomputingDecoderLayer": 2}, decode={"Projection": 16},
+                              sparse_blocks={"local": 1}),
     "t5_v1_0": dict(norms={"KernelRMSNorm": 12}, swiglu={}, recompute={}, decode={"Projection": 33}, sparse_blocks={}),
     "t5_v1_1": dict(norms={"KernelRMSNorm": 12}, swiglu={"FusedNewGELU": 4}, recompute={}, decode={"Projection": 37},
                     sparse_blocks={}),

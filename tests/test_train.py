@@ -279,6 +279,17 @@ def test_gpt3_model_type_trains_a_sparse_model_that_loads(text_file, tmp_path):
     assert results["val_loss"] < math.log(300)  # below a uniform guess over the vocabulary
 
 
+def test_a_3_to_1_hybrid_with_linear_layers_trains_and_loads(text_file, tmp_path):
+    out = tmp_path / "hybrid"
+    overrides = "attention_layout=[linear,linear,linear,dense],linear_chunk_size=8"
+    assert run(text_file, out, "--num_hidden_layers", "4", "--config_overrides", overrides, "--max_steps", "4") == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.layer_types == ["linear_attention"] * 3 + ["full_attention"]
+    assert type(model.model.layers[0].linear_attn).__name__ == "GatedDeltaNet"
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["global_step"] == 4 and math.isfinite(results["val_loss"])
+
+
 def test_gpt3_layout_that_does_not_tile_the_layers_is_a_clear_error(text_file, tmp_path, capsys):
     # the default alternation needs an even number of layers; TINY_MODEL has one
     assert run(text_file, tmp_path / "bad", "--model_type", "llmsys_gpt3", "--max_steps", "1") == 2
@@ -418,18 +429,10 @@ def test_llama_honours_the_attention_layout_and_sliding_window(text_file, tmp_pa
     assert built_config().layer_layouts() == ["dense", "dense"]  # no --attention_layout: LLaMA stays dense
 
 
-def test_a_hybrid_with_linear_layers_trains_end_to_end_and_loads(text_file, tmp_path):
-    """Issue 56: --attention_layout linear,linear,linear,dense (commas or spaces) trains a 3:1 Gated DeltaNet hybrid."""
-    out = tmp_path / "hybrid"
-    extra = ["--num_hidden_layers", "4", "--attention_layout", "linear,linear,linear,dense", "--max_steps", "4"]
-    assert run(text_file, out, *extra) == 0
-    model = AutoModelForCausalLM.from_pretrained(out)
-    assert model.config.layer_layouts() == ["linear"] * 3 + ["dense"]
-    assert [layer.mixer_name for layer in model.model.layers] == ["linear_attn"] * 3 + ["self_attn"]
-    results = json.loads((out / "train_results.json").read_text())
-    assert results["global_step"] == 4 and math.isfinite(results["val_loss"])
-    overridden = built_config("--model_type", "llmsys_gpt3", "--config_overrides", "attention_layout=[linear,dense]")
-    assert overridden.layer_layouts() == ["linear", "dense"]
+def test_the_layout_flag_takes_commas_or_spaces():
+    """--attention_layout linear,linear,linear,dense builds the hybrid the override form above trains."""
+    commas = built_config("--num_hidden_layers", "4", "--attention_layout", "linear,linear,linear,dense")
+    assert commas.layer_layouts() == ["linear"] * 3 + ["dense"]
     assert built_config("--attention_layout", "linear", "dense").layer_layouts() == ["linear", "dense"]
 
 

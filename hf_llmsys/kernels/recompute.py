@@ -257,8 +257,8 @@ def input_projections(mlp: torch.nn.Module) -> list[torch.nn.Module]:
     return [proj for proj in (getattr(mlp, "gate_proj", None), mlp.up_proj) if proj is not None]
 
 
-def mixer_projections(mixer: torch.nn.Module) -> list[torch.nn.Module]:
-    """The projections of a token mixer that read its input: attention's q, k, v; Gated DeltaNet's also z, b, a."""
+def mixer_input_projections(mixer: torch.nn.Module) -> list[torch.nn.Module]:
+    """The projections of a token mixer that read its input: q, k, v (and a Gated DeltaNet's z, b, a)."""
     names = ("q_proj", "k_proj", "v_proj", "z_proj", "b_proj", "a_proj")
     return [getattr(mixer, name) for name in names if hasattr(mixer, name)]
 
@@ -278,13 +278,13 @@ class RecomputingDecoderLayer(DecoderLayer):
         **kwargs,
     ) -> torch.Tensor:
         positions = positions.with_attention_bias(position_bias)
-        mixer = self.mixer
+        attn = self.mixer  # attention, or a linear layer's Gated DeltaNet
         normed = self.input_layernorm(hidden_states)
         with (
             recomputed_when_saved(normed, partial(recompute_norm, self.input_layernorm, hidden_states)),
-            autocast_inputs(normed, *mixer_projections(mixer)),
+            autocast_inputs(normed, *mixer_input_projections(attn)),
         ):
-            attn_out, _ = mixer(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
+            attn_out, _ = attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         with (
