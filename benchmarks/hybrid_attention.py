@@ -38,6 +38,7 @@ import torch.nn.functional as F
 import transformers
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
+from hf_llmsys.layout_views import cache_bytes
 from hf_llmsys.models.linear_attention import gated_delta_rule
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_attention-cpu.json"
@@ -76,21 +77,6 @@ def model_for(layout: list[str], layers: int, **fields) -> LlmsysLlamaForCausalL
 
 
 # ---- cache ----------------------------------------------------------------------------------------------------------
-
-
-def tensor_bytes(value) -> int:
-    """Bytes of the tensors in ``value``: a tensor, or lists / tuples / dicts of them (LinearAttentionLayer keeps its
-    conv and recurrent states in lists, one entry per state)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        value = list(value.values())
-    return sum(tensor_bytes(item) for item in value) if isinstance(value, (list, tuple)) else 0
-
-
-def cache_bytes(cache) -> int:
-    """Bytes of every tensor the cache's layers hold (keys, values, conv and recurrent states, counters)."""
-    return sum(tensor_bytes(list(vars(layer).values())) for layer in cache.layers)
 
 
 def measure_cache(args) -> dict:
