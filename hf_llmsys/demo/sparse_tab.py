@@ -213,7 +213,7 @@ def measured_costs(lengths: list[int], hidden: int, heads: int, window: int, str
         for length in lengths:
             x = torch.randn(1, length, hidden, requires_grad=True)
 
-            def step():
+            def step(model=model, x=x):
                 model.model(inputs_embeds=x, use_cache=False).last_hidden_state.sum().backward()
 
             step()
