@@ -21,4 +21,4 @@ def test_dense_recalls_at_least_the_hybrid_which_recalls_more_than_all_linear():
         torch.set_num_threads(threads)
     dense, hybrid, linear = (models[name]["accuracy"] for name in ("dense", "hybrid 3:1", "linear"))
     assert dense >= hybrid > linear, models
-    assert dense > 0.5, f"the dense model should recall (the task is learnable at these sizes): {models}"
+    assert dense > 2 / hybrid_attention.parse_args([]).recall_values, f"dense should beat chance clearly: {models}"
