@@ -75,3 +75,18 @@ def masked_dense_reference(kind: str, q, k, v, *, scale: float, **params: int | 
     params.setdefault("num_heads", q.shape[1])
     mask = dense_layout_mask(kind, q.shape[2], **params).to(q.device)  # (H, S, S)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None], scale=scale)
+
+
+def tensor_bytes(value) -> int:
+    """Bytes of the tensors in ``value``: a tensor, or lists / tuples / dicts of them."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        value = list(value.values())
+    return sum(tensor_bytes(item) for item in value) if isinstance(value, (list, tuple)) else 0
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of every tensor a transformers cache's layers hold: keys and values of attention layers, conv and
+    recurrent states of linear layers (``LinearAttentionLayer`` keeps them in lists), counters."""
+    return sum(tensor_bytes(list(vars(layer).values())) for layer in cache.layers)

@@ -8,7 +8,10 @@ Run through ``scripts/gpu_check.sh`` on a machine with a CUDA GPU (about 3-4 min
 3. dense layers: bf16 causal SDPA forced onto the flash backend, timed against the math backend;
 4. a GPT-3 Small-shaped model training step in bf16 autocast: layout kernels (sdpa), FlexAttention and masks,
    with and without attention recomputation / activation checkpointing: loss agreement, ms per step, peak memory;
-5. the attention benchmark (``benchmarks.sparse_attention``) on the device in bf16, with flex variants.
+5. the attention benchmark (``benchmarks.sparse_attention``) on the device in bf16, with flex variants;
+6. linear (Gated DeltaNet) layers, issue 56: flash-linear-attention's kernels (``kernels.linear_kernels``, when
+   ``fla`` imports: ``pip install fla-core``) against the chunked / recurrent torch form, outputs, final states and
+   gradients, chunked (prefill) and recurrent (decoding); skipped, with a line saying so, without fla or CUDA.
 
 ``--device cpu --quick`` runs the same code on tiny sizes (CUDA-only parts skipped): the CI smoke test uses it.
 Exit status 1 when a parity check fails.
@@ -171,6 +174,47 @@ def attention_bench(args) -> None:
     bench.main(["--device", args.device, "--lengths", *lengths, *extra])
 
 
+def linear_parity(args) -> None:
+    """fla's gated delta rule vs ours (fp32): chunked forward + backward, and one recurrent decoding step."""
+    from hf_llmsys.kernels import linear_kernels
+    from hf_llmsys.models.linear_attention import gated_delta_rule
+
+    print("\n6. linear layers: flash-linear-attention vs the torch form", flush=True)
+    path = linear_kernels.delta_rule_path(torch.device(args.device))
+    if path != "fla":
+        print(f"  skipped: fla's kernels do not run on {args.device} here (fla importable: "
+              f"{linear_kernels.fla_available()})", flush=True)  # fmt: skip
+        return
+    torch.manual_seed(0)
+    batch, seq, k_heads, v_heads, dim = (1, 64, 2, 4, 32) if args.quick else (2, 1024, 4, 8, 128)
+    shapes = [(batch, seq, k_heads, dim), (batch, seq, k_heads, dim), (batch, seq, v_heads, dim)]
+    q, k, v = (torch.randn(*shape, device=args.device, requires_grad=True) for shape in shapes)
+    g = (-torch.rand(batch, seq, v_heads, device=args.device)).requires_grad_()
+    beta = torch.rand(batch, seq, v_heads, device=args.device).requires_grad_()
+    inputs = (q, k, v, g, beta)
+    grad_out = torch.randn(batch, seq, v_heads, dim, device=args.device)
+    results = {}
+    for name, fn in (("torch", gated_delta_rule), ("fla", linear_kernels.fla_gated_delta_rule)):
+        out, state = fn(*inputs, None, 64)
+        grads = torch.autograd.grad((out * grad_out).sum(), inputs)
+        results[name] = (out, state, grads)
+    (out_t, state_t, grads_t), (out_f, state_f, grads_f) = results["torch"], results["fla"]
+    check("linear chunked output fla vs torch", (out_f - out_t).abs().max().item(), 1e-3)
+    check("linear chunked final state fla vs torch", (state_f - state_t).abs().max().item(), 1e-3)
+    for name, a, b in zip(("dq", "dk", "dv", "dg", "dbeta"), grads_f, grads_t, strict=True):
+        check(f"linear chunked {name} fla vs torch", (a - b).abs().max().item(), 1e-2)
+    step = tuple(x[:, -1:].detach() for x in inputs)
+    out_t, state_t = gated_delta_rule(*step, state_t.detach(), None)
+    out_f, state_f = linear_kernels.fla_gated_delta_rule(*step, state_t.detach().clone(), None)
+    check("linear recurrent step fla vs torch", (out_f - out_t).abs().max().item(), 1e-3)
+    model = LlmsysGPT3ForCausalLM(model_config(args, attention_layout=["linear", "linear", "linear", "dense"],
+                                               num_hidden_layers=4)).to(args.device)  # fmt: skip
+    ids = torch.randint(0, model.config.vocab_size, (1, 256), device=args.device)
+    plain = model(ids).logits
+    fast = kernels.apply(model, loss_chunk_size=0)(ids).logits
+    check("3:1 hybrid logits, kernels.apply (fla) vs plain", (fast - plain).abs().max().item(), 1e-3)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -184,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     failures.clear()
     for section in (kernel_parity, flex_parity, dense_flash, model_training):
         section(args)
+    linear_parity(args)
     if not args.skip_bench:
         attention_bench(args)
     print(f"\nparity: {'all ok' if not failures else 'FAILED: ' + ', '.join(failures)}")

@@ -216,6 +216,22 @@ def test_sparse_layouts_keys_and_memory(served):
     assert "benchmarks.sparse_attention" in bench_note and bench.get("visible") is False  # a hint, no table
 
 
+def test_layout_costs_measured_beside_the_accounting(served):
+    """Attention layouts tab, issue 56: dense, local, strided, linear and a 3:1 hybrid, measured here (forward +
+    backward, cache after a prefill) beside the derived accounting; the cache figures must agree exactly."""
+    time_figure, cache_figure, measured, derived = served[0].predict(128, 16, 8, api_name="/layout_costs")
+    assert_plot(time_figure)
+    assert_plot(cache_figure)
+    table = frame(measured).merge(frame(derived), on=["layout", "length"])
+    assert set(table["layout"]) == {"dense", "local", "strided", "linear", "hybrid 3:1"}
+    assert sorted(set(table["length"])) == [64, 128] and len(table) == 10
+    assert table["cache after prefill (bytes)"].tolist() == table["cache (bytes, derived)"].tolist()
+    cache = table.set_index(["layout", "length"])["cache after prefill (bytes)"]
+    assert cache["linear", 64] == cache["linear", 128] and cache["local", 64] == cache["local", 128]
+    assert cache["dense", 128] == 2 * cache["dense", 64] and cache["hybrid 3:1", 128] < 0.5 * cache["dense", 128]
+    assert (table["forward + backward (ms)"] > 0).all() and (table["mixing GFLOP forward (derived)"] > 0).all()
+
+
 def generate(client, prompt="A hacker is", names=("rope",), strategy="greedy", max_new=8, beams=2,
              penalty_type="transformers", seed=0, temperature=0.8):  # fmt: skip
     return client.predict(prompt, list(names), strategy, max_new, temperature, 0.95, beams, 0.6, penalty_type, seed,

@@ -188,7 +188,7 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     legend_shows(page, "#paper-curves", ["sinusoidal", "rotary", "T5 bias", "ALiBi"])
     rope_runs = table_fits(page, "RoPE runs of zoo.json (perplexity at each evaluation length)", "rope+yarn")
     assert column(rope_runs, "run (zoo.json, held-out text)") == ["rope", "rope+yarn"]
-    open_tab(page, "Sparse attention")
+    open_tab(page, "Attention layouts")
     page.get_by_text("kept blocks + recompute", exact=True).wait_for()
     measured = table_fits(page, "memory measured: MB saved for backward by one attention call", "fixed")
     assert measured["headers"] == ["layout", "masked dense", "kept blocks", "kept blocks + recompute",
@@ -229,7 +229,7 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     assert page.locator("#surprisal .surprisal-row").count() == 3
     screenshot_is_not_blank(page, shots / "perplexity.png")
 
-    open_tab(page, "Sparse attention")
+    open_tab(page, "Attention layouts")
     page.locator("#draw-layouts").click()
     page.get_by_text("kept blocks + recompute", exact=True).wait_for()
     screenshot_is_not_blank(page, shots / "sparse.png")

@@ -430,6 +430,13 @@ def test_llama_honours_the_attention_layout_and_sliding_window(text_file, tmp_pa
     assert built_config().layer_layouts() == ["dense", "dense"]  # no --attention_layout: LLaMA stays dense
 
 
+def test_the_layout_flag_takes_commas_or_spaces():
+    """--attention_layout linear,linear,linear,dense builds the hybrid the override form above trains."""
+    commas = built_config("--num_hidden_layers", "4", "--attention_layout", "linear,linear,linear,dense")
+    assert commas.layer_layouts() == ["linear"] * 3 + ["dense"]
+    assert built_config("--attention_layout", "linear", "dense").layer_layouts() == ["linear", "dense"]
+
+
 def test_gpt3_default_mlp_is_4d_and_given_widths_are_honoured():
     gpt3 = ["--model_type", "llmsys_gpt3"]
     assert built_config(*gpt3).intermediate_size == 4 * 32  # not the LLaMA job's default 384

@@ -51,8 +51,9 @@ Tokenizer and model shape:
                                   llmsys_llama)
   --attention_layout ATTENTION_LAYOUT [ATTENTION_LAYOUT ...]
                                   Decoders: layout kinds per layer (dense local strided fixed
-                                  linear), repeated; None = dense (llmsys_llama), dense local
-                                  (llmsys_gpt3).
+                                  linear), repeated, separated by spaces or commas
+                                  (linear,linear,linear,dense: a 3:1 hybrid); None = dense
+                                  (llmsys_llama), dense local (llmsys_gpt3).
   --sliding_window, --local_window INT
                                   Decoders: band of the local layers (the config's sliding_window);
                                   None = block_size // 4.

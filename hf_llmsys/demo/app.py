@@ -203,8 +203,11 @@ def perplexity_events(ctx: DemoContext):
     return score, curves, rope_scaling, score_on_load, rope_report
 
 
+LAYOUT_COST_HIDDEN, LAYOUT_COST_HEADS = 64, 4  # the layout-cost models: small, measured on each click
+
+
 def sparse_events(ctx: DemoContext):
-    """Tab 3's callback."""
+    """Tab 3's callbacks: the mask layouts, and the layout costs."""
     limits = ctx.limits
 
     @user_errors
@@ -223,7 +226,17 @@ def sparse_events(ctx: DemoContext):
                 sparse_tab.measured_memory(*sizes), sparse_tab.derived_memory(*sizes),
                 sparse_tab.BENCH_HINT if bench is None else "", bench_view)  # fmt: skip
 
-    return (sparse,)
+    @user_errors
+    def layout_costs(longest, window, stride):
+        longest = limits.check_int(longest, "longest context", 64, limits.max_length)
+        window = limits.check_int(window, "local window", 2, longest)
+        stride = limits.check_int(stride, "stride l", 2, longest)
+        lengths = [64 * 2**i for i in range(longest.bit_length()) if 64 * 2**i <= longest]
+        sizes = (lengths, LAYOUT_COST_HIDDEN, LAYOUT_COST_HEADS, window, stride)
+        measured = sparse_tab.measured_costs(*sizes)
+        return (*sparse_tab.cost_figures(measured), readable(measured), readable(sparse_tab.derived_costs(*sizes)))
+
+    return sparse, layout_costs
 
 
 def generation_events(ctx: DemoContext):
@@ -351,7 +364,7 @@ def build_perplexity_tab(ctx: DemoContext) -> list[Loader]:
 
 
 def build_sparse_tab(ctx: DemoContext) -> list[Loader]:
-    (sparse,) = sparse_events(ctx)
+    sparse, layout_costs = sparse_events(ctx)
     with gr.Row():
         length = gr.Slider(8, ctx.limits.max_length, value=64, step=1, label="length S (images up to 256)")
         stride = gr.Slider(2, 256, value=8, step=1, label="stride l")
@@ -370,7 +383,22 @@ def build_sparse_tab(ctx: DemoContext) -> list[Loader]:
     outputs = [picture, keys, measured, derived, bench_note, bench]
     inputs = [length, stride, window, summary, heads, head_dim]
     run.click(sparse, inputs, outputs, api_name="sparse")
-    return [(sparse, inputs, outputs, False)]
+    gr.Markdown("## Layouts with linear layers: cost and cache against context length\n\n"
+                + sparse_tab.derived_costs.__doc__.split("\n\n", 1)[1].replace("\n    ", " ")
+                + f" Models: {sparse_tab.COST_LAYERS} layers, hidden {LAYOUT_COST_HIDDEN}, {LAYOUT_COST_HEADS} heads, "
+                "fp32, batch 1; the window and stride are the sliders above. Full sizes: "
+                "benchmarks/results/hybrid_attention-cpu.md.")  # fmt: skip
+    with gr.Row():
+        longest = gr.Slider(64, ctx.limits.max_length, value=256, step=64, label="longest context (from 64, doubling)")
+    measure = gr.Button("Measure layout costs", elem_id="measure-layout-costs")
+    with gr.Row():
+        time_plot = figure("forward + backward against length")
+        cache_plot = figure("cache against length")
+    measured_costs = table("measured here: forward + backward (ms) and cache bytes", elem_id="costs-measured")
+    derived_costs = table("derived: cache bytes and mixing FLOPs", elem_id="costs-derived")
+    cost_outputs = [time_plot, cache_plot, measured_costs, derived_costs]
+    measure.click(layout_costs, [longest, window, stride], cost_outputs, api_name="layout_costs")
+    return [(sparse, inputs, outputs, False)]  # the costs are measured on a click, not on every page load
 
 
 def build_generation_tab(ctx: DemoContext) -> list[Loader]:
@@ -421,7 +449,7 @@ def build_cleaning_tab(ctx: DemoContext) -> list[Loader]:
 TABS = {
     "Positional encodings": build_positions_tab,
     "Perplexity": build_perplexity_tab,
-    "Sparse attention": build_sparse_tab,
+    "Attention layouts": build_sparse_tab,
     "Generation": build_generation_tab,
     "Cleaning": build_cleaning_tab,
 }
@@ -443,7 +471,7 @@ def build_app(ctx: DemoContext) -> gr.Blocks:
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     with gr.Blocks(title="hf-llmsys demo", analytics_enabled=False) as demo:
-        gr.Markdown("# hf-llmsys: positional encodings, perplexity and sparse attention side by side")
+        gr.Markdown("# hf-llmsys: positional encodings, perplexity and attention layouts side by side")
         status = gr.Markdown(ctx.zoo.status(), elem_id="zoo-status")
         gr.Markdown(ctx.limits.markdown(), elem_id="limits")
         loaders: list[Loader] = []  # every tab's default view, rendered when the page opens

@@ -1,5 +1,7 @@
-"""Tab 3, sparse attention: the GPT-3-style model's layouts (``hf_llmsys.models.sparse_layouts``) drawn at a chosen
-length, keys per query, and the memory one attention call keeps for backward, derived from the layout and measured.
+"""Tab 3, attention layouts: the mask layouts (``hf_llmsys.models.sparse_layouts``) drawn at a chosen length, keys per
+query and the memory one attention call keeps for backward, derived and measured; then, for dense, local, strided
+and linear (Gated DeltaNet) layers and a 3 linear : 1 dense hybrid, the cost of a forward + backward and the cache
+after a prefill against context length, measured on the spot at small sizes beside the derived accounting.
 
 Memory per layer and sequence (batch 1, H heads, head dim D, float32). Derived: attention probabilities stored for
 backward are H x S x S values for a masked dense matrix, H x (kept pairs) for a kernel that forms only the kept
@@ -32,8 +34,11 @@ from ..hub.architecture import layout_card
 from ..kernels import sparse_attention
 from ..kernels.layout_kernels import BLOCK_LAYOUTS
 from ..kernels.sparse_blocks import fixed_attention, local_attention, strided_attention
-from ..layout_views import attended_counts, dense_layout_mask, masked_dense_reference
+from ..layout_views import attended_counts, cache_bytes, dense_layout_mask, masked_dense_reference
+from ..models.configuration_llmsys_gpt3 import LlmsysGPT3Config
+from ..models.modeling_llmsys_gpt3 import LlmsysGPT3ForCausalLM
 from ..models.sparse_layouts import LAYOUTS
+from ..plots import line_figure
 from .plots import heatmaps
 
 MB = 2**20
@@ -41,8 +46,9 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  
 
 
 def kinds() -> list[str]:
-    """Every registered layout kind (``sparse_layouts.LAYOUTS``), read per call: a new row appears here."""
-    return list(LAYOUTS)
+    """Every registered mask layout (``sparse_layouts.LAYOUTS`` whose layers attend), read per call: a new one appears
+    here. Linear layers have no mask: they appear in the cost and cache tables (``COST_LAYOUTS``)."""
+    return [kind for kind, cls in LAYOUTS.items() if cls.mixer == "attention"]
 
 
 def layout_params(kind: str, heads: int, stride: int, window: int, summary: int) -> dict:
@@ -178,3 +184,85 @@ def bench_table(path: Path | None) -> pd.DataFrame | None:
     rows = [{"variant": variant, "length": int(length), **figures}
             for variant, by_length in results.items() for length, figures in by_length.items()]  # fmt: skip
     return pd.DataFrame(rows)
+
+
+# Layout costs: 4-layer GPT-3-style models (hidden d, H heads of d / H, MLP 2d, fp32, batch 1), one per pattern.
+COST_LAYOUTS = {"dense": ["dense"] * 4, "local": ["local"] * 4, "strided": ["strided"] * 4, "linear": ["linear"] * 4,
+                "hybrid 3:1": ["linear"] * 3 + ["dense"]}  # fmt: skip
+COST_LAYERS, CONV_KERNEL = 4, 4
+
+
+def cost_model(name: str, hidden: int, heads: int, window: int, stride: int, max_length: int):
+    torch.manual_seed(0)
+    config = LlmsysGPT3Config(vocab_size=64, hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=heads,
+                               num_hidden_layers=COST_LAYERS, attention_layout=COST_LAYOUTS[name], sliding_window=window,
+                               sparse_stride=stride, max_position_embeddings=max_length,
+                               linear_conv_kernel_dim=CONV_KERNEL)  # fmt: skip
+    return LlmsysGPT3ForCausalLM(config)
+
+
+def measured_costs(lengths: list[int], hidden: int, heads: int, window: int, stride: int) -> pd.DataFrame:
+    """Per layout and length: ms of one forward + backward of the 4 layers (after one warm-up), and the bytes of every
+    tensor the cache holds after a prefill of that length."""
+    import time
+
+    from transformers.cache_utils import DynamicCache
+
+    rows = []
+    for name in COST_LAYOUTS:
+        model = cost_model(name, hidden, heads, window, stride, max(lengths))
+        for length in lengths:
+            x = torch.randn(1, length, hidden, requires_grad=True)
+
+            def step(model=model, x=x):
+                model.model(inputs_embeds=x, use_cache=False).last_hidden_state.sum().backward()
+
+            step()
+            start = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - start
+            cache = DynamicCache(config=model.config)
+            with torch.no_grad():
+                model.model(torch.randint(0, 64, (1, length)), cache=cache)
+            rows.append({"layout": name, "length": length, "forward + backward (ms)": 1000 * seconds,
+                         "cache after prefill (bytes)": cache_bytes(cache)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def derived_costs(lengths: list[int], hidden: int, heads: int, window: int, stride: int) -> pd.DataFrame:
+    """The accounting per layout and length (4 layers, fp32): the cache's tensors and the mixing's multiply-adds x 2.
+
+    Attention layer: keys and values, 2 x K x d x 4 bytes, K the keys kept (S; window - 1 for local, plus its int64
+    token count); mixing 4 x (head dim) x (attended query-key pairs) FLOPs (scores and weighted sum; pairs from the
+    layout's mask). Linear layer: state H x (d / H)^2 x 4 bytes plus the conv's last (kernel) inputs of q, k, v,
+    3d x kernel x 4 bytes, and an int64 token count, whatever S; mixing per token about 4 x d^2 / H (state read and
+    write) + 2 x C x 2d (within its chunk of C = 64), i.e. linear in S."""
+    head_dim, chunk = hidden // heads, 64
+    rows = []
+    for name, pattern in COST_LAYOUTS.items():
+        for length in lengths:
+            cache = flops = 0
+            for kind in pattern:
+                if kind == "linear":
+                    cache += 4 * (heads * head_dim * head_dim + 3 * hidden * CONV_KERNEL) + 8
+                    flops += length * (4 * heads * head_dim * head_dim + 2 * chunk * 2 * hidden)
+                    continue
+                params = layout_params(kind, heads, stride, window, 0)
+                cache += 2 * length * hidden * 4 if kind != "local" else 2 * min(length, window - 1) * hidden * 4 + 8
+                flops += 4 * head_dim * int(attended_counts(kind, length, **params).sum())
+            rows.append({"layout": name, "length": length, "cache (bytes, derived)": cache,
+                         "mixing GFLOP forward (derived)": flops / 1e9})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def cost_figures(measured: pd.DataFrame):
+    """Two line figures against length (log-scaled x): ms of forward + backward, and cache bytes, one line per layout."""
+
+    def curve(column):
+        return pd.DataFrame({"x": measured["length"], "y": measured[column], "series": measured["layout"]})
+
+    time_figure = line_figure(curve("forward + backward (ms)"), xlabel="context length S", logx=True,
+                              ylabel="ms, 4 layers", title="forward + backward, measured here")  # fmt: skip
+    cache_figure = line_figure(curve("cache after prefill (bytes)"), xlabel="context length S", logx=True,
+                               ylabel="bytes", title="cache after a prefill, measured here")  # fmt: skip
+    return time_figure, cache_figure

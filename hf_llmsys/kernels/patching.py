@@ -11,6 +11,9 @@ second call with the same options changes nothing. What each option swaps:
 - ``swiglu``: ``GatedMLP`` with silu -> ``swiglu.SwiGLUMLP``; transformers' ``gelu_new`` -> ``swiglu.FusedNewGELU``.
 - ``recompute``: ``DecoderLayer`` -> ``recompute.RecomputingDecoderLayer`` (norm outputs rebuilt in the backward,
   on the CPU).
+- ``linear``: Gated DeltaNet ``GatedDeltaNet`` -> ``linear_kernels.FlaGatedDeltaNet`` (flash-linear-attention's
+  ``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` on CUDA when ``fla`` imports, the plain chunked
+  torch form elsewhere).
 - ``sparse_blocks``: local / strided / fixed layouts -> ``layout_kernels`` block-kernel layouts (sdpa, plain inputs);
   ``attention_recompute``: those kernels keep only q, k, v for the backward.
 - ``decode``: ``nn.Linear`` -> ``weight_major.Projection`` (few-row CPU fp32 inference); grouped-query
@@ -36,10 +39,12 @@ from transformers.utils import logging
 from ..models.attention import GroupedQueryAttention
 from ..models.decoder_layer import DecoderLayer
 from ..models.feed_forward import GatedMLP
+from ..models.linear_attention import GatedDeltaNet
 from ..models.modeling_base import LlmsysPreTrainedModel
 from ..models.norms import RMSNorm
 from .decode_attention import DecodingAttention
 from .layout_kernels import SPARSE_KINDS, BlockKernels, with_block_kernel
+from .linear_kernels import FlaGatedDeltaNet
 from .model_classes import OPTIONS_ATTRIBUTE, ModelKernels, chunk_size_for, mixin_for, model_class
 from .recompute import RecomputingDecoderLayer
 from .rms_norm import KernelRMSNorm
@@ -69,10 +74,11 @@ MODULE_SWAPS: dict[str, list[tuple[type[nn.Module], type[nn.Module], Callable | 
     "norms": [(RMSNorm, KernelRMSNorm, None)],
     "swiglu": [(GatedMLP, SwiGLUMLP, _silu), (NewGELUActivation, FusedNewGELU, None)],
     "recompute": [(DecoderLayer, RecomputingDecoderLayer, None)],
+    "linear": [(GatedDeltaNet, FlaGatedDeltaNet, None)],
     "decode": [(nn.Linear, Projection, _model_projection), (GroupedQueryAttention, DecodingAttention, _grouped)],
 }
 KERNEL_CLASSES = {kernel: plain for swaps in MODULE_SWAPS.values() for plain, kernel, _ in swaps}
-FLAGS = ("norms", "swiglu", "recompute", "sparse_blocks", "attention_recompute", "decode")
+FLAGS = ("norms", "swiglu", "recompute", "linear", "sparse_blocks", "attention_recompute", "decode")
 
 
 def find_model(model) -> LlmsysPreTrainedModel | None:
@@ -146,6 +152,7 @@ def apply(
     norms: bool = True,
     swiglu: bool = True,
     recompute: bool = True,
+    linear: bool = True,
     sparse_blocks: bool = True,
     attention_recompute: bool = False,
     decode: bool = True,
@@ -154,7 +161,7 @@ def apply(
     return it; see the module docstring for what each option swaps. Values, gradients and generated tokens are the
     plain model's (up to float rounding); the state dict and ``save_pretrained``'s output are unchanged. Another
     model is returned as it is, with a warning (``applied`` is None for it)."""
-    flags = dict(norms=norms, swiglu=swiglu, recompute=recompute, sparse_blocks=sparse_blocks,
+    flags = dict(norms=norms, swiglu=swiglu, recompute=recompute, linear=linear, sparse_blocks=sparse_blocks,
                  attention_recompute=attention_recompute, decode=decode)  # fmt: skip
     _check_options(loss_chunk_size, flags)
     target = find_model(model)

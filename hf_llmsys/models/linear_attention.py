@@ -122,6 +122,10 @@ class GatedDeltaNet(nn.Module):
             qkv = cache.update_conv_state(qkv, self.layer_idx, conv_kernel_size=self.conv1d.kernel_size[0])
         return F.silu(self.conv1d(qkv)[..., : qkv.shape[-1]][..., -seq_len:])
 
+    def delta_rule(self, q, k, v, g, beta, state, chunk_size):
+        """The mixing, ``gated_delta_rule`` (kernels.apply swaps in flash-linear-attention's kernels on CUDA)."""
+        return gated_delta_rule(q, k, v, g, beta, state, chunk_size)
+
     def forward(self, hidden_states, positions=None, mask=None, cache=None, kernel=None, **kwargs):
         """hidden_states (B, S, hidden); mask (B, S) with 0 at padded tokens, or None; cache: a transformers Cache
         whose layer ``layer_idx`` is a ``LinearAttentionLayer``. ``positions`` and ``kernel`` (attention's) are
@@ -138,7 +142,7 @@ class GatedDeltaNet(nn.Module):
         beta = self.b_proj(hidden_states).sigmoid()  # (B, S, Hv)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(hidden_states).float() + self.dt_bias)
         decoding = state is not None and seq_len == 1
-        outputs, state = gated_delta_rule(q, k, v, g, beta, state, None if decoding else self.chunk_size)
+        outputs, state = self.delta_rule(q, k, v, g, beta, state, None if decoding else self.chunk_size)
         if cache is not None:
             cache.update_recurrent_state(state, self.layer_idx)
         gate = self.z_proj(hidden_states).unflatten(-1, (self.num_v_heads, self.v_head_dim)).float()

@@ -90,8 +90,9 @@ class ModelArguments:
     attention_layout: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Decoders: layout kinds per layer (dense local strided fixed linear), repeated; None = dense "
-            "(llmsys_llama), dense local (llmsys_gpt3)."
+            "help": "Decoders: layout kinds per layer (dense local strided fixed linear), repeated, separated by "
+            "spaces or commas (linear,linear,linear,dense: a 3:1 hybrid); None = dense (llmsys_llama), dense local "
+            "(llmsys_gpt3)."
         },
     )
     sliding_window: int | None = field(
@@ -121,6 +122,10 @@ class ModelArguments:
             "also a mapping. The fields: docs/reference/config-fields.md."
         },
     )
+
+    def __post_init__(self):
+        if self.attention_layout is not None:  # "linear,linear,linear,dense" as well as "linear linear ..."
+            self.attention_layout = [kind for item in self.attention_layout for kind in item.split(",") if kind]
 
 
 @dataclass
