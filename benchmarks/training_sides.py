@@ -76,12 +76,7 @@ def training_variants(models: dict, loss_chunk_size: int) -> dict:
 
 
 # (ours side, transformers side) pairs whose speed ratio is also taken round by round
-PAIRS = (
-    ("ours", "theirs"),
-    ("ours" + PLAIN_LOSS_SUFFIX, "theirs"),
-    ("ours", "theirs_compiled"),
-    ("ours_compiled", "theirs_compiled"),
-)
+PAIRS = (("ours", "theirs"), ("ours" + PLAIN_LOSS_SUFFIX, "theirs"))
 
 
 def per_round_ratio(times: list[float], reference_times: list[float]) -> dict:
