@@ -62,17 +62,13 @@ from hf_llmsys.data import (
     load_template,
 )
 
-from . import SHARED_DATA, argument_parser, child_environment, machine_limits, module_command, results_files
+from . import SHARED_DATA, argument_parser, child_environment, log, machine_limits, module_command, results_files
 
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
 GOALS = {"padded": 1.1, "packed": 1.3}  # tokens/s >= 1.1x TRL's without packing, >= 1.3x with
 MEMORY_GOAL = 1.0  # peak RSS <= TRL's
 RATIO_NAMES = {"tokens_per_s": "ratio", "tokens_per_cpu_s": "cpu_ratio", "peak_rss_mb": "rss_ratio",
                "peak_rss_train_mb": "train_rss_ratio"}  # fmt: skip
-
-
-def log(message: str = "") -> None:
-    print(message, flush=True)
 
 
 # ---------------------------------------------------------------- inputs

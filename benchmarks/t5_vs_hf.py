@@ -49,11 +49,12 @@ from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.kernels import default_chunk_size
 from hf_llmsys.presets import T5_PRESETS
 
-from . import argument_parser, machine_limits, results_files
+from . import argument_parser, log, machine_limits, results_files
 from .training_sides import (
     add_optimizer_argument,
     chunk_size_arg,
     fmt_round,
+    interleaved_order,
     make_optimizer,
     per_round_ratios,
     training_variants,
@@ -101,10 +102,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def log(message: str = "") -> None:
-    print(message, flush=True)
-
-
 def build_models(args, workdir: Path):
     """transformers' T5 with seeded weights and ours loaded from its checkpoint; both sdpa, dropout 0. Ours is
     saved again (our format and manifests) to ``workdir / "ours"`` for the load benchmark."""
@@ -129,13 +126,6 @@ def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
     if not diff <= LOGITS_TOL:
         raise RuntimeError(f"ABORT: logits differ by {diff:.3e} (> {LOGITS_TOL:g}) on identical weights.")
     return diff
-
-
-def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
-    """Rotate which model goes first each round."""
-    names = list(names)
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
 
 
 def matmul_flops_per_step(model, args) -> float:
