@@ -275,7 +275,7 @@ def results_table(results: dict) -> results_files.Table:
              f"{training.get('optimizer', 'adamw_torch')}; ours: "
              f"{f'chunked loss, {chunk} tokens a chunk' if chunk else 'plain loss'}.",
              f"By CPU time: training {training['cpu_ratio']:.2f}x, beam search {beam['cpu_speedup']:.2f}x. Training "
-             f"ours / transformers{fmt_round(training, 'ours/theirs') or ': no per-round ratio'}."]  # fmt: skip
+             f"ours / transformers {training['ratio']:.2f}x{fmt_round(training, 'ours/theirs')}."]  # fmt: skip
     return results_files.Table(
         "T5: hf-llmsys against transformers' T5ForConditionalGeneration", "transformers", rows, notes
     )
