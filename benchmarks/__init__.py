@@ -26,6 +26,11 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
+def log(message: str = "") -> None:
+    """Print at once (a bench's progress, read while it runs)."""
+    print(message, flush=True)
+
+
 def argument_parser(module: str, description: str, **kwargs) -> argparse.ArgumentParser:
     """A bench's parser, whose usage line is the command that runs it (``python -m benchmarks.<name>``), not the
     file's name. ``module``: the bench's ``__spec__.name`` (its ``__name__`` is ``__main__`` when run)."""

@@ -21,7 +21,7 @@
                                                                # that zoo when none is cached)
     python -m benchmarks.demo_latency --reps 5
 
-Prints the load average beside the figures: numbers are noisy when other processes share the CPU.
+Prints its results table and the load average at the end: numbers are noisy when other processes share the CPU.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import argument_parser, results_files
+from . import argument_parser, machine_limits, results_files
 
 os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
@@ -154,10 +154,6 @@ def bench_zoo_training(folder: Path) -> dict:
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def results_table(results: dict) -> results_files.Table:
     """Each page's time against the same work called directly (or /config over HTTP), with its goal."""
     rows = []
@@ -219,9 +215,6 @@ def main(argv: list[str] | None = None) -> dict:
         trained = Path(scratch.name) / "zoo"
         results["zoo_train"] = bench_zoo_training(trained)
         args.zoo = args.zoo or str(trained)
-        train = results["zoo_train"]
-        print(f"demo zoo training: {train['wall_s']:.1f} s wall, {train['cpu_s']:.1f} s CPU "
-              f"(goal <= {GOAL_TRAIN_S:.0f} s on 2 cores); load {load_average()}")  # fmt: skip
     port = 7899
     options = parse_args([*(["--zoo", args.zoo] if args.zoo else []), "--no-train",
                           *(["--no-real-model"] if args.no_smollm2 else []),
@@ -233,28 +226,18 @@ def main(argv: list[str] | None = None) -> dict:
     launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        ppl = results["perplexity"] = bench_perplexity(url, ctx, args.reps, args.tokens)
-        print(f"perplexity tab, {ppl['tokens']} tokens x {ppl['models']} models: page {ppl['page_s']:.3f} s, "
-              f"direct corpus_perplexity {ppl['direct_s']:.3f} s, ratio page/direct "
-              f"{ppl['page_s'] / ppl['direct_s']:.2f} (goal page <= {GOAL_PPL_S} s); load {load_average()}")  # fmt: skip
-        if "page_real_s" in ppl:
-            print(f"perplexity tab with {ppl['real_model']}: page {ppl['page_real_s']:.3f} s, direct "
-                  f"{ppl['direct_real_s']:.3f} s, ratio {ppl['page_real_s'] / ppl['direct_real_s']:.2f} "
-                  f"(goal page <= {GOAL_PPL_REAL_S} s); load {load_average()}")  # fmt: skip
-        else:
+        results["perplexity"] = bench_perplexity(url, ctx, args.reps, args.tokens)
+        if "page_real_s" not in results["perplexity"]:
             print("perplexity tab with SmolLM2: not measured (not fetched: python scripts/fetch_smollm2.py)")
-        sparse = results["sparse"] = bench_sparse(url, args.reps)
-        print(f"sparse tab at length {sparse['length']}: page {sparse['page_s']:.3f} s, tables called directly "
-              f"{sparse['direct_s']:.3f} s (goal page <= {GOAL_SPARSE_S:.0f} s); load {load_average()}")  # fmt: skip
-        page = results["page_load"] = bench_page_load(url, args.reps)
-        browser = "n/a (no chromium)" if page["browser_s"] is None else f"{page['browser_s']:.3f} s"
-        print(f"first page load in chromium: {browser}, /config over HTTP {page['config_http_s']:.3f} s "
-              f"(goal browser <= {GOAL_LOAD_S} s); load {load_average()}")  # fmt: skip
+        results["sparse"] = bench_sparse(url, args.reps)
+        results["page_load"] = bench_page_load(url, args.reps)
     finally:
         demo.close()
         scratch.cleanup()
+    table = results_table(results)
+    print(f"\n{table.title} (load {machine_limits.fmt_load(machine_limits.load())})\n{results_files.table_text(table)}")
     if args.json:
-        results_files.write(args.json, "demo_latency", results, results_table(results))
+        results_files.write(args.json, "demo_latency", results, table)
     return results
 
 

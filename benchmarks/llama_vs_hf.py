@@ -51,11 +51,12 @@ from transformers.utils import logging as hf_logging
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, kernels
 from hf_llmsys.kernels import default_chunk_size
 
-from . import argument_parser, machine_limits, results_files
+from . import argument_parser, log, machine_limits, results_files
 from .training_sides import (
     PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
     chunk_size_arg,
+    interleaved_order,
     make_optimizer,
     per_round_ratios,
     training_variants,
@@ -150,10 +151,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def log(message: str = "") -> None:
-    print(message, flush=True)
-
-
 # ----------------------------------------------------------------------------------------------------- models
 
 
@@ -189,13 +186,6 @@ def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
 
 def param_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
-    """Rotate which model goes first each round (two models: A B, B A, A B, ...)."""
-    names = list(names)
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
 
 
 def train_step(model, optimizer, ids: torch.Tensor, device: str, bf16: bool) -> tuple[float, float]:

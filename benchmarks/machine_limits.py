@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -27,7 +28,6 @@ import time
 import torch
 
 from . import child_environment, module_command
-from .results_files import cpu_name
 
 
 def load() -> tuple[float, float, float] | None:
@@ -102,10 +102,14 @@ def checked_device(parser, text: str) -> torch.device:
 
 
 def describe_device(device: str | torch.device = "cpu") -> str:
-    """The processor the benchmark runs on: the CUDA device's name, else the CPU's (from /proc/cpuinfo)."""
+    """The processor the benchmark runs on: the CUDA device's name, else the CPU's model name (/proc/cpuinfo)."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(device)
-    return cpu_name() or "cpu"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def describe(limits: dict) -> str:

@@ -35,7 +35,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import argument_parser
+import torch
+
+from . import argument_parser, machine_limits
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -77,41 +79,18 @@ def _git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def cpu_name() -> str | None:
-    """The CPU's model name from /proc/cpuinfo, or None where there is none."""
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def environment(device: str | None = None) -> dict:
-    """Where and when a benchmark ran: machine, load, versions, date, command."""
+    """Where and when a benchmark ran: machine (`machine_limits.describe_device`), load, versions, date, command."""
     versions = {"python": platform.python_version()}
     for name in ("torch", "transformers", "hf_llmsys"):
-        module = sys.modules.get(name)
-        if module is None:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-        versions[name] = getattr(module, "__version__", "unknown")
-    torch = sys.modules.get("torch")
-    machine = {
-        "processor": cpu_name() or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-    }
-    if torch is not None:
-        machine["torch_threads"] = torch.get_num_threads()
-        if device and device.startswith("cuda") and torch.cuda.is_available():
-            machine["device"] = torch.cuda.get_device_name(device)
+        versions[name] = getattr(importlib.import_module(name), "__version__", "unknown")
+    machine = {"processor": machine_limits.describe_device("cpu"), "cores": os.cpu_count(),
+               "platform": platform.platform(), "torch_threads": torch.get_num_threads()}  # fmt: skip
+    if device and str(device).startswith("cuda"):
+        machine["device"] = machine_limits.describe_device(device)
     return {
         "machine": machine,
-        "load_average": list(os.getloadavg()),
+        "load_average": list(machine_limits.load()),
         "versions": versions,
         "git_commit": _git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

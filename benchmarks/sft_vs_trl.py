@@ -62,17 +62,13 @@ from hf_llmsys.data import (
     load_template,
 )
 
-from . import SHARED_DATA, argument_parser, child_environment, machine_limits, module_command, results_files
+from . import SHARED_DATA, argument_parser, child_environment, log, machine_limits, module_command, results_files
 
 DEFAULT_RECORDS = SHARED_DATA / "alpaca_5000.json"
 GOALS = {"padded": 1.1, "packed": 1.3}  # tokens/s >= 1.1x TRL's without packing, >= 1.3x with
 MEMORY_GOAL = 1.0  # peak RSS <= TRL's
 RATIO_NAMES = {"tokens_per_s": "ratio", "tokens_per_cpu_s": "cpu_ratio", "peak_rss_mb": "rss_ratio",
                "peak_rss_train_mb": "train_rss_ratio"}  # fmt: skip
-
-
-def log(message: str = "") -> None:
-    print(message, flush=True)
 
 
 # ---------------------------------------------------------------- inputs
@@ -134,20 +130,26 @@ def trl_config(output_dir: str, max_length: int | None, **overrides):
 def results_table(results: dict) -> results_files.Table:
     """The results file's table: training speed (ours / TRL, tokens per second) and learning (greedy exact match per
     setting, mean over seeds)."""
-    rows = []
-    for mode, entry in (results.get("speed") or {}).items():
-        if not isinstance(entry, dict) or "ratio" not in entry:
+    rows, Row = [], results_files.Row
+    for mode, e in (results.get("speed") or {}).items():
+        if not isinstance(e, dict) or "ratio" not in e:
             continue
-        ours, trl = (
-            statistics.median(run["tokens"] / run["wall_s"] for run in entry["runs"][side]) for side in ("ours", "trl")
-        )
-        rows.append(results_files.Row(f"SFT training {mode}, tokens/s", f"{ours:.0f}", f"{trl:.0f}", entry["ratio"],
-                                      headline=True))  # fmt: skip
+        rows.append(Row(f"SFT training {mode}, tokens/s (goal >= {e['goal']}x)", f"{e['ours_tokens_per_s']:.0f}",
+                        f"{e['trl_tokens_per_s']:.0f}", e["ratio"], headline=True))  # fmt: skip
+        per_repeat = ", ".join(f"{r:.2f}x" for r in e["cpu_ratio_per_repeat"])
+        rows.append(Row(f"SFT training {mode}, tokens per CPU s (per repetition {per_repeat})",
+                        f"{e['ours_tokens_per_cpu_s']:.0f}", f"{e['trl_tokens_per_cpu_s']:.0f}", e["cpu_ratio"]))  # fmt: skip
+        rows.append(Row(f"SFT training {mode}, peak RSS MiB (goal <= {e['memory_goal']}x TRL's)",
+                        f"{e['ours_peak_rss_mb']:.0f}", f"{e['trl_peak_rss_mb']:.0f}", 1 / e["rss_ratio"]))  # fmt: skip
     for setting, entry in ((results.get("learn") or {}).get("by_setting") or {}).items():
         ours, trl = statistics.mean(entry["ours"]), statistics.mean(entry["trl"])
         rows.append(results_files.Row(f"greedy exact match, {setting} (seeds {entry['seeds']})",
                                       f"{ours:.3f}", f"{trl:.3f}", results_files.rate_ratio(ours, trl)))  # fmt: skip
     notes = []
+    if speed := results.get("speed"):
+        notes.append(f"Speed: {speed['train_records']} records, batch {speed['batch']}, max_length "
+                     f"{speed['max_length']}, lora_r {speed['lora_r']}, {speed['threads']} torch threads, "
+                     f"{speed['repeats']} repetitions, each run a fresh process.")  # fmt: skip
     if learn := results.get("learn"):
         notes.append(f"Learning: task {learn.get('task')}, {learn.get('held_out')} held-out prompts, target "
                      f"|ours - TRL| <= {learn.get('target')}.")  # fmt: skip
@@ -349,8 +351,6 @@ def speed_part(args, workdir: Path) -> dict:
                     args={k: v for k, v in vars(args).items() if k != "json"})  # fmt: skip
         return spawn_run(spec, workdir)
 
-    log(f"threads {args.threads}; {len(train)} records, batch {args.batch}, max_length {args.max_length}, lora_r "
-        f"{args.lora_r}; load average before: {_load(load_before)}")  # fmt: skip
     runs = {mode: {"ours": [], "trl": []} for mode in modes}
     for rep in range(args.repeats):
         for mode in modes:
@@ -359,11 +359,7 @@ def speed_part(args, workdir: Path) -> dict:
                 run["tokens_per_s"] = run["tokens"] / run["wall_s"]
                 run["tokens_per_cpu_s"] = run["tokens"] / run["cpu_s"]
                 runs[mode][side].append(run)
-                log(f"  rep {rep} {mode:6s} {side:4s}: {run['tokens']:7d} tokens, {run['rows']:4d} rows, "
-                    f"{run['steps']:4d} steps, {run['wall_s']:7.2f} s wall, {run['cpu_s']:7.2f} s CPU, "
-                    f"{run['tokens_per_cpu_s']:8.1f} tokens/CPU s, {run['tokens_per_s']:8.1f} tokens/s, peak RSS "
-                    f"{run['peak_rss_mb']:7.0f} MiB (training {run['peak_rss_train_mb']:.0f}, at its start "
-                    f"{run['rss_train_start_mb']:.0f}); load {run['load_start']:.1f}-{run['load_end']:.1f}")  # fmt: skip
+                log(f"  rep {rep} {mode} {side}: {run['tokens_per_s']:.1f} tokens/s, load {run['load_end']:.1f}")
     summary = {}
     for mode in modes:
         entry = {"goal": GOALS[mode], "memory_goal": MEMORY_GOAL, "runs": runs[mode]}
@@ -376,25 +372,13 @@ def speed_part(args, workdir: Path) -> dict:
                                          for o, t in zip(runs[mode]["ours"], runs[mode]["trl"], strict=True)]  # fmt: skip
         entry["steps"] = {side: runs[mode][side][0]["steps"] for side in ("ours", "trl")}
         summary[mode] = entry
-        per_rep = ", ".join(f"{r:.2f}" for r in entry["cpu_ratio_per_repeat"])
-        log(f"{mode}: ours {entry['ours_tokens_per_cpu_s']:.1f} / TRL {entry['trl_tokens_per_cpu_s']:.1f} tokens per "
-            f"CPU s: ratio {entry['cpu_ratio']:.2f} (per repetition {per_rep}); ours {entry['ours_tokens_per_s']:.1f} "
-            f"/ TRL {entry['trl_tokens_per_s']:.1f} tokens per wall s: ratio {entry['ratio']:.2f} (goal >= "
-            f"{GOALS[mode]}); peak RSS ours {entry['ours_peak_rss_mb']:.0f} / TRL {entry['trl_peak_rss_mb']:.0f} "
-            f"MiB: ratio {entry['rss_ratio']:.2f} (goal <= {MEMORY_GOAL}; up to the end of training "
-            f"{entry['train_rss_ratio']:.2f}); steps ours {entry['steps']['ours']} TRL {entry['steps']['trl']}")  # fmt: skip
     load_after = os.getloadavg()
-    log(f"load average after: {_load(load_after)}")
     return {
         "model": args.model, "tokenizer": args.tokenizer, "template": args.template, "max_length": args.max_length,
         "batch": args.batch, "train_records": len(train), "lora_r": args.lora_r, "repeats": args.repeats,
         "threads": args.threads, "ours_options": args.ours_option, "loadavg_before": list(load_before),
         "loadavg_after": list(load_after), "cpus": os.cpu_count(), **summary,
     }  # fmt: skip
-
-
-def _load(loadavg) -> str:
-    return f"{loadavg[0]:.2f}, {loadavg[1]:.2f}, {loadavg[2]:.2f} (1, 5, 15 min; {os.cpu_count()} CPUs)"
 
 
 # ---------------------------------------------------------------- learning side by side
@@ -534,36 +518,28 @@ def _learn_runs(args, workdir: Path) -> dict:
     return settings
 
 
-def merge_learn_results(paths: list[str]) -> dict:
-    """Several ``--part learn`` JSON files (other seeds, model types, settings; e.g. run in parallel processes) as
-    one result: every run with the settings it ran under, and per setting (model type, mode, template, steps,
-    learning rate, each side's options, torch threads) the scores over seeds and their mean gap. A merged result
-    (the results file) may be one of them: its runs carry their settings, so new runs are added to it."""
+LEARN_SETTING = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam",
+                 "torch_threads")  # fmt: skip
+OLDER_FILES = {"trl_seam": "trl", "torch_threads": None}  # the value of a key a file predates (None: not recorded)
 
-    setting_keys = ("template", "steps", "batch", "learning_rate", "ours_options", "trl_options", "trl_seam",
-                    "torch_threads")  # fmt: skip
+
+def merge_learn_results(paths: list[str]) -> dict:
+    """Several ``--part learn`` JSON files, or merged results (the results file), as one result: every run with the
+    settings it ran under (`LEARN_SETTING`), and per model type, mode and setting the scores over seeds."""
+    parts = [{**OLDER_FILES, **json.loads(Path(path).read_text())["learn"]} for path in paths]
     runs = []
-    known = {"trl_seam": "trl", "torch_threads": None}  # files older than a key: its value then (None: not recorded)
-    for path in paths:
-        part = json.loads(Path(path).read_text())["learn"]
-        if "by_setting" in part:  # merged before
-            runs += [{**known, **run} for run in part["runs"]]
-            continue
-        part = {**known, **part}
-        runs += [{**run, "seed": part["seed"], **{k: part[k] for k in setting_keys}} for run in part["runs"]]
+    for part in parts:
+        setting = {} if "by_setting" in part else {"seed": part["seed"], **{k: part[k] for k in LEARN_SETTING}}
+        runs += [{**OLDER_FILES, **run, **setting} for run in part["runs"]]
     groups: dict[str, list[dict]] = {}
     for run in runs:
-        key = " ".join([run["model_type"], run["mode"]] + [f"{k}={json.dumps(run[k])}" for k in setting_keys])
+        key = " ".join([run["model_type"], run["mode"]] + [f"{k}={json.dumps(run[k])}" for k in LEARN_SETTING])
         groups.setdefault(key, []).append(run)
-    table = {
-        key: {"seeds": [r["seed"] for r in group], "ours": [r["ours"] for r in group], "trl": [r["trl"] for r in group],
-              "mean_gap": statistics.mean(r["gap"] for r in group)}
-        for key, group in groups.items()
-    }  # fmt: skip
-    first = json.loads(Path(paths[0]).read_text())["learn"]
-    shared = {k: first[k] for k in ("task", "held_out", "train_records", "max_length", "shape", "trl_version",
-                                    "torch_version", "target")}  # fmt: skip
-    return {**shared, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by_setting": table, "runs": runs}
+    table = {key: {"seeds": [r["seed"] for r in group], **{side: [r[side] for r in group] for side in ("ours", "trl")},
+                   "mean_gap": statistics.mean(r["gap"] for r in group)} for key, group in groups.items()}  # fmt: skip
+    shared = ("task", "held_out", "train_records", "max_length", "shape", "trl_version", "torch_version", "target")
+    return {**{k: parts[0][k] for k in shared}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "by_setting": table, "runs": runs}  # fmt: skip
 
 
 # ---------------------------------------------------------------- command line
@@ -601,9 +577,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learn_models", nargs="+", default=["llmsys_llama", "llmsys_gpt3"],
                         help="learn part: model types trained")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="learn part: seed of the base model and both trainers")
-    parser.add_argument("--merge_learn", nargs="+", metavar="JSON",
-                        help="learn part: merge these --part learn results (other seeds / models; a merged result "
-                        "such as the results file too) into --json")  # fmt: skip
+    parser.add_argument("--merge_learn", nargs="+", metavar="JSON", help="learn part: merge these results into --json")
     parser.add_argument("--json", metavar="OUT", help="write all results to this JSON file")
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one measured run (speed part)
     args = parser.parse_args(argv)
@@ -650,8 +624,10 @@ def main(argv=None) -> dict:
             results["learn"] = merge_learn_results(args.merge_learn)
         elif args.part == "learn":  # minutes of training: only when asked for
             results["learn"] = learn_part(args, Path(tmp))
+    table = results_table(results)
+    log(f"\n{table.title}\n{results_files.table_text(table)}")
     if args.json:
-        results_files.write(args.json, "sft_vs_trl", results, results_table(results))
+        results_files.write(args.json, "sft_vs_trl", results, table)
     return results
 
 

@@ -17,18 +17,15 @@ Variants (``hf_llmsys.kernels.sparse_blocks``):
   flex backward on CPU: there the rows are ``<kind>@flex-fwd``, forward only under ``torch.no_grad()``, against
   ``dense-fwd`` (SDPA forward only), and the output says so.
 
-Model level: one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048,
-GPT-2's ``gelu_new``, sdpa) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the
-layouts buy once the projections, the MLP and the norms are paid too. Rows dense / local / strided / fixed take
-turns within each repetition; ratio = dense layer time / variant layer time (goal: >= 1.7x for local and
-strided). ``--model-compare-act gelu_pytorch_tanh`` adds the same layers with torch's fused tanh GELU in the same
-round-robin (before/after the fused-GELU change in one run). The activation row times the MLP's activation alone on (1, S, d_ff), forward + backward, as the model
-runs it (``hidden_act``) and as torch's fused tanh GELU, with its share of the dense layer. ``--model-profile``
-adds torch.profiler's top ops per variant (where the layer time goes).
+Model level: one llmsys_gpt3 decoder layer (``LlmsysGPT3Model``, 1 layer, d 512, 8 heads, d_ff 2048, sdpa, with the
+speed layer) at 8k tokens, forward + backward of ``(last_hidden_state * g).sum()``: what the layouts buy once the
+projections, the MLP and the norms are paid too. Rows dense / local / strided / fixed take turns within each
+repetition; ratio = dense layer time / variant layer time. ``--model-profile`` adds torch.profiler's top ops per
+variant (where the layer time goes).
 
-Columns: time (ms) and speed ratio vs dense (``dense time / variant time``, > 1 is faster); peak memory (MB) of the
-attention call beyond its inputs, over forward and backward, and the ratio vs dense (``variant / dense``, < 1 is
-smaller); saved-for-backward memory (MB, kept from forward until backward: the per-layer cost in a deep model).
+It prints its results table (``results_files``): time (ms) and peak memory (MB) of the attention call beyond its
+inputs, over forward and backward, against dense (> 1: the layout is faster or smaller). The JSON also holds the
+saved-for-backward memory (``saved_mb``, kept from forward until backward: the per-layer cost in a deep model).
 On CPU memory is counted by a dispatch mode that tracks every tensor the ops allocate and when it is freed; on
 CUDA by ``torch.cuda.max_memory_allocated``.
 
@@ -44,12 +41,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 import weakref
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -58,14 +53,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hf_llmsys.kernels import sparse_attention
 from hf_llmsys.layout_views import flex_layout_attention
 
-from . import argument_parser, results_files
+from . import argument_parser, machine_limits, results_files
 
-GOAL_LENGTH, GOAL_SPEEDUP, GOAL_MEMORY = 8192, 5.0, 0.25  # at 8k, >= 5x faster and <= 1/4 memory
-MODEL_GOAL_SPEEDUP = 1.7  # one decoder layer at 8k, local and strided vs dense, forward + backward
+MODEL_LENGTH = 8192  # the model level's default length
 MODEL_KINDS = ("dense", "local", "strided", "fixed")
-# at 8k and 16k every sparse kernel needs no more memory than dense flash SDPA, speed kept
-SPARSE_MEMORY_LENGTHS, SPARSE_MEMORY_GOAL = (8192, 16384), 1.0
-SPARSE_SPEED_GOALS = {"local": 6.0, "strided": 12.0}
+REFERENCES = ("dense", "dense-stored", "dense-x2", "dense-fwd", "gpt3+rc")  # no row of their own in the table
 
 
 class LiveBytes(TorchDispatchMode):
@@ -156,11 +148,6 @@ def _inputs(args: argparse.Namespace, seq_len: int):
     return q, k, v, torch.randn(shape, device=args.device, dtype=dtype)
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def forward_only(name: str) -> bool:
     """Rows timed and measured without backward (``-fwd``: flex on CPU, and their dense reference)."""
     return name.endswith("-fwd")
@@ -169,14 +156,14 @@ def forward_only(name: str) -> bool:
 def time_once(fn: Callable, inputs, device: str, backward: bool = True) -> float:
     """Seconds of one forward + backward (forward only under no_grad when ``backward`` is False)."""
     q, k, v, grad_out = inputs
-    _sync(device)
+    machine_limits.synchronize(device)
     start = time.perf_counter()
     if backward:
         (fn(q, k, v) * grad_out).sum().backward()
     else:
         with torch.no_grad():
             fn(q, k, v)
-    _sync(device)
+    machine_limits.synchronize(device)
     q.grad = k.grad = v.grad = None
     return time.perf_counter() - start
 
@@ -254,72 +241,19 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
-def print_tables(results: dict, lengths: list[int]) -> None:
-    """Time and memory tables with ratios, the stored-vs-recomputed table, and the goal check."""
-
-    def reference(name: str) -> str:
-        if forward_only(name):
-            return "dense-fwd"
-        return "dense-x2" if name.startswith("gpt3") else "dense"
-
-    def cell(name: str, seq_len: int, key: str) -> str:
-        row = results[name].get(seq_len)
-        if row is None:
-            return f"{'-':>22}"
-        ref = results[reference(name)][seq_len][key]
-        ratio = ref / row[key] if key == "ms" else row[key] / max(ref, 1e-9)
-        return f"{row[key]:11.1f} {ratio:7.2f}x  "
-
-    header = f"{'variant':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths)
-    for key, title in (("ms", "forward + backward time, ms   (ratio: reference time / variant time)"),
-                       ("peak_mb", "peak memory beyond inputs, MB   (ratio: variant / reference)")):  # fmt: skip
-        print(f"\n{title}; reference = dense (gpt3: two dense layers)\n{header}")
-        for name in results:
-            if name != "dense-x2" and results[name]:
-                print(f"{name:<13}" + "".join(cell(name, s, key) for s in lengths))
-    print("\nstored vs recomputed: memory kept from forward until backward, MB (cf. Child et al. 2019, table 4)")
-    print(f"{'kind':<13}" + "".join(f"{'S=' + str(s):>22}" for s in lengths))
-    for kind in (k for k in ("local", "strided", "fixed", "gpt3") if results.get(k) and results.get(k + "+rc")):
-        cells = []
-        for seq_len in lengths:
-            stored, recomputed = results[kind][seq_len]["saved_mb"], results[kind + "+rc"][seq_len]["saved_mb"]
-            cells.append(f"{stored:9.1f} -> {recomputed:7.1f}  ")
-        print(f"{kind:<13}" + "".join(f"{c:>22}" for c in cells))
-    stored_row = [results.get("dense-stored", {}).get(s) for s in lengths]
-    print(f"{'dense-stored':<13}" + "".join(f"{r['saved_mb']:20.1f}  " if r else f"{'-':>22}" for r in stored_row))
-    if GOAL_LENGTH in lengths and all(results.get(kind) for kind in ("dense", "local", "strided")):
-        print(f"\ngoal at S={GOAL_LENGTH}: >= {GOAL_SPEEDUP}x faster and <= {GOAL_MEMORY} of dense memory")
-        for kind in ("local", "strided"):
-            row, ref = results[kind][GOAL_LENGTH], results["dense"][GOAL_LENGTH]
-            speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
-            verdict = "met" if speed >= GOAL_SPEEDUP and memory <= GOAL_MEMORY else "NOT met"
-            print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:5.2f} of dense: {verdict}")
-    kinds_measured = all(results.get(kind) for kind in ("dense", "local", "strided", "fixed"))
-    for seq_len in (s for s in lengths if s in SPARSE_MEMORY_LENGTHS and kinds_measured):
-        print(f"\ngoal at S={seq_len}: peak memory <= {SPARSE_MEMORY_GOAL:.2f} of dense flash SDPA, speed "
-              + ", ".join(f"{kind} >= {goal}x" for kind, goal in SPARSE_SPEED_GOALS.items()))  # fmt: skip
-        ref = results["dense"][seq_len]
-        for kind in ("local", "strided", "fixed"):
-            row = results[kind][seq_len]
-            speed, memory = ref["ms"] / row["ms"], row["peak_mb"] / ref["peak_mb"]
-            met = memory <= SPARSE_MEMORY_GOAL and speed >= SPARSE_SPEED_GOALS.get(kind, 0.0)
-            print(f"  {kind:<8} speed {speed:5.2f}x, memory {memory:6.3f} of dense: {'met' if met else 'NOT met'}")
-
-
 # ------------------------------------------------------------------------------------------------ model level
 
 
-def layer_model(kind: str, args: argparse.Namespace, seq_len: int, hidden_act: str | None = None):
+def layer_model(kind: str, args: argparse.Namespace, seq_len: int):
     """One-layer llmsys_gpt3 decoder of the given layout (GPT-3 Small's blocks at --model-hidden), sdpa, with the
-    speed layer (``hf_llmsys.kernels.apply``: the layouts' block kernels) as the training jobs run it; the MLP
-    activation is the config's default (GPT-2's gelu_new) unless `hidden_act` names another."""
+    speed layer (``hf_llmsys.kernels.apply``: the layouts' block kernels) as the training jobs run it."""
     from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3Model, kernels
 
     config = LlmsysGPT3Config(
         vocab_size=256, hidden_size=args.model_hidden, num_attention_heads=args.model_heads, num_hidden_layers=1,
         intermediate_size=4 * args.model_hidden, max_position_embeddings=seq_len, attention_layout=[kind],
         sliding_window=args.window, sparse_stride=args.stride or default_stride(seq_len), sparse_summary=8,
-        bos_token_id=0, eos_token_id=0, **({"hidden_act": hidden_act} if hidden_act else {}),
+        bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     torch.manual_seed(0)
     model = kernels.apply(LlmsysGPT3Model._from_config(config, attn_implementation="sdpa"))
@@ -330,16 +264,6 @@ def layer_step(model, input_ids: torch.Tensor, grad_out: torch.Tensor) -> None:
     """Forward + backward of one layer model; gradients dropped afterwards."""
     (model(input_ids=input_ids).last_hidden_state * grad_out).sum().backward()
     model.zero_grad(set_to_none=True)
-
-
-def activation_fns(hidden_act: str) -> dict[str, Callable]:
-    """The MLP activation as the model runs it (transformers' ACT2FN) and torch's fused tanh GELU."""
-    from transformers.activations import ACT2FN
-
-    fns = {f"{hidden_act} (ACT2FN)": ACT2FN[hidden_act]}
-    if hidden_act in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
-        fns["torch gelu tanh (fused)"] = lambda x: torch.nn.functional.gelu(x, approximate="tanh")
-    return fns
 
 
 def profile_layer(model, input_ids, grad_out, top: int = 8) -> str:
@@ -353,42 +277,25 @@ def profile_layer(model, input_ids, grad_out, top: int = 8) -> str:
     return prof.key_averages().table(sort_by=key, row_limit=top)
 
 
-def layer_variants(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
-    """(row name, layout kind, activation or None = default): every kind, and again per --model-compare-act."""
-    rows = [(kind, kind, None) for kind in MODEL_KINDS]
-    return rows + [(f"{kind} {act}", kind, act) for act in args.model_compare_act for kind in MODEL_KINDS]
-
-
 def run_model_level(args: argparse.Namespace) -> dict:
-    """{length: {row: ms, ..., "activation": {name: ms}}} for the one-layer models, round-robin timed."""
+    """{length: {kind: ms}} for the one-layer models, round-robin timed."""
     results: dict[int, dict] = {}
-    dtype = getattr(torch, args.dtype)
     for seq_len in args.model_lengths:
-        models = {name: layer_model(kind, args, seq_len, act) for name, kind, act in layer_variants(args)}
+        models = {kind: layer_model(kind, args, seq_len) for kind in MODEL_KINDS}
         input_ids = torch.randint(0, 256, (1, seq_len), device=args.device)
-        grad_out = torch.randn(1, seq_len, args.model_hidden, device=args.device, dtype=dtype)
-        hidden_act = models["dense"].config.hidden_act
-        act_input = torch.randn(1, seq_len, 4 * args.model_hidden, device=args.device, dtype=dtype)
-        acts = activation_fns(hidden_act)
-        steps = {name: partial(layer_step, model, input_ids, grad_out) for name, model in models.items()}
-        steps |= {name: partial(_activation_step, fn, act_input) for name, fn in acts.items()}
-        times: dict[str, list[float]] = {name: [] for name in steps}
+        grad_out = torch.randn(1, seq_len, args.model_hidden, device=args.device, dtype=getattr(torch, args.dtype))
+        times: dict[str, list[float]] = {name: [] for name in models}
         for rep in range(args.warmup + args.reps):
-            for name, step in steps.items():
-                _sync(args.device)
+            for name, model in models.items():
+                machine_limits.synchronize(args.device)
                 start = time.perf_counter()
-                step()
-                _sync(args.device)
+                layer_step(model, input_ids, grad_out)
+                machine_limits.synchronize(args.device)
                 if rep >= args.warmup:
                     times[name].append(time.perf_counter() - start)
-        row = {name: statistics.median(times[name]) * 1e3 for name in models}
-        row["activation"] = {name: statistics.median(times[name]) * 1e3 for name in acts}
-        with torch.no_grad():  # the fused GELU must be the same function (<= 1e-5)
-            outputs = [fn(act_input).float() for fn in acts.values()]
-        row["activation_max_abs_diff"] = max(float((out - outputs[0]).abs().max()) for out in outputs)
-        row["hidden_act"] = hidden_act
-        results[seq_len] = row
-        print(f"  model level S={seq_len}: " + ", ".join(f"{k} {row[k]:.0f} ms" for k in models), flush=True)
+        results[seq_len] = {name: statistics.median(times[name]) * 1e3 for name in models}
+        print(f"  model level S={seq_len}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in results[seq_len].items()),
+              flush=True)  # fmt: skip
         if args.model_profile:
             for name, model in models.items():
                 print(f"\nprofile, {name} layer, S={seq_len}:\n{profile_layer(model, input_ids, grad_out)}")
@@ -400,17 +307,18 @@ def results_table(results: dict) -> results_files.Table:
     dense layers), then one decoder layer of each layout against the dense layer."""
     cost, rows = results_files.cost_ratio, []
     kernel = results.get("kernel") or {}
-    for name in ("local", "strided", "fixed", "gpt3", "local+rc", "strided+rc", "fixed+rc"):
-        ref = "dense-x2" if name.startswith("gpt3") else "dense"
+    for name in (n for n in kernel if n not in REFERENCES):
+        ref = "dense-fwd" if forward_only(name) else "dense-x2" if name.startswith("gpt3") else "dense"
         longest = max((int(n) for n in kernel.get(name, {})), default=None)
         for seq_len, row in sorted(kernel.get(name, {}).items(), key=lambda item: int(item[0])):
             base = kernel[ref][seq_len]
-            label = f"{name} attention vs {ref}, S={seq_len}, forward + backward"
+            label = f"{name} attention vs {ref}, S={seq_len}, forward{'' if forward_only(name) else ' + backward'}"
             headline = name in ("local", "strided") and int(seq_len) == longest
             rows.append(results_files.Row(f"{label}, ms", f"{row['ms']:.1f}", f"{base['ms']:.1f}",
                                           cost(row["ms"], base["ms"]), headline=headline))  # fmt: skip
-            rows.append(results_files.Row(f"{label}, peak MB", f"{row['peak_mb']:.1f}", f"{base['peak_mb']:.1f}",
-                                          cost(row["peak_mb"], base["peak_mb"])))  # fmt: skip
+            if not math.isnan(row["peak_mb"]):  # CPU flex: not counted
+                rows.append(results_files.Row(f"{label}, peak MB", f"{row['peak_mb']:.1f}", f"{base['peak_mb']:.1f}",
+                                              cost(row["peak_mb"], base["peak_mb"])))  # fmt: skip
     for seq_len, row in sorted((results.get("model") or {}).items(), key=lambda item: int(item[0])):
         for kind in MODEL_KINDS[1:]:
             rows.append(results_files.Row(f"one llmsys_gpt3 layer, {kind} vs dense, S={seq_len}, forward + backward, ms",
@@ -419,39 +327,6 @@ def results_table(results: dict) -> results_files.Table:
              "`hf_llmsys.kernels.sparse_attention` against SDPA's dense causal attention; `+rc`: recomputation "
              "(`attention_recompute=True`). Peak MB: bytes alive at once beyond the inputs."]  # fmt: skip
     return results_files.Table("Sparse attention layouts against dense attention", "dense", rows, notes)
-
-
-def _activation_step(fn: Callable, x: torch.Tensor) -> None:
-    x = x.detach().requires_grad_()
-    fn(x).sum().backward()
-
-
-def print_model_table(results: dict, args: argparse.Namespace) -> None:
-    """Layer times, ratios vs the dense layer, the activation's share, and the issue-14 goal check."""
-    print(f"\nmodel level: one llmsys_gpt3 layer (d {args.model_hidden}, {args.model_heads} heads, d_ff "
-          f"{4 * args.model_hidden}), forward + backward, ms   (ratio: dense layer / variant layer)")  # fmt: skip
-    print(f"{'layer':<26}" + "".join(f"{'S=' + str(s):>22}" for s in results))
-    for name, _kind, act in layer_variants(args):
-        dense = "dense" if act is None else f"dense {act}"  # ratio against the dense layer of the same activation
-        cells = "".join(f"{r[name]:11.1f} {r[dense] / r[name]:7.2f}x  " for r in results.values())
-        print(f"{name:<26}" + cells)
-    for act in args.model_compare_act:
-        for seq_len, row in results.items():
-            gains = ", ".join(f"{kind} {row[kind] / row[f'{kind} {act}']:.2f}x" for kind in MODEL_KINDS)
-            print(f"  S={seq_len}: {act} layer vs {row['hidden_act']} layer, same layout: {gains}")
-    for seq_len, row in results.items():
-        for name, ms in row["activation"].items():
-            print(f"  activation {name} on (1, {seq_len}, {4 * args.model_hidden}), forward + backward: {ms:.1f} ms "
-                  f"= {ms / row['dense']:.0%} of the dense layer, {ms / row['local']:.0%} of the local one")  # fmt: skip
-        print(f"  activations agree: max |diff| {row['activation_max_abs_diff']:.1e}")
-    if GOAL_LENGTH in results:
-        row = results[GOAL_LENGTH]
-        print(f"\ngoal at S={GOAL_LENGTH}, one layer: local and strided >= {MODEL_GOAL_SPEEDUP}x faster than dense")
-        for suffix in ["", *(f" {act}" for act in args.model_compare_act)]:
-            for kind in ("local", "strided"):
-                speed = row[f"dense{suffix}"] / row[f"{kind}{suffix}"]
-                verdict = "met" if speed >= MODEL_GOAL_SPEEDUP else "NOT met"
-                print(f"  {kind + suffix:<26} {speed:5.2f}x: {verdict}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -470,16 +345,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", nargs="+", default=None, help="only these rows (e.g. dense local strided fixed)")
     parser.add_argument("--flex", action="store_true", help="also time FlexAttention BlockMasks (CUDA: backward)")
-    parser.add_argument("--model-lengths", type=int, nargs="+", default=[GOAL_LENGTH], help="model-level S")
+    parser.add_argument("--model-lengths", type=int, nargs="+", default=[MODEL_LENGTH], help="model-level S")
     parser.add_argument("--model-hidden", type=int, default=512, help="model-level hidden size (d_ff = 4x)")
     parser.add_argument("--model-heads", type=int, default=8)
-    parser.add_argument(
-        "--model-compare-act",
-        nargs="*",
-        default=[],
-        help="also time every layout with this MLP "
-        "activation in the same round-robin (gelu_pytorch_tanh: the fused GELU)",
-    )
     parser.add_argument("--model-profile", action="store_true", help="print torch.profiler's top ops per layer")
     parser.add_argument("--skip-kernel-level", action="store_true", help="only the model-level table")
     parser.add_argument("--skip-model-level", action="store_true", help="only the kernel-level tables")
@@ -487,19 +355,18 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"machine load (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, heads {args.heads}, head_dim "
-          f"{args.head_dim}, window {args.window}, stride {args.stride or '~sqrt(S)'}")  # fmt: skip
+          f"{args.head_dim}, window {args.window}, stride {args.stride or '~sqrt(S)'}; load "
+          f"{machine_limits.fmt_load(machine_limits.load())}")  # fmt: skip
     results = {"kernel": {}, "model": {}}
     if not args.skip_kernel_level:
         results["kernel"] = run(args)
-        print_tables(results["kernel"], args.lengths)
     if not args.skip_model_level:
         results["model"] = run_model_level(args)
-        print_model_table(results["model"], args)
+    table = results_table(results)
+    print(f"\n{table.title} (load {machine_limits.fmt_load(machine_limits.load())})\n{results_files.table_text(table)}")
     if args.json:
-        results_files.write(args.json, "sparse_attention", results, results_table(results), args.device)
-    print(f"machine load at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        results_files.write(args.json, "sparse_attention", results, table, args.device)
     return results
 
 

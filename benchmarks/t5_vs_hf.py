@@ -7,25 +7,19 @@ on load) and use ``attn_implementation="sdpa"``; logits are checked to agree (<=
 Dropout is 0 in both (our feed-forward has no inner dropout, so with dropout on they would not do the same work).
 
 1. Training throughput: tokens/s (encoder + decoder tokens) of forward + backward + AdamW step (the Trainer's
-   default fused AdamW on both sides, ``--optimizer``: ``loss_variants.py``) on random
-   span-corruption-shaped batches (input_length encoder tokens, target_length labels), steps interleaved
-   (A B, B A, ...), warm-up discarded, median step time. Ours trains as ``llmsys train --model_type llmsys_t5``
-   trains it, with the chunked loss (``--train-loss-chunk-size``, default the jobs' on the device: 256 on the CPU), and also with the plain loss
-   (``ours_plain_loss``). Each ratio is also given round by round (median and quartiles: ``round_ratios.py``).
+   default fused AdamW on both sides, ``--optimizer``: ``training_sides.py``) on random span-corruption-shaped
+   batches (input_length encoder tokens, target_length labels), steps interleaved, warm-up discarded, median step
+   time. Ours trains as ``llmsys train --model_type llmsys_t5`` does, with the chunked loss
+   (``--train-loss-chunk-size``, default the jobs' on the device), and also with the plain loss
+   (``ours_plain_loss``); each ratio is also given round by round (median and quartiles).
 2. Beam search latency: batch 1, ``generate(num_beams=4, length_penalty=0.6, max_new_tokens=N,
-   min_new_tokens=N)`` (transformers' length penalty in both, so the outputs must be identical, and are checked),
-   interleaved repetitions, median wall time of the whole call.
+   min_new_tokens=N)`` (the outputs must be identical, and are checked), interleaved, median wall time.
+3. Load: median ``from_pretrained`` time of ours from our save and of transformers' T5 from its save.
 
-3. Load: median ``from_pretrained`` time of ours from our save and of transformers' T5 from its save (same weights).
-
-Ratios are ours / transformers for tokens/s and transformers / ours for latency (> 1: ours is faster); goal >= 1.1.
-Training MFU: 6 x (encoder matmul parameters x encoder tokens + decoder and head matmul parameters x decoder tokens)
-per step (attention scores not counted) over the fp32 matmul peak measured in the run (``machine_limits.py``).
-``--compile`` adds both models ``torch.compile``d the same way. ``--device cuda`` trains and searches on a GPU (timed
-regions synchronised, the peak measured there); ``--precision bf16`` trains in bf16 autocast (MFU then against the
-bf16 peak).
-Each measurement also records the process CPU time (all threads, ``time.process_time``): on a machine shared with
-other jobs, wall times swing with the load while CPU-time ratios stay comparable, so both ratios are printed.
+Ratios: > 1 means ours is faster. Training MFU: 6 x (encoder matmul parameters x encoder tokens + decoder and head
+matmul parameters x decoder tokens) per step over the matmul peak measured in the run (``machine_limits.py``).
+``--device cuda`` trains and searches on a GPU; ``--precision bf16`` trains in bf16 autocast (MFU against the bf16
+peak). Process CPU time is recorded too: on a shared machine wall times swing with the load, CPU-time ratios less.
 
     python -m benchmarks.t5_vs_hf                       # t5-small shapes (60M), ~ minutes on 2 cores
     python -m benchmarks.t5_vs_hf --tiny --steps 2 --repeats 1 --new-tokens 4     # seconds (smoke test)
@@ -40,9 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -57,18 +49,17 @@ from hf_llmsys import LlmsysT5ForConditionalGeneration
 from hf_llmsys.kernels import default_chunk_size
 from hf_llmsys.presets import T5_PRESETS
 
-from . import argument_parser, machine_limits, results_files
+from . import argument_parser, log, machine_limits, results_files
 from .training_sides import (
-    PLAIN_LOSS_SUFFIX,
     add_optimizer_argument,
     chunk_size_arg,
     fmt_round,
+    interleaved_order,
     make_optimizer,
     per_round_ratios,
     training_variants,
 )
 
-GOAL = 1.1
 LOGITS_TOL = 1e-4
 TINY_SHAPE = dict(vocab_size=512, d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=2)
 
@@ -93,8 +84,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="ours: config.loss_chunk_size in training (default: llmsys train's on --device); > 0 also times ours with the "
         "plain loss (0) as ours_plain_loss",
     )  # fmt: skip
-    parser.add_argument("--compile", action="store_true", help="add torch.compile'd training columns (both sides)")
-    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     parser.add_argument("--skip-limits", action="store_true", help="skip measuring the matmul peak")
     parser.add_argument("--load-repeats", type=int, default=3, help="timed from_pretrained runs per side (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
@@ -111,10 +100,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
-
-
-def log(message: str = "") -> None:
-    print(message, flush=True)
 
 
 def build_models(args, workdir: Path):
@@ -141,13 +126,6 @@ def check_logits(ours, theirs, vocab_size: int, seed: int) -> float:
     if not diff <= LOGITS_TOL:
         raise RuntimeError(f"ABORT: logits differ by {diff:.3e} (> {LOGITS_TOL:g}) on identical weights.")
     return diff
-
-
-def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
-    """Rotate which model goes first each round."""
-    names = list(names)
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
 
 
 def matmul_flops_per_step(model, args) -> float:
@@ -188,9 +166,6 @@ def bench_load(models: dict, workdir: Path, repeats: int) -> dict:
 def bench_training(models: dict, args, vocab_size: int) -> dict:
     """Median (encoder + decoder) tokens/s of forward + backward + AdamW step, steps interleaved."""
     trainees = training_variants(models, args.train_loss_chunk_size)
-    if args.compile:
-        for name in models:
-            trainees[f"{name}_compiled"] = torch.compile(copy.deepcopy(trainees[name]), backend=args.compile_backend)
     optimizers = {name: make_optimizer(model.parameters(), args.optimizer) for name, model in trainees.items()}
     gen = torch.Generator().manual_seed(args.seed + 2)
     tokens = args.batch * (args.input_length + args.target_length)
@@ -229,14 +204,8 @@ def bench_training(models: dict, args, vocab_size: int) -> dict:
     result["loss_chunk_size"] = args.train_loss_chunk_size
     result["optimizer"] = args.optimizer
     result["per_round"] = per_round_ratios(times)
-    if "ours" + PLAIN_LOSS_SUFFIX in result:
-        plain = result["ours" + PLAIN_LOSS_SUFFIX]
+    if plain := result.get("ours_plain_loss"):
         result["plain_loss_ratio"] = plain["tokens_per_s"] / result["theirs"]["tokens_per_s"]
-        result["plain_loss_cpu_ratio"] = plain["tokens_per_cpu_s"] / result["theirs"]["tokens_per_cpu_s"]
-    if args.compile:
-        theirs_compiled = result["theirs_compiled"]["tokens_per_s"]
-        result["ratio_vs_theirs_compiled"] = result["ours"]["tokens_per_s"] / theirs_compiled
-        result["compiled_ratio"] = result["ours_compiled"]["tokens_per_s"] / theirs_compiled
     return result
 
 
@@ -278,35 +247,35 @@ def bench_beam(models: dict, args, vocab_size: int) -> dict:
     return result
 
 
-def machine(device: str = "cpu") -> dict:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
-            "device": machine_limits.describe_device(device),
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_average": load}  # fmt: skip
-
-
 def results_table(results: dict) -> results_files.Table:
-    """The results file's table: training tokens/s, beam-search latency and load time, ours vs transformers' T5."""
-    rate, cost = results_files.rate_ratio, results_files.cost_ratio
+    """The results file's table: training tokens/s (MFU), beam-search latency and load time, ours vs transformers'
+    T5; the CPU-time and round-by-round ratios in a note."""
+    rate, cost, Row = results_files.rate_ratio, results_files.cost_ratio, results_files.Row
     training, beam, rows = results["training"], results["beam_search"], []
     precision = training.get("precision", "fp32")
-    ours, theirs = training["ours"]["tokens_per_s"], training["theirs"]["tokens_per_s"]
-    rows.append(results_files.Row(f"training {precision}, tokens/s", f"{ours:.1f}", f"{theirs:.1f}",
-                                  rate(ours, theirs), headline=True))  # fmt: skip
-    if "theirs_compiled" in training:
-        mine, peer = training.get("ours_compiled", training["ours"]), training["theirs_compiled"]
-        rows.append(results_files.Row(f"training {precision}, both compiled, tokens/s", f"{mine['tokens_per_s']:.1f}",
-                                      f"{peer['tokens_per_s']:.1f}", rate(mine["tokens_per_s"], peer["tokens_per_s"])))  # fmt: skip
-    rows.append(results_files.Row(
+
+    def shown(side: dict) -> str:
+        return f"{side['tokens_per_s']:.1f}" + ("" if side.get("mfu") is None else f" ({100 * side['mfu']:.1f}%)")
+
+    ours, theirs = training["ours"], training["theirs"]
+    rows.append(Row(f"training {precision}, tokens/s (MFU)", shown(ours), shown(theirs),
+                    rate(ours["tokens_per_s"], theirs["tokens_per_s"]), headline=True))  # fmt: skip
+    if plain := training.get("ours_plain_loss"):
+        rows.append(Row(f"training {precision}, ours with the plain loss, tokens/s (MFU)", shown(plain), shown(theirs),
+                        rate(plain["tokens_per_s"], theirs["tokens_per_s"])))  # fmt: skip
+    rows.append(Row(
         f"beam search, latency s (outputs identical: {beam['outputs_identical']})", f"{beam['ours']['median_s']:.3f}",
         f"{beam['theirs']['median_s']:.3f}", cost(beam["ours"]["median_s"], beam["theirs"]["median_s"])))  # fmt: skip
-    if results.get("load_time"):
-        t = results["load_time"]
-        rows.append(results_files.Row("from_pretrained, s", f"{t['ours']['median_s']:.3f}",
-                                      f"{t['theirs']['median_s']:.3f}",
-                                      cost(t["ours"]["median_s"], t["theirs"]["median_s"])))  # fmt: skip
+    if t := results.get("load_time"):
+        rows.append(Row("from_pretrained, s", f"{t['ours']['median_s']:.3f}", f"{t['theirs']['median_s']:.3f}",
+                        cost(t["ours"]["median_s"], t["theirs"]["median_s"])))  # fmt: skip
+    chunk = training.get("loss_chunk_size")
     notes = [f"Model: {results['model_shape']}, {results['parameters']:,} parameters, the same weights on both sides "
-             f"(logits max |diff| {results['logits_max_abs_diff']:.1e}); malloc {results['malloc']}."]  # fmt: skip
+             f"(logits max |diff| {results['logits_max_abs_diff']:.1e}); malloc {results['malloc']}; optimizer "
+             f"{training.get('optimizer', 'adamw_torch')}; ours: "
+             f"{f'chunked loss, {chunk} tokens a chunk' if chunk else 'plain loss'}.",
+             f"By CPU time: training {training['cpu_ratio']:.2f}x, beam search {beam['cpu_speedup']:.2f}x. Training "
+             f"ours / transformers {training['ratio']:.2f}x{fmt_round(training, 'ours/theirs')}."]  # fmt: skip
     return results_files.Table(
         "T5: hf-llmsys against transformers' T5ForConditionalGeneration", "transformers", rows, notes
     )
@@ -324,18 +293,15 @@ def main(argv=None) -> dict:
         models = {"ours": ours, "theirs": theirs}
         load_time = bench_load(models, Path(workdir), args.load_repeats) if args.load_repeats else None
     limits = None if args.skip_limits else machine_limits.measure(256 if args.tiny else None, args.device)
-    results = {"model_shape": "tiny" if args.tiny else args.preset, "machine_before": machine(args.device), "limits": limits,
+    results = {"model_shape": "tiny" if args.tiny else args.preset, "limits": limits,
+               "device": machine_limits.describe_device(args.device),
                "parameters": sum(p.numel() for p in ours.parameters()),
                "logits_max_abs_diff": check_logits(ours, theirs, vocab_size, args.seed),
                "load_time": load_time, "malloc": args.malloc}  # fmt: skip
-    log(f"{results['model_shape']}: {results['parameters']:,} parameters; logits max |diff| "
-        f"{results['logits_max_abs_diff']:.2e}; load average {results['machine_before']['load_average']}; "
-        f"malloc {args.malloc}")  # fmt: skip
     if limits:
         log(machine_limits.describe(limits))
     results["training"] = bench_training(models, args, vocab_size)
     results["training"]["precision"] = args.precision
-    results["device"] = machine_limits.describe_device(args.device)
     flops = matmul_flops_per_step(ours, args)
     for entry in results["training"].values():
         if not isinstance(entry, dict) or "median_step_s" not in entry:
@@ -343,36 +309,10 @@ def main(argv=None) -> dict:
         entry["mfu"] = flops / entry["median_step_s"] / limits[f"peak_flops_{args.precision}"] if limits else None
     results["training"]["flops_per_step"] = flops
     results["beam_search"] = bench_beam(models, args, vocab_size)
-    results["machine_after"] = machine(args.device)
-    training, beam_search = results["training"], results["beam_search"]
-    log("")
-    for name in [n for n in ("ours", "ours_plain_loss", "theirs", "ours_compiled", "theirs_compiled") if n in training]:
-        mfu = training[name]["mfu"]
-        log(f"training  {name:16s} {training[name]['tokens_per_s']:10.1f} tok/s  "
-            f"MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} ({args.precision} peak)")  # fmt: skip
-    chunk = training["loss_chunk_size"]
-    loss = f"chunked loss, {chunk} tokens a chunk" if chunk else "plain loss"
-    log(f"training  ours / transformers {training['ratio']:.2f}x, by CPU time {training['cpu_ratio']:.2f}x "
-        f"(goal >= {GOAL}: {'MET' if training['ratio'] >= GOAL else 'NOT MET'}); ours: "
-        f"{loss}{fmt_round(training, 'ours/theirs')}; optimizer {training.get('optimizer', 'adamw_torch')}; "
-        f"malloc {args.malloc}; "
-        f"load {machine_limits.fmt_load(training['load'])}")  # fmt: skip
-    if "plain_loss_ratio" in training:
-        log(f"training  ours with the plain loss / transformers {training['plain_loss_ratio']:.2f}x, by CPU time "
-            f"{training['plain_loss_cpu_ratio']:.2f}x{fmt_round(training, 'ours_plain_loss/theirs')}")  # fmt: skip
-    if args.compile:
-        log(f"training  ours / transformers compiled {training['ratio_vs_theirs_compiled']:.2f}x"
-            f"{fmt_round(training, 'ours/theirs_compiled')}; compiled / compiled {training['compiled_ratio']:.2f}x"
-            f"{fmt_round(training, 'ours_compiled/theirs_compiled')}")  # fmt: skip
-    log(f"beam {args.num_beams}  latency s ours {beam_search['ours']['median_s']:10.3f}  transformers "
-        f"{beam_search['theirs']['median_s']:10.3f}  speedup {beam_search['speedup']:.2f}x, by CPU time "
-        f"{beam_search['cpu_speedup']:.2f}x (goal >= {GOAL}: {'MET' if beam_search['speedup'] >= GOAL else 'NOT MET'}); "
-        f"outputs identical: {beam_search['outputs_identical']}; load {machine_limits.fmt_load(beam_search['load'])}")  # fmt: skip
-    if load_time:
-        log(f"from_pretrained ours {load_time['ours']['median_s']:.3f} s, transformers "
-            f"{load_time['theirs']['median_s']:.3f} s: ratio {load_time['ratio']:.2f}")  # fmt: skip
+    table = results_table(results)
+    log(f"\n{table.title}\n{results_files.table_text(table)}")
     if args.json:
-        results_files.write(args.json, "t5_vs_hf", results, results_table(results), args.device)
+        results_files.write(args.json, "t5_vs_hf", results, table, args.device)
     return results
 
 

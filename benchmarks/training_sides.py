@@ -75,13 +75,15 @@ def training_variants(models: dict, loss_chunk_size: int) -> dict:
     return variants
 
 
+def interleaved_order(round_index: int, names=("ours", "theirs")) -> list[str]:
+    """Rotate which model goes first each round (two models: A B, B A, A B, ...)."""
+    names = list(names)
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
 # (ours side, transformers side) pairs whose speed ratio is also taken round by round
-PAIRS = (
-    ("ours", "theirs"),
-    ("ours" + PLAIN_LOSS_SUFFIX, "theirs"),
-    ("ours", "theirs_compiled"),
-    ("ours_compiled", "theirs_compiled"),
-)
+PAIRS = (("ours", "theirs"), ("ours" + PLAIN_LOSS_SUFFIX, "theirs"))
 
 
 def per_round_ratio(times: list[float], reference_times: list[float]) -> dict:

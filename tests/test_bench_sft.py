@@ -74,8 +74,13 @@ def test_speed_part_peak_rss_per_run_in_its_own_process(tmp_path, capsys):
     assert entry["rss_ratio"] == pytest.approx(ours["peak_rss_mb"] / trl["peak_rss_mb"])
     assert entry["train_rss_ratio"] == pytest.approx(ours["peak_rss_train_mb"] / trl["peak_rss_train_mb"])
     assert entry["memory_goal"] == 1.0 and entry["goal"] == 1.3
-    printed = capsys.readouterr().out
-    assert f"ratio {entry['rss_ratio']:.2f} (goal <= 1.0" in printed and "load average before:" in printed
+    # the table (printed at the end and written beside the JSON): peak RSS a cost, TRL's over ours
+    table = json.loads(out.read_text())["table"]
+    rows = {row["measurement"].split(" (")[0]: row for row in table["rows"]}
+    assert rows["SFT training packed, peak RSS MiB"]["ratio"] == pytest.approx(1 / entry["rss_ratio"])
+    assert rows["SFT training packed, tokens/s"]["ratio"] == entry["ratio"]
+    assert rows["SFT training packed, tokens per CPU s"]["ratio"] == entry["cpu_ratio"]
+    assert bench.results_files.table_text(bench.results_files.Table.from_dict(table)) in capsys.readouterr().out
 
 
 def test_learn_part_task_tokenizer_and_one_short_run(tmp_path):
