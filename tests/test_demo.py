@@ -626,3 +626,19 @@ def test_zoo_not_ready_is_a_message_without_traceback(tmp_path, capfd):
         demo.close()
     console = capfd.readouterr()
     assert "Traceback" not in console.out + console.err
+
+
+def test_sparse_bench_file_of_the_sparse_attention_bench_becomes_rows():
+    """`llmsys demo --sparse_bench FILE` reads what `python -m benchmarks.sparse_attention --json FILE` writes: the
+    committed results file gives one row per timed kernel variant and length, with its figures."""
+    import json
+    from pathlib import Path
+
+    from hf_llmsys.demo.sparse_tab import bench_table
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sparse_attention-cpu.json"
+    kernels = json.loads(path.read_text())["kernel"]
+    table = bench_table(path)
+    assert sorted(table["variant"]) == sorted(kernels)
+    local = table.set_index("variant").loc["local"]
+    assert local["ms"] == kernels["local"][str(int(local["length"]))]["ms"]

@@ -180,9 +180,9 @@ def bench_table(path: Path | None) -> pd.DataFrame | None:
     """The figures of ``python -m benchmarks.sparse_attention --json PATH`` when such a file is configured, else None."""
     if path is None or not Path(path).is_file():
         return None
-    results = json.loads(Path(path).read_text())  # {variant: {seq_len: {"ms", "peak_mb", "saved_mb", ...}}}
+    kernels = json.loads(Path(path).read_text())["kernel"]  # {variant: {seq_len: {"ms", "peak_mb", "saved_mb", ...}}}
     rows = [{"variant": variant, "length": int(length), **figures}
-            for variant, by_length in results.items() for length, figures in by_length.items()]  # fmt: skip
+            for variant, by_length in kernels.items() for length, figures in by_length.items()]  # fmt: skip
     return pd.DataFrame(rows)
 
 
