@@ -32,8 +32,7 @@ from ..hub.architecture import layout_card
 from ..kernels import sparse_attention
 from ..kernels.layout_kernels import BLOCK_LAYOUTS
 from ..kernels.sparse_blocks import fixed_attention, local_attention, strided_attention
-from ..layout_views import attended_counts, dense_layout_mask, masked_dense_reference
-from ..models.sparse_layouts import LAYOUTS
+from ..layout_views import LAYOUTS, attended_counts, dense_layout_mask, masked_dense_reference
 from .plots import heatmaps
 
 MB = 2**20
@@ -41,7 +40,7 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  
 
 
 def kinds() -> list[str]:
-    """Every registered layout kind (``sparse_layouts.LAYOUTS``), read per call: a new row appears here."""
+    """Every registered layout kind (``layout_views.LAYOUTS``), read per call: a new row appears here."""
     return list(LAYOUTS)
 
 

@@ -22,25 +22,32 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   alibi, t5, relative) reach attention layers only, linear layers carry order through their recurrence and
   convolution; all-linear layouts are valid with any encoding;
 - ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
-  derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.cache_kind``, "local")
-  is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
-  built once per forward for every cached key), a linear layer "linear_attention" (transformers'
+  derives it from the layouts (``config_kinds.LayoutKind.layer_type``, the rule the masks read too): "local" layers
+  are "sliding_attention" when the encoding adds no score bias, linear layers "linear_attention" (transformers'
   ``LinearAttentionLayer``: conv and recurrent state), every other layer "full_attention". A given list must equal that.
 - training: initializer_range, z_loss_coefficient.
 """
 
 from __future__ import annotations
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .config_checks import check_finite_non_negative, drop_speed_layer_fields
-from .feed_forward import GATED_VARIANTS, llama_intermediate_size
-from .norms import NORM_CLASSES
-from .positions import POSITIONAL_ENCODINGS
-from .sparse_layouts import LAYOUTS, LINEAR_CACHE, WINDOWED_CACHE, layout_class, resolve_layer_layouts
+from .config_checks import check_finite_non_negative, drop_speed_layer_fields, registered
+from .config_kinds import (
+    GATED_VARIANTS,
+    NORM_KINDS,
+    SCORE_BIAS,
+    DenseKind,
+    LayoutKind,
+    LinearKind,
+    LocalKind,
+    resolve_layer_layouts,
+)
 
 # Other names of decoder fields, accepted by every decoder config (an old name -> the field).
 DECODER_ALIASES = {
@@ -48,8 +55,17 @@ DECODER_ALIASES = {
     "layer_norm_epsilon": "norm_eps",  # GPT-2 / GPT-Neo
     "local_window": "sliding_window",  # hf-llmsys GPT-3 configs saved before DecoderConfig
 }
-# transformers' cache kinds (configuration_utils.ALLOWED_ATTN_LAYER_TYPES) that a decoder layer can be.
-FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
+
+
+def llama_intermediate_size(hidden_size: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """LLaMA's SwiGLU hidden size: int(2/3 * 4d), times ``ffn_dim_multiplier``, rounded up to ``multiple_of``.
+
+    Meta's ``FeedForward.__init__`` (llama/model.py); dim 4096 -> 11008.
+    """
+    hidden = int(2 * (4 * hidden_size) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * math.ceil(hidden / multiple_of)
 
 
 @strict
@@ -58,9 +74,9 @@ class DecoderConfig(PreTrainedConfig):
 
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = dict(DECODER_ALIASES)
-    # registered attention layouts (``sparse_layouts.LAYOUTS``) this model type does not offer: GPT-3's factorized
-    # kinds belong to llmsys_gpt3, whose code ships them (``factorized_layouts.py``)
-    excluded_layouts = ("strided", "fixed")
+    # the attention layout kinds this model type offers (``config_kinds.LayoutKind``); its model class runs each with
+    # the layout class of the same name (``DecoderModel.layout_classes``)
+    layout_kinds = (DenseKind, LocalKind, LinearKind)
 
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -153,8 +169,11 @@ class DecoderConfig(PreTrainedConfig):
     def layer_layouts(self) -> list[str]:
         """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""
         layout = ["dense"] if self.attention_layout is None else self.attention_layout
-        known = [kind for kind in LAYOUTS if kind not in self.excluded_layouts]
-        return resolve_layer_layouts(layout, self.num_hidden_layers, known)
+        return resolve_layer_layouts(layout, self.num_hidden_layers, [kind.name for kind in self.layout_kinds])
+
+    def layout_kind(self, kind: str) -> type[LayoutKind]:
+        """The class declaring layout ``kind`` (one of ``layout_kinds``)."""
+        return registered({cls.name: cls for cls in self.layout_kinds}, kind, "attention_layout", "layout kind")
 
     def derived_layer_types(self) -> list[str] | None:
         """transformers' cache kind of each layer, from the layouts and the encoding's capabilities.
@@ -162,15 +181,13 @@ class DecoderConfig(PreTrainedConfig):
         None when the layouts or the encoding are unknown (``validate_attention_layout`` / ``validate_choices`` then
         name the problem).
         """
-        encoding = POSITIONAL_ENCODINGS.get(self.position_embedding_type)
         try:
             kinds = self.layer_layouts()
         except ValueError:
             return None
-        if encoding is None:
+        if self.position_embedding_type not in SCORE_BIAS:
             return None
-        cache_kinds = {WINDOWED_CACHE: FULL if encoding.adds_score_bias else SLIDING, LINEAR_CACHE: LINEAR}
-        return [cache_kinds.get(LAYOUTS[kind].cache_kind, FULL) for kind in kinds]
+        return [self.layout_kind(kind).layer_type(self) for kind in kinds]
 
     def resolve_layer_types(self) -> None:
         """Derive ``layer_types`` if it is None and check it: models call this when built, so a config whose
@@ -187,7 +204,7 @@ class DecoderConfig(PreTrainedConfig):
             return  # validate_sizes names num_hidden_layers
         for kind in sorted(set(self.layer_layouts())):
             try:
-                layout_class(kind).from_config(self)
+                self.layout_kind(kind).from_config(self)
             except ValueError as error:
                 raise ValueError(f"{error} (config fields: sliding_window, alias local_window; sparse_stride; "
                                  "sparse_summary)") from None  # fmt: skip
@@ -312,8 +329,8 @@ class DecoderConfig(PreTrainedConfig):
 
     def validate_choices(self):
         """Names of norms, activations, positional encodings and rope types are known."""
-        if self.norm_type not in NORM_CLASSES:
-            raise ValueError(f"norm_type={self.norm_type!r} is unknown; choose one of {sorted(NORM_CLASSES)}.")
+        if self.norm_type not in NORM_KINDS:
+            raise ValueError(f"norm_type={self.norm_type!r} is unknown; choose one of {sorted(NORM_KINDS)}.")
         if self.norm_type == "rmsnorm" and self.norm_bias:
             raise ValueError("norm_bias=True needs norm_type='layernorm': RMSNorm has no bias.")
         if self.hidden_act not in ACT2FN and self.hidden_act not in GATED_VARIANTS:
@@ -321,10 +338,10 @@ class DecoderConfig(PreTrainedConfig):
                 f"hidden_act={self.hidden_act!r} is unknown; use a transformers ACT2FN name (silu, gelu, gelu_new, "
                 f"relu, ...) or one of {sorted(GATED_VARIANTS)}."
             )
-        if self.position_embedding_type not in POSITIONAL_ENCODINGS:
+        if self.position_embedding_type not in SCORE_BIAS:
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is unknown; choose one of "
-                f"{sorted(POSITIONAL_ENCODINGS)}."
+                f"{sorted(SCORE_BIAS)}."
             )
         rope_type = (self.rope_parameters or {}).get("rope_type", "default")
         if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
@@ -334,4 +351,4 @@ class DecoderConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["DECODER_ALIASES", "DecoderConfig"]
+__all__ = ["DECODER_ALIASES", "DecoderConfig", "llama_intermediate_size"]

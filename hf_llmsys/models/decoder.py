@@ -25,7 +25,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
-from .configuration_decoder import LINEAR
+from .config_kinds import LINEAR
 from .decoder_layer import DecoderLayer
 from .linear_attention import GatedDeltaNet
 from .mask_inputs import MaskInputs
@@ -33,7 +33,7 @@ from .modeling_base import LlmsysPreTrainedModel, embed_token_ids
 from .norms import build_norm
 from .positions import build_positional_encoding
 from .rotary import RotaryEmbedding
-from .sparse_layouts import layouts_from_config
+from .sparse_layouts import PLAIN_LAYOUTS, layouts_from_config
 
 
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):
@@ -56,12 +56,17 @@ class DecoderPreTrainedModel(LlmsysPreTrainedModel):
 class DecoderModel(DecoderPreTrainedModel):
     """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache."""
 
+    # the layout classes this model runs, one per kind its config class offers (``layout_kinds``, same names)
+    layout_classes = PLAIN_LAYOUTS
+
     def __init__(self, config):
         super().__init__(config)
         config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
-        layouts = layouts_from_config(config)  # built once: one object per distinct kind, shared by its layers
+        layouts = layouts_from_config(
+            config, self.layout_classes
+        )  # built once: one object per distinct kind, shared by its layers
         self.layers = nn.ModuleList(DecoderLayer(config, i, layouts[i]) for i in range(config.num_hidden_layers))
         self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False

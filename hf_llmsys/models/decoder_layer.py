@@ -16,7 +16,7 @@ from .feed_forward import build_feed_forward
 from .linear_attention import GatedDeltaNet
 from .norms import build_norm
 from .position_state import PositionState
-from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
+from .sparse_layouts import AttentionLayout, LayerAttention
 
 # layout.mixer -> (attribute, class): attention keeps transformers' ``self_attn``, Gated DeltaNet Qwen3-Next's name
 MIXERS = {"attention": ("self_attn", GroupedQueryAttention), "linear": ("linear_attn", GatedDeltaNet)}
@@ -25,11 +25,10 @@ MIXERS = {"attention": ("self_attn", GroupedQueryAttention), "linear": ("linear_
 class DecoderLayer(GradientCheckpointingLayer):
     """Pre-norm residual block: self-attention then feed-forward."""
 
-    def __init__(self, config, layer_idx: int, layout: AttentionLayout | None = None):
-        """``layout``: this layer's attention layout, built once (``sparse_layouts.layouts_from_config``); None
-        builds it from ``config.layer_layouts()[layer_idx]``."""
+    def __init__(self, config, layer_idx: int, layout: AttentionLayout):
+        """``layout``: this layer's attention layout, built once (``sparse_layouts.layouts_from_config``)."""
         super().__init__()
-        self.layout = layout or layout_class(config.layer_layouts()[layer_idx]).from_config(config)
+        self.layout = layout
         self.mixer_name, mixer_class = MIXERS[self.layout.mixer]
         setattr(self, self.mixer_name, mixer_class(config, layer_idx))
         self.mlp = build_feed_forward(

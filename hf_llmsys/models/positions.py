@@ -123,8 +123,6 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     takes a bias works. The output gains sum_j p_ij a^V_ij (eq. 3), which needs the probabilities: eager only.
     """
 
-    adds_score_bias = True
-
     def __init__(self, config):
         super().__init__()
         self.config = config
