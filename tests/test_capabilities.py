@@ -25,7 +25,7 @@ from hf_llmsys.models import LlmsysGPT3Model, LlmsysLlamaModel
 from hf_llmsys.models.config_kinds import NORM_KINDS, SCORE_BIAS
 from hf_llmsys.models.mask_inputs import MaskInputs
 from hf_llmsys.models.norms import NORM_CLASSES
-from hf_llmsys.models.positions import (
+from hf_llmsys.models.positional_encodings import (
     POSITIONAL_ENCODINGS,
     ALiBiPositionalEncoding,
     NoPositionalEncoding,
@@ -91,7 +91,7 @@ def kernels(model, seq_len=16) -> list[bool]:
     """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask), with the speed layer on."""
     hf_llmsys.kernels.apply(model)
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
-    return [layer.layout.attention(model.config, inputs).kernel is not None for layer in model.model.layers]
+    return [layer.layout.mask_or_kernel(model.config, inputs).kernel is not None for layer in model.model.layers]
 
 
 @pytest.mark.parametrize("cls, bias", [(HalfSlopeALiBi, True), (ConstantNoPE, False)])

@@ -51,7 +51,7 @@ from ..cli.log_output import command_logging
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.positional_encodings import POSITIONAL_ENCODINGS
 from ..training.pretrain_arguments import DataArguments
 from ..training.text_data import load_chunks, split_chunks, tokenize_and_pack
 

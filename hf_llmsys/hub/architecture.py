@@ -41,7 +41,7 @@ class LayoutCard(NamedTuple):
     group_labels: tuple[str, ...] = ("all heads",)  # the demo's label per head group (``head_groups``)
 
 
-# position_embedding_type -> its card words (``models/positions.POSITIONAL_ENCODINGS``)
+# position_embedding_type -> its card words (``models/positional_encodings.POSITIONAL_ENCODINGS``)
 ENCODING_CARDS = {
     "none": EncodingCard("none (NoPE)", "nope", ("kazemnejad2023nope",)),
     "rope": EncodingCard("RoPE", "rope", ("su2021roformer",)),

@@ -1,6 +1,6 @@
 """The kinds a decoder config names, and what the config knows of each: one table or class per fact.
 
-The model blocks implement these names (``norms.NORM_CLASSES``, ``feed_forward``, ``positions.POSITIONAL_ENCODINGS``,
+The model blocks implement these names (``norms.NORM_CLASSES``, ``feed_forward``, ``positional_encodings.POSITIONAL_ENCODINGS``,
 the layout classes of ``sparse_layouts.py``); this file imports none of them, as transformers' configuration files
 import none of their modeling code. ``tests/test_capabilities.py`` ties each table to the registry that implements it.
 

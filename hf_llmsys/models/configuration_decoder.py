@@ -9,7 +9,7 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   attention_bias, attention_out_bias (None: = attention_bias), attention_dropout, attention_scale (None:
   1/sqrt(head_dim)), norm_type ("rmsnorm" / "layernorm"), norm_bias, ``norm_eps`` (the eps of either norm kind;
   aliases ``rms_norm_eps``, transformers' Llama name, and ``layer_norm_epsilon``, GPT-2's);
-- positions (``positions.py``): position_embedding_type, max_position_embeddings, rope_parameters,
+- positions (``positional_encodings.py``): position_embedding_type, max_position_embeddings, rope_parameters,
   rope_interleaved, sinusoidal_scale, the T5 bucket and Shaw clipping fields;
 - per-layer attention (``sparse_layouts.py``): ``attention_layout`` (a kind per layer, or a shorter pattern repeated
   over the layers; None = all "dense"), ``sliding_window`` (band of "local" layers, current token included;
@@ -279,7 +279,7 @@ class DecoderConfig(PreTrainedConfig):
             raise ValueError(f"head_dim must be even for RoPE (it rotates pairs of features), got {self.head_dim}.")
 
     def validate_relative_positions(self):
-        """T5 bucket and Shaw clipping settings are usable (see ``positions.py``)."""
+        """T5 bucket and Shaw clipping settings are usable (see ``positional_encodings.py``)."""
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance", "max_relative_position"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

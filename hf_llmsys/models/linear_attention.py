@@ -122,9 +122,9 @@ class GatedDeltaNet(nn.Module):
             qkv = cache.update_conv_state(qkv, self.layer_idx, conv_kernel_size=self.conv1d.kernel_size[0])
         return F.silu(self.conv1d(qkv)[..., : qkv.shape[-1]][..., -seq_len:])
 
-    def forward(self, hidden_states, positions=None, mask=None, cache=None, kernel=None, **kwargs):
+    def forward(self, hidden_states, position_state=None, mask=None, cache=None, kernel=None, **kwargs):
         """hidden_states (B, S, hidden); mask (B, S) with 0 at padded tokens, or None; cache: a transformers Cache
-        whose layer ``layer_idx`` is a ``LinearAttentionLayer``. ``positions`` and ``kernel`` (attention's) are
+        whose layer ``layer_idx`` is a ``LinearAttentionLayer``. ``position_state`` and ``kernel`` (attention's) are
         unused: order reaches this layer through the recurrence and the convolution. Returns (output, None)."""
         if mask is not None:
             hidden_states = hidden_states * mask[:, :, None].to(hidden_states.dtype)

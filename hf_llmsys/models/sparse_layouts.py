@@ -21,7 +21,7 @@ The object (``AttentionLayout``) subclasses the kind the config declares (``conf
 parameters and their checks, mixer, ``layer_type``) and adds what a layer needs to attend: its predicate and head
 groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses. ``DecoderModel`` builds
 each layer's layout once, from the config and its ``layout_classes`` (``layouts_from_config``); in a forward each
-distinct layout answers one question, ``layout.attention(config, mask_inputs)``: its mask (or a kernel). A new layout
+distinct layout answers one question, ``layout.mask_or_kernel(config, mask_inputs)``: its mask (or a kernel). A new layout
 is one subclass, named by its model type (the config class's ``layout_kinds``, the model class's ``layout_classes``).
 Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); under flex_attention as its
 BlockMask (Dong et al. 2024, "Flex Attention"; the fused kernel skips the empty 128 x 128 blocks), run by
@@ -119,16 +119,14 @@ class AttentionLayout(LayoutKind):
                     f"set {name} before building the model, or build a new one from the changed config."
                 )
 
-    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+    def mask_or_kernel(self, config, mask_inputs: MaskInputs) -> MaskOrKernel:
         """This forward's one question: the layout as a kernel, else as a mask."""
         self.check_unchanged(config)
         kernel = self.kernel(config, mask_inputs)
-        return (
-            LayerAttention(kernel=kernel) if kernel is not None else LayerAttention(mask=self.mask(config, mask_inputs))
-        )
+        return MaskOrKernel(kernel=kernel) if kernel is not None else MaskOrKernel(mask=self.mask(config, mask_inputs))
 
 
-class LayerAttention:
+class MaskOrKernel:
     """A layer's attention in one forward: ``mask`` for the configured attention function (bool or additive
     (B, 1 or H, S, K), a flex ``BlockMask``, or None: sdpa's ``is_causal``), or ``kernel``, an attention function
     (transformers' interface signature) that replaces it. Shared by the layers of one layout."""
@@ -185,11 +183,11 @@ class LinearLayout(LinearKind, DenseLayout):
     state (the dense predicate), and it takes no attention mask: its answer is the (B, S) padding mask of this
     forward's tokens (zeroed before the mixer), or None."""
 
-    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+    def mask_or_kernel(self, config, mask_inputs: MaskInputs) -> MaskOrKernel:
         mask, seq_len = mask_inputs.mask_kwargs["attention_mask"], mask_inputs.mask_kwargs["inputs_embeds"].shape[1]
         if mask is None or mask.dim() != 2 or seq_len == 1:  # one new token is never padding
-            return LayerAttention()
-        return LayerAttention(mask=mask.narrow(1, mask_inputs.past_seen, seq_len))
+            return MaskOrKernel()
+        return MaskOrKernel(mask=mask.narrow(1, mask_inputs.past_seen, seq_len))
 
 
 # the layout classes every decoder runs; a model class lists those it offers (``DecoderModel.layout_classes``)

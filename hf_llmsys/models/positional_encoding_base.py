@@ -2,10 +2,10 @@
 
 Legend: B batch (or 1 when shared), Q new (query) tokens, K cached + new (key) tokens, H heads, D head_dim.
 
-``PositionState`` is what an encoding hands the layers once per forward (``positions.py`` explains the protocol);
+``PositionState`` is what an encoding hands the layers once per forward (``positional_encodings.py`` explains the protocol);
 ``PositionalEncoding`` is the base class of every encoding (itself NoPE); ``BiasPositionalEncoding`` the base of
 those that add one score bias to every layer, of which T5's bucketed bias (Raffel et al. 2020) is here because
-the T5 architecture uses it alone; the decoders' other encodings are in ``positions.py``.
+the T5 architecture uses it alone; the decoders' other encodings are in ``positional_encodings.py``.
 """
 
 from __future__ import annotations
