@@ -1,6 +1,6 @@
 """The kinds a decoder config names, and what the config knows of each: one table or class per fact.
 
-The model blocks implement these names (``norms.NORM_CLASSES``, ``feed_forward``, ``positional_encodings.POSITIONAL_ENCODINGS``,
+The model blocks implement these names (``norms.NORM_CLASSES``, ``positional_encodings.POSITIONAL_ENCODINGS``,
 the layout classes of ``sparse_layouts.py``); this file imports none of them, as transformers' configuration files
 import none of their modeling code. ``tests/test_capabilities.py`` ties each table to the registry that implements it.
 
@@ -19,7 +19,6 @@ from collections.abc import Sequence
 FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 
 NORM_KINDS = ("rmsnorm", "layernorm")  # norm_type
-GATED_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}  # hidden_act -> gate's ACT2FN
 # position_embedding_type -> whether it adds a bias to the attention scores (ALiBi, T5, Shaw): flash attention cannot
 # take it, a sparse layout kernel cannot run it, and a window-sized KV cache would drop keys the bias is built for.
 SCORE_BIAS = {

@@ -37,9 +37,8 @@ from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .config_checks import check_finite_non_negative, drop_speed_layer_fields, registered
+from .config_checks import GATED_VARIANTS, check_finite_non_negative, drop_speed_layer_fields, registered
 from .config_kinds import (
-    GATED_VARIANTS,
     NORM_KINDS,
     SCORE_BIAS,
     DenseKind,

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from .config_kinds import GATED_VARIANTS  # named gated variants -> the activation applied to the gate
+from .config_checks import GATED_VARIANTS
 
 
 class MLP(nn.Module):
