@@ -11,7 +11,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .models.sparse_layouts import MaskFunction, layout, layout_block_mask
+from .models.config_checks import registered
+from .models.modeling_llmsys_gpt3 import LlmsysGPT3Model
+from .models.modeling_llmsys_llama import LlmsysLlamaModel
+from .models.sparse_layouts import AttentionLayout, MaskFunction, layout_block_mask
+
+# every layout kind a decoder runs -> its class: the union of the model classes' ``layout_classes``
+LAYOUTS: dict[str, type[AttentionLayout]] = {
+    cls.name: cls for model in (LlmsysLlamaModel, LlmsysGPT3Model) for cls in model.layout_classes
+}
+
+
+def layout(kind: str, num_heads: int = 1, **params: int | None) -> AttentionLayout:
+    """The layout ``kind`` with its parameters bound and validated (unneeded parameters are ignored)."""
+    return registered(LAYOUTS, kind, "kind", "attention layout")(num_heads, **params)
 
 
 def flex_layout_attention(kind: str, q, k, v, *, scale: float, dropout: float = 0.0, **params) -> torch.Tensor:

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from hf_llmsys.models.feed_forward import MLP, GatedMLP, build_feed_forward, llama_intermediate_size
+from hf_llmsys.models.configuration_decoder import llama_intermediate_size
+from hf_llmsys.models.feed_forward import MLP, GatedMLP, build_feed_forward
 from hf_llmsys.models.norms import LayerNorm, RMSNorm, build_norm
 from hf_llmsys.models.rotary import RotaryEmbedding, apply_rotary, rotate_adjacent_pairs, rotate_half
 

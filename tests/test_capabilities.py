@@ -1,9 +1,11 @@
-"""Blocks declare what they can do; models and tools read it through the registries, never from lists of names.
+"""The configs' kinds (``config_kinds``) and the blocks that implement them agree; models and tools read both
+through the tables, never from lists of names.
 
-A new positional encoding or attention layout is one class (or predicate) plus one registry row: shown here with
-test-only entries that the decoders (GPT-3-style, and LLaMA-style for layouts) then handle correctly without any
-other change (cache kind, kernel or mask path, flash refusal, the ``has_length_limit`` attribute evaluation
-tools duck-type on, the model card's rows and the demo's sparse tab).
+A new positional encoding is one class, its registry row and its config row (whether it adds a score bias); a new
+attention layout is one class named in its model type's declarations (the config class's ``layout_kinds``, the model
+class's ``layout_classes``): shown here with test-only entries that the decoders (GPT-3-style, and LLaMA-style for
+layouts) then handle correctly without any other change (cache kind, kernel or mask path, flash refusal, the
+``has_length_limit`` attribute evaluation tools duck-type on, the model card's rows and the demo's sparse tab).
 """
 
 from __future__ import annotations
@@ -12,26 +14,58 @@ import math
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 import hf_llmsys.kernels
 from hf_llmsys import LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.demo import sparse_tab
 from hf_llmsys.hub.architecture import LAYOUT_CARDS, LayoutCard, describe
+from hf_llmsys.layout_views import LAYOUTS
+from hf_llmsys.models import LlmsysGPT3Model, LlmsysLlamaModel
+from hf_llmsys.models.config_kinds import NORM_KINDS, SCORE_BIAS
 from hf_llmsys.models.mask_inputs import MaskInputs
-from hf_llmsys.models.positions import (
+from hf_llmsys.models.norms import NORM_CLASSES
+from hf_llmsys.models.positional_encodings import (
     POSITIONAL_ENCODINGS,
     ALiBiPositionalEncoding,
     NoPositionalEncoding,
     PositionalEncoding,
 )
-from hf_llmsys.models.sparse_layouts import LAYOUTS, AttentionLayout, LocalLayout
+from hf_llmsys.models.sparse_layouts import AttentionLayout, LocalLayout
+
+DECODERS = [(LlmsysGPT3Config, LlmsysGPT3ForCausalLM, LlmsysGPT3Model),
+            (LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel)]  # fmt: skip
 
 
-def test_every_registered_encoding_declares_its_capabilities():
-    for kind, cls in POSITIONAL_ENCODINGS.items():
-        assert isinstance(cls.has_length_limit, bool) and isinstance(cls.adds_score_bias, bool), kind
+def test_every_config_name_has_its_block():
+    """The names the configs validate are the names the blocks implement, and ``SCORE_BIAS`` says which encodings
+    hand the layers a score bias."""
+    assert set(NORM_KINDS) == set(NORM_CLASSES) and set(SCORE_BIAS) == set(POSITIONAL_ENCODINGS)
     assert {kind for kind, cls in POSITIONAL_ENCODINGS.items() if cls.has_length_limit} == {"learned"}
-    assert {kind for kind, cls in POSITIONAL_ENCODINGS.items() if cls.adds_score_bias} == {"alibi", "t5", "relative"}
+    query = torch.zeros(1, 4, 3, 8)  # (B, H, Q, D)
+    for kind, cls in POSITIONAL_ENCODINGS.items():
+        config = gpt3(position_embedding_type=kind, hidden_size=32, num_attention_heads=4)
+        state = cls(config).prepare(torch.zeros(1, 3, 32), torch.arange(3)[None])
+        assert (state.attention_bias_for(query) is not None) == SCORE_BIAS[kind], kind
+
+
+@pytest.mark.parametrize("config_class, _, model_class", DECODERS)
+def test_each_model_type_runs_the_layout_kinds_its_config_offers(config_class, _, model_class):
+    """One declaration per model type: the config class's ``layout_kinds`` and the model class's ``layout_classes``
+    name the same kinds, each layout class implementing the declared kind; GPT-3's factorized kinds only there."""
+    declared, classes = config_class.layout_kinds, model_class.layout_classes
+    assert [kind.name for kind in declared] == [cls.name for cls in classes]
+    assert all(issubclass(cls, kind) for kind, cls in zip(declared, classes, strict=True))
+    assert ({"strided", "fixed"} <= {kind.name for kind in declared}) == (config_class is LlmsysGPT3Config)
+    with pytest.raises(StrictDataclassError, match=r"unknown kinds \['strided'\]"):
+        LlmsysLlamaConfig(num_hidden_layers=2, attention_layout=["strided"], sparse_stride=4)
+
+
+def offer(monkeypatch, config_class, model_class, layout_class):
+    """Declare the test-only ``layout_class`` for one model type (its own ``config_kinds`` base: it is one)."""
+    monkeypatch.setattr(config_class, "layout_kinds", (*config_class.layout_kinds, layout_class))
+    base = model_class.base_model_class
+    monkeypatch.setattr(base, "layout_classes", (*base.layout_classes, layout_class))
 
 
 class HalfSlopeALiBi(ALiBiPositionalEncoding):
@@ -57,22 +91,23 @@ def kernels(model, seq_len=16) -> list[bool]:
     """Per layer: whether its layout runs as a kernel on a plain batch (else as a mask), with the speed layer on."""
     hf_llmsys.kernels.apply(model)
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 32), None, None, torch.arange(seq_len)[None], 0)
-    return [layer.layout.attention(model.config, inputs).kernel is not None for layer in model.model.layers]
+    return [layer.layout.mask_or_kernel(model.config, inputs).kernel is not None for layer in model.model.layers]
 
 
-@pytest.mark.parametrize("cls, uses_kernels", [(HalfSlopeALiBi, False), (ConstantNoPE, True)])
-def test_a_new_encoding_is_one_class_and_one_registry_row(monkeypatch, cls, uses_kernels):
+@pytest.mark.parametrize("cls, bias", [(HalfSlopeALiBi, True), (ConstantNoPE, False)])
+def test_a_new_encoding_is_one_class_and_two_rows(monkeypatch, cls, bias):
     monkeypatch.setitem(POSITIONAL_ENCODINGS, "test_only", cls)
+    monkeypatch.setitem(SCORE_BIAS, "test_only", bias)
     config = gpt3(position_embedding_type="test_only")
-    windowed = "sliding_attention" in config.layer_types
-    assert windowed == (not cls.adds_score_bias)  # a score bias keeps full caches in local layers
+    uses_kernels = not bias  # a sparse layout kernel cannot run a score bias
+    assert ("sliding_attention" in config.layer_types) == (not bias)  # a score bias keeps full caches in local layers
     model = LlmsysGPT3ForCausalLM(config).eval()
     assert kernels(model) == [False, uses_kernels]  # "dense" layers always use transformers' causal mask
     limited = [m for m in model.modules() if getattr(type(m), "has_length_limit", False)]
     assert limited == []  # what evaluation reads to decide on sliding windows past the context
     ids = torch.randint(0, 50, (2, 10))
     assert torch.isfinite(model(ids, labels=ids).loss)
-    if cls.adds_score_bias:
+    if bias:
         flash = gpt3(position_embedding_type="test_only")
         flash._attn_implementation = "flash_attention_2"
         with pytest.raises(ValueError, match="cannot take"):
@@ -99,16 +134,15 @@ class PreviousTokenLayout(AttentionLayout):
         return previous_token
 
 
-@pytest.mark.parametrize("config_class, model_class", [(LlmsysGPT3Config, LlmsysGPT3ForCausalLM),
-                                                        (LlmsysLlamaConfig, LlmsysLlamaForCausalLM)])  # fmt: skip
-def test_a_new_layout_is_one_registry_row(monkeypatch, config_class, model_class):
+@pytest.mark.parametrize("config_class, model_class, _", DECODERS)
+def test_a_new_layout_is_one_class_declared_by_its_model_type(monkeypatch, config_class, model_class, _):
     """A "previous token" layout (kv in {q-1, q}) without a kernel of its own: it runs as a mask in every decoder,
     and a one-layer model's logits at t then depend on tokens t-1 and t only."""
-    monkeypatch.setitem(LAYOUTS, "previous_token", PreviousTokenLayout)
+    offer(monkeypatch, config_class, model_class, PreviousTokenLayout)
     config = gpt3(
         config_class, num_hidden_layers=1, attention_layout=["previous_token"], position_embedding_type="none"
     )
-    assert config.layer_types == ["full_attention"]  # no windowed_cache capability declared: a full cache
+    assert config.layer_types == ["full_attention"]  # not declared windowed: a full cache
     model = model_class(config).eval()
     assert kernels(model) == [False]
     ids = torch.randint(0, 50, (1, 12))
@@ -121,11 +155,11 @@ def test_a_new_layout_is_one_registry_row(monkeypatch, config_class, model_class
     assert moved[3] > 0 and moved[4] > 0
 
 
-def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
-    """A layout that declares ``windowed_cache`` (here: the local band under another name) makes its layers
-    transformers' "sliding_attention" layers: window-sized caches, and cached decoding still equals the full forward."""
-    band = type("BandLayout", (LocalLayout,), {"name": "band", "has_block_kernel": False})
-    monkeypatch.setitem(LAYOUTS, "band", band)
+def test_a_new_windowed_layout_is_one_declared_class(monkeypatch):
+    """A layout that declares ``windowed`` (here: the local band under another name) makes its layers transformers'
+    "sliding_attention" layers: window-sized caches, and cached decoding still equals the full forward."""
+    band = type("BandLayout", (LocalLayout,), {"name": "band"})
+    offer(monkeypatch, LlmsysLlamaConfig, LlmsysLlamaForCausalLM, band)
     config = gpt3(LlmsysLlamaConfig, attention_layout=["dense", "band"])
     assert config.layer_types == ["full_attention", "sliding_attention"]
     model = LlmsysLlamaForCausalLM(config).eval()
@@ -142,6 +176,7 @@ def test_a_new_windowed_layout_is_one_registry_row(monkeypatch):
 def test_a_new_layout_appears_in_the_card_and_the_demo(monkeypatch):
     """The model card and the demo's sparse tab read the registry; the card names a layout by its kind until
     hub/architecture.py's ``LAYOUT_CARDS`` gives it words."""
+    offer(monkeypatch, LlmsysGPT3Config, LlmsysGPT3ForCausalLM, PreviousTokenLayout)
     monkeypatch.setitem(LAYOUTS, "previous_token", PreviousTokenLayout)
     config = gpt3(attention_layout=["dense", "previous_token"])
     assert dict(describe(config).rows)["per-layer attention"] == "dense causal, previous_token"

@@ -58,7 +58,7 @@ def test_encoding_views_are_named_as_the_models_name_them():
     """The tab's choices are position_embedding_type values, labelled with each encoding's card name."""
     from hf_llmsys.demo import positions_tab
     from hf_llmsys.hub.architecture import ENCODING_CARDS
-    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+    from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS
 
     choices = positions_tab.encoding_choices()
     assert [kind for _, kind in choices] == list(positions_tab.ENCODING_VIEWS)
@@ -432,7 +432,7 @@ def test_background_training_reports_progress_then_loads(tmp_path, capfd):
 def test_demo_zoo_trains_in_the_background_and_serves(tmp_path):
     """The real first run: the 'demo' preset, every encoding, trained by the manager the page uses."""
     from hf_llmsys.demo.zoo import FULL_ZOO_DIR, ZooManager
-    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+    from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS
 
     start = time.perf_counter()
     manager = ZooManager(cache_dir=tmp_path / "zoo", skip_folders=(FULL_ZOO_DIR,))

@@ -69,7 +69,7 @@ def test_the_kernel_path_is_taken_and_builds_no_sequence_square_tensor():
     masked = copy.deepcopy(model)
     speed_layer.apply(model)
     inputs = MaskInputs.build(model.config, torch.zeros(1, seq_len, 64), None, None, torch.arange(seq_len)[None], 0)
-    answers = [layer.layout.attention(model.config, inputs) for layer in model.model.layers]
+    answers = [layer.layout.mask_or_kernel(model.config, inputs) for layer in model.model.layers]
     assert all(callable(answer.kernel) and answer.mask is None for answer in answers)
     ids = torch.randint(0, 100, (1, seq_len))
     with LargestTensor() as tracker:

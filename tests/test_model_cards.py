@@ -205,8 +205,8 @@ def test_every_encoding_and_layout_has_its_card_words_and_the_model_code_none():
 
     from hf_llmsys.hub.architecture import ENCODING_CARDS, LAYOUT_CARDS
     from hf_llmsys.hub.citations import CITATIONS
-    from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
-    from hf_llmsys.models.sparse_layouts import LAYOUTS
+    from hf_llmsys.layout_views import LAYOUTS
+    from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS
 
     assert set(ENCODING_CARDS) == set(POSITIONAL_ENCODINGS) and set(LAYOUT_CARDS) == set(LAYOUTS)
     for kind, card in LAYOUT_CARDS.items():

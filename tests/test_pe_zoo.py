@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from hf_llmsys.cli.zoo import main, parse_args
 from hf_llmsys.data.corpus import load_default_corpus
 from hf_llmsys.experiments.positional_zoo import FORMAT_VERSION, PRESETS
-from hf_llmsys.models.positions import POSITIONAL_ENCODINGS
+from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 from hf_llmsys.evaluation.model_limits import declared_length_limit, has_length_limit, resolve_max_length
-from hf_llmsys.models.positions import POSITIONAL_ENCODINGS, PositionalEncoding
+from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS, PositionalEncoding
 
 TEXT = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2"
 

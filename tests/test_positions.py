@@ -13,7 +13,7 @@ from decoding import stepwise_logits
 from paper_references import paper_get_slopes
 
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM, LlmsysLlamaModel
-from hf_llmsys.models import positions
+from hf_llmsys.models import positional_encodings
 from hf_llmsys.models.attention import GroupedQueryAttention
 from hf_llmsys.models.position_biases import alibi_slopes, sinusoidal_table, t5_relative_position_bucket
 
@@ -281,7 +281,9 @@ def test_bias_built_once_per_forward(kind, layers):
 @pytest.mark.parametrize("layers", [1, 4])
 def test_shaw_indices_once_per_forward(layers):
     model = tiny_model("relative", num_hidden_layers=layers)
-    with mock.patch.object(positions, "shaw_relative_index", side_effect=positions.shaw_relative_index) as built:
+    with mock.patch.object(
+        positional_encodings, "shaw_relative_index", side_effect=positional_encodings.shaw_relative_index
+    ) as built:
         with torch.no_grad():
             model(torch.randint(3, 96, (2, 5)))
     assert built.call_count == 1
@@ -298,14 +300,14 @@ def test_without_positions_bidirectional_attention_is_permutation_equivariant():
     permutation = torch.tensor([1, 0, 2, 3])
     assert torch.equal(original[:, permutation], swapped)
     model = tiny_model("none").model
-    state = model.positions.prepare(torch.zeros(1, 4, 32), torch.arange(4)[None])
+    position_state = model.positions.prepare(torch.zeros(1, 4, 32), torch.arange(4)[None])
     for kernel in ("eager", "sdpa"):
         config = copy.deepcopy(model.config)
         config._attn_implementation = kernel
         attention = GroupedQueryAttention(config, layer_idx=0, is_causal=False).eval()
         with torch.no_grad():
-            out_original, _ = attention(model.embed_tokens(original), state)
-            out_swapped, _ = attention(model.embed_tokens(swapped), state)
+            out_original, _ = attention(model.embed_tokens(original), position_state)
+            out_swapped, _ = attention(model.embed_tokens(swapped), position_state)
         assert torch.allclose(out_original[:, permutation], out_swapped, atol=1e-6), kernel
     causal = LlmsysLlamaModel._from_config(model.config, attn_implementation="eager").eval()
     with torch.no_grad():

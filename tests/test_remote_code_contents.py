@@ -15,6 +15,7 @@ import pytest
 import torch
 from remote_code import run_without_the_package
 
+import hf_llmsys.models
 from hf_llmsys import (
     LlmsysGPT3Config,
     LlmsysGPT3ForCausalLM,
@@ -74,6 +75,19 @@ def test_each_type_ships_only_what_it_imports(tmp_path):
     assert "gpt2_checkpoint_conversion.py" in gpt3 and "gpt2_checkpoint_conversion.py" not in llama | t5
     assert not {"sparse_layouts.py", "rotary.py", "decoder.py"} & t5, sorted(t5)
     assert "t5_checkpoint_conversion.py" in t5 and "t5_checkpoint_conversion.py" not in llama | gpt3
+
+
+def test_the_configs_import_no_model_blocks():
+    """As transformers' configuration files: a config file reaches (through its relative imports) config files only."""
+    models = Path(hf_llmsys.models.__file__).parent
+    for start in sorted(models.glob("configuration_*.py")):
+        seen, todo = set(), [start.stem]
+        while todo:
+            name = todo.pop()
+            seen.add(name)
+            todo += [m for m in re.findall(r"^from \.(\w+) import", (models / f"{name}.py").read_text(), re.M)
+                     if m not in seen]  # fmt: skip
+        assert all(name.startswith("config") for name in seen), (start.name, sorted(seen))
 
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))

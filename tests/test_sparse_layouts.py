@@ -9,8 +9,16 @@ import torch
 import transformers
 from transformers.masking_utils import create_causal_mask, sliding_window_causal_mask_function
 
-from hf_llmsys.layout_views import attended_counts, dense_layout_mask, head_group_mask_functions, layout_mask_function
-from hf_llmsys.models.sparse_layouts import LAYOUTS, resolve_layer_layouts
+from hf_llmsys.layout_views import (
+    LAYOUTS,
+    attended_counts,
+    dense_layout_mask,
+    head_group_mask_functions,
+    layout_mask_function,
+)
+from hf_llmsys.models.config_kinds import resolve_layer_layouts
+
+KINDS = ["dense", "fixed", "linear", "local", "strided"]
 
 
 def reference_keeps(kind, h, q, kv, num_heads=1, sliding_window=None, sparse_stride=None, sparse_summary=None):
@@ -123,10 +131,13 @@ def test_stride_sqrt_n_gives_n_sqrt_n_growth(kind):
 
 
 def test_resolve_layer_layouts_repeats_patterns():
-    assert resolve_layer_layouts(["dense", "local"], 4) == ["dense", "local", "dense", "local"]
-    assert resolve_layer_layouts(["fixed"], 3) == ["fixed"] * 3
+    assert resolve_layer_layouts(["dense", "local"], 4, KINDS) == ["dense", "local", "dense", "local"]
+    assert resolve_layer_layouts(["fixed"], 3, KINDS) == ["fixed"] * 3
     explicit = ["dense", "strided", "local"]
-    assert resolve_layer_layouts(explicit, 3) == explicit and resolve_layer_layouts(explicit, 3) is not explicit
+    assert (
+        resolve_layer_layouts(explicit, 3, KINDS) == explicit
+        and resolve_layer_layouts(explicit, 3, KINDS) is not explicit
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,7 +153,7 @@ def test_resolve_layer_layouts_repeats_patterns():
 )
 def test_resolve_layer_layouts_rejects(layout, num_layers, field):
     with pytest.raises(ValueError, match=field):
-        resolve_layer_layouts(layout, num_layers)
+        resolve_layer_layouts(layout, num_layers, KINDS)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +184,7 @@ def test_unknown_kind_lists_registry_and_bad_seq_len():
         dense_layout_mask("dense", 0)
     with pytest.raises(ValueError, match="seq_len"):
         attended_counts("dense", 0)
-    assert sorted(LAYOUTS) == ["dense", "fixed", "linear", "local", "strided"]
+    assert sorted(LAYOUTS) == KINDS
 
 
 def tiny_config(attn_implementation):

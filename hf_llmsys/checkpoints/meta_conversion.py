@@ -42,8 +42,8 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
+from ..models.configuration_decoder import llama_intermediate_size
 from ..models.configuration_llmsys_llama import LlmsysLlamaConfig
-from ..models.feed_forward import llama_intermediate_size
 from ..models.modeling_llmsys_llama import LlmsysLlamaForCausalLM
 from ..models.rotary import RotaryEmbedding
 

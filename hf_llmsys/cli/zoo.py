@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..experiments import positional_zoo
 from ..experiments.positional_zoo import DEFAULT_FACTORS, PRESETS, ROPE_SCALINGS, ZooSettings, run_zoo
-from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.positional_encodings import POSITIONAL_ENCODINGS
 from .log_output import command_logging
 
 

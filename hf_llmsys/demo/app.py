@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.positional_encodings import POSITIONAL_ENCODINGS
 from ..plots import line_figure
 from . import cleaning_tab, generation_tab, permutation, perplexity_tab, positions_tab, sparse_tab
 from .console import quiet_libraries

@@ -2,7 +2,7 @@
 models.rotary), plus the NoPE-vs-RoPE permutation example computed live.
 
 Views are a registry ``ENCODING_VIEWS`` keyed by the models' own ``position_embedding_type`` names
-(``models.positions.POSITIONAL_ENCODINGS``; each maps to a function of ``EncodingParams`` returning an
+(``models.positional_encodings.POSITIONAL_ENCODINGS``; each maps to a function of ``EncodingParams`` returning an
 ``EncodingView``: a heatmap figure, a curve (long DataFrame x / y / series, drawn by ``plots.line_figure``), a
 table and a Markdown
 caption). The tab labels each view with its encoding's card name (``hub.architecture.ENCODING_CARDS``), as the
@@ -28,7 +28,7 @@ from ..models.position_biases import (
     sinusoidal_table,
     t5_relative_position_bucket,
 )
-from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.positional_encodings import POSITIONAL_ENCODINGS
 from ..models.rotary import RotaryEmbedding, apply_rotary
 from ..plots import series_frame
 from .plots import heatmaps, plt

@@ -34,10 +34,9 @@ from ..hub.architecture import layout_card
 from ..kernels import sparse_attention
 from ..kernels.layout_kernels import BLOCK_LAYOUTS
 from ..kernels.sparse_blocks import fixed_attention, local_attention, strided_attention
-from ..layout_views import attended_counts, cache_bytes, dense_layout_mask, masked_dense_reference
+from ..layout_views import LAYOUTS, attended_counts, cache_bytes, dense_layout_mask, masked_dense_reference
 from ..models.configuration_llmsys_gpt3 import LlmsysGPT3Config
 from ..models.modeling_llmsys_gpt3 import LlmsysGPT3ForCausalLM
-from ..models.sparse_layouts import LAYOUTS
 from ..plots import line_figure
 from .plots import heatmaps
 
@@ -46,8 +45,8 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  
 
 
 def kinds() -> list[str]:
-    """Every registered mask layout (``sparse_layouts.LAYOUTS`` whose layers attend), read per call: a new one appears
-    here. Linear layers have no mask: they appear in the cost and cache tables (``COST_LAYOUTS``)."""
+    """Every mask layout (``layout_views.LAYOUTS`` whose layers attend), read per call: a new one appears here. Linear
+    layers have no mask: they appear in the cost and cache tables (``COST_LAYOUTS``)."""
     return [kind for kind, cls in LAYOUTS.items() if cls.mixer == "attention"]
 
 

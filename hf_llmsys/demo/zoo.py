@@ -222,7 +222,7 @@ class ZooManager:
 
     def limits(self) -> str:
         """``zoo_limits`` of the loaded zoo, else of the preset it is training with."""
-        from ..models.positions import POSITIONAL_ENCODINGS
+        from ..models.positional_encodings import POSITIONAL_ENCODINGS
 
         zoo = self.zoo
         if zoo is not None:
@@ -257,7 +257,7 @@ def zoo_limits(settings: dict, runs: int) -> str:
 
 def training_status(events: list[dict], preset: dict, elapsed: float) -> str:
     """Progress of the background zoo training as one Markdown line (runs done, step of the current run)."""
-    from ..models.positions import POSITIONAL_ENCODINGS
+    from ..models.positional_encodings import POSITIONAL_ENCODINGS
 
     total_runs = len(POSITIONAL_ENCODINGS)
     done = sum(1 for e in events if e["stage"] == "evaluate" and e.get("run") in POSITIONAL_ENCODINGS)

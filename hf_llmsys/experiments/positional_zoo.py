@@ -50,7 +50,7 @@ from ..data.pretrain_text import file_chunks, split_chunks, tokenize_and_pack
 from ..data.tokenizer import train_bpe_tokenizer
 from ..evaluation.perplexity import corpus_perplexity
 from ..models import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
-from ..models.positions import POSITIONAL_ENCODINGS
+from ..models.positional_encodings import POSITIONAL_ENCODINGS
 
 logger = logging.get_logger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from transformers.activations import ACT2FN
 
 from ..hub.architecture import encoding_card
-from ..models.feed_forward import GATED_VARIANTS
+from ..models.config_checks import GATED_VARIANTS
 
 DENSE, LOCAL = "dense", "local"
 # config.json layer kinds of each target family, from our layout kinds

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrained
 
 from .. import architectures
 from ..architectures import UnknownArchitectureError  # noqa: F401  (re-exported: cli and output_dir catch it here)
-from ..models.sparse_layouts import AttentionLayout, DenseLayout, layouts_from_config
+from ..models.config_kinds import DenseKind, LayoutKind
 
 # (activation, gated) -> feed-forward name
 FEED_FORWARD_NAMES = {
@@ -41,7 +41,7 @@ class LayoutCard(NamedTuple):
     group_labels: tuple[str, ...] = ("all heads",)  # the demo's label per head group (``head_groups``)
 
 
-# position_embedding_type -> its card words (``models/positions.POSITIONAL_ENCODINGS``)
+# position_embedding_type -> its card words (``models/positional_encodings.POSITIONAL_ENCODINGS``)
 ENCODING_CARDS = {
     "none": EncodingCard("none (NoPE)", "nope", ("kazemnejad2023nope",)),
     "rope": EncodingCard("RoPE", "rope", ("su2021roformer",)),
@@ -51,7 +51,7 @@ ENCODING_CARDS = {
     "t5": EncodingCard("T5 relative buckets", "t5-relative-bias", ("raffel2020t5",)),
     "relative": EncodingCard("Shaw et al. relative embeddings", "relative-positions", ("shaw2018relative",)),
 }
-# attention_layout kind -> its card words (``models/sparse_layouts.LAYOUTS``)
+# attention_layout kind -> its card words (every decoder config's ``layout_kinds``)
 LAYOUT_CARDS = {
     "dense": LayoutCard("dense causal"),
     "local": LayoutCard("local band of {sliding_window}"),
@@ -144,14 +144,15 @@ def positional_encoding(config) -> tuple[str, str, list[str]]:
     return name, tag, list(citations)
 
 
-def layer_layouts(config) -> list[AttentionLayout]:
-    """Per-layer layout objects, as the model builds them (dense causal in every layer for other configs)."""
+def layer_layouts(config) -> list[LayoutKind]:
+    """Per-layer layout kinds with their parameters bound, as the config declares them (dense causal in every layer
+    for other configs)."""
     if hasattr(config, "layer_layouts"):
-        return layouts_from_config(config)
-    return [DenseLayout(config.num_attention_heads)] * config.num_hidden_layers
+        return [config.layout_kind(kind).from_config(config) for kind in config.layer_layouts()]
+    return [DenseKind(config.num_attention_heads)] * config.num_hidden_layers
 
 
-def describe_layouts(config, layouts: list[AttentionLayout]) -> str:
+def describe_layouts(config, layouts: list[LayoutKind]) -> str:
     """'dense causal, local band of 256 (x6)': the per-layer pattern, compressed when it repeats."""
     names = [layout_card(layout.name).text.format(**layout.params) for layout in layouts]
     for period in range(1, len(names) + 1):

@@ -113,8 +113,8 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
 class DecodingAttention(GroupedQueryAttention):
     """``GroupedQueryAttention`` (same parameters, same math) whose "sdpa" calls go through ``grouped_sdpa``."""
 
-    def forward(self, hidden_states, positions, attention_mask=None, cache=None, kernel=None, **kwargs):
+    def forward(self, hidden_states, position_state, attention_mask=None, cache=None, kernel=None, **kwargs):
         grouped = self.num_key_value_heads != self.num_heads
         if kernel is None and grouped and self.config._attn_implementation == "sdpa":
             kernel = grouped_sdpa
-        return super().forward(hidden_states, positions, attention_mask, cache, kernel=kernel, **kwargs)
+        return super().forward(hidden_states, position_state, attention_mask, cache, kernel=kernel, **kwargs)

@@ -21,10 +21,10 @@ from torch.utils.checkpoint import checkpoint
 from transformers.integrations.sdpa_attention import repeat_kv
 
 from ..models.config_checks import registered
+from ..models.config_kinds import adds_score_bias
 from ..models.factorized_layouts import FixedLayout, StridedLayout
 from ..models.mask_inputs import MaskInputs
 from ..models.modeling_base import attention_backend
-from ..models.positions import encoding_class
 from ..models.sparse_layouts import AttentionLayout, DenseLayout, Kernel, LocalLayout
 from .flash_blocks import applies as flash_applies
 from .flash_blocks import fixed_flash, local_flash, strided_flash
@@ -72,7 +72,7 @@ class BlockKernels:
     def kernel(self, config, mask_inputs: MaskInputs) -> Kernel | None:
         if (
             attention_backend(config._attn_implementation).layout_kernels == "blocks"
-            and not encoding_class(config.position_embedding_type).adds_score_bias
+            and not adds_score_bias(config.position_embedding_type)
             and mask_inputs.is_plain
         ):
             run = functools.partial(self.block_kernel, recompute=self.recompute)

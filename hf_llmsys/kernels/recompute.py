@@ -44,7 +44,7 @@ from functools import partial
 import torch
 
 from ..models.decoder_layer import DecoderLayer
-from ..models.sparse_layouts import LayerAttention
+from ..models.sparse_layouts import MaskOrKernel
 from .rms_norm import recompute_norm
 from .weight_major import plain_linear
 
@@ -271,20 +271,22 @@ class RecomputingDecoderLayer(DecoderLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        positions,
-        attention: LayerAttention,
+        position_state,
+        mask_or_kernel: MaskOrKernel,
         position_bias: torch.Tensor | None = None,
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
-        positions = positions.with_attention_bias(position_bias)
+        position_state = position_state.with_attention_bias(position_bias)
         attn = self.mixer  # attention, or a linear layer's Gated DeltaNet
         normed = self.input_layernorm(hidden_states)
         with (
             recomputed_when_saved(normed, partial(recompute_norm, self.input_layernorm, hidden_states)),
             autocast_inputs(normed, *mixer_input_projections(attn)),
         ):
-            attn_out, _ = attn(normed, positions, attention.mask, cache, kernel=attention.kernel, **kwargs)
+            attn_out, _ = attn(
+                normed, position_state, mask_or_kernel.mask, cache, kernel=mask_or_kernel.kernel, **kwargs
+            )
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         with (

@@ -19,7 +19,7 @@ from torch import nn
 from transformers.integrations.sdpa_attention import repeat_kv
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .position_state import PositionState
+from .positional_encoding_base import PositionState
 
 
 def eager_attention_forward(
@@ -94,7 +94,7 @@ class GroupedQueryAttention(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        positions: PositionState,
+        position_state: PositionState,
         attention_mask: torch.Tensor | None = None,
         cache=None,
         kernel: Callable | None = None,
@@ -107,24 +107,26 @@ class GroupedQueryAttention(nn.Module):
         the configured one (a sparse layout's kernel, ``sparse_layouts.AttentionLayout.kernel``).
         """
         batch, seq_len, _ = hidden_states.shape
-        query = positions.rotate(self.q_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))  # (B, S, H, D)
-        key = positions.rotate(self.k_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))  # (B, S, G, D)
+        query = position_state.rotate(
+            self.q_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)
+        )  # (B, S, H, D)
+        key = position_state.rotate(self.k_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))  # (B, S, G, D)
         value = self.v_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, G, K, D)
 
-        attention = kernel or ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_function = kernel or ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        bias = positions.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
+        bias = position_state.attention_bias_for(query, self.layer_idx)  # (B or 1, H, S, K) or None
         if bias is not None:  # full size: flex_attention indexes it by batch
             kwargs["position_bias"] = bias.expand(batch, -1, -1, -1)
-        if (value_term := positions.value_term(self.layer_idx)) is not None:
+        if (value_term := position_state.value_term(self.layer_idx)) is not None:
             kwargs["relative_values"] = value_term  # eager only (checked by the positional encoding)
         if (window := self.sliding_window()) is not None:
             kwargs["sliding_window"] = window  # flash attention bands the layer itself (it takes no mask), as Mistral
-        output, probs = attention(
+        output, probs = attention_function(
             self,
             query,
             key,

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 
+# hidden_act names of gated feed-forward variants -> the activation of the gate (``feed_forward.py``, Shazeer 2020)
+GATED_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
+
 
 def check_finite_non_negative(name: str, value, meaning: str) -> None:
     """``value`` is an int or float in [0, inf) (a bool is refused); ``meaning`` says what it is and its usual

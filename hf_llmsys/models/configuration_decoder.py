@@ -9,7 +9,7 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   attention_bias, attention_out_bias (None: = attention_bias), attention_dropout, attention_scale (None:
   1/sqrt(head_dim)), norm_type ("rmsnorm" / "layernorm"), norm_bias, ``norm_eps`` (the eps of either norm kind;
   aliases ``rms_norm_eps``, transformers' Llama name, and ``layer_norm_epsilon``, GPT-2's);
-- positions (``positions.py``): position_embedding_type, max_position_embeddings, rope_parameters,
+- positions (``positional_encodings.py``): position_embedding_type, max_position_embeddings, rope_parameters,
   rope_interleaved, sinusoidal_scale, the T5 bucket and Shaw clipping fields;
 - per-layer attention (``sparse_layouts.py``): ``attention_layout`` (a kind per layer, or a shorter pattern repeated
   over the layers; None = all "dense"), ``sliding_window`` (band of "local" layers, current token included;
@@ -22,25 +22,31 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   alibi, t5, relative) reach attention layers only, linear layers carry order through their recurrence and
   convolution; all-linear layouts are valid with any encoding;
 - ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
-  derives it from the layouts: a layer whose layout keeps a window (``AttentionLayout.cache_kind``, "local")
-  is "sliding_attention" when the encoding adds no score bias (``adds_score_bias``: ALiBi, T5 and Shaw biases are
-  built once per forward for every cached key), a linear layer "linear_attention" (transformers'
+  derives it from the layouts (``config_kinds.LayoutKind.layer_type``, the rule the masks read too): "local" layers
+  are "sliding_attention" when the encoding adds no score bias, linear layers "linear_attention" (transformers'
   ``LinearAttentionLayer``: conv and recurrent state), every other layer "full_attention". A given list must equal that.
 - training: initializer_range, z_loss_coefficient.
 """
 
 from __future__ import annotations
 
+import math
+
 from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .config_checks import check_finite_non_negative, drop_speed_layer_fields
-from .feed_forward import GATED_VARIANTS, llama_intermediate_size
-from .norms import NORM_CLASSES
-from .positions import POSITIONAL_ENCODINGS
-from .sparse_layouts import LAYOUTS, LINEAR_CACHE, WINDOWED_CACHE, layout_class, resolve_layer_layouts
+from .config_checks import GATED_VARIANTS, check_finite_non_negative, drop_speed_layer_fields, registered
+from .config_kinds import (
+    NORM_KINDS,
+    SCORE_BIAS,
+    DenseKind,
+    LayoutKind,
+    LinearKind,
+    LocalKind,
+    resolve_layer_layouts,
+)
 
 # Other names of decoder fields, accepted by every decoder config (an old name -> the field).
 DECODER_ALIASES = {
@@ -48,8 +54,17 @@ DECODER_ALIASES = {
     "layer_norm_epsilon": "norm_eps",  # GPT-2 / GPT-Neo
     "local_window": "sliding_window",  # hf-llmsys GPT-3 configs saved before DecoderConfig
 }
-# transformers' cache kinds (configuration_utils.ALLOWED_ATTN_LAYER_TYPES) that a decoder layer can be.
-FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
+
+
+def llama_intermediate_size(hidden_size: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """LLaMA's SwiGLU hidden size: int(2/3 * 4d), times ``ffn_dim_multiplier``, rounded up to ``multiple_of``.
+
+    Meta's ``FeedForward.__init__`` (llama/model.py); dim 4096 -> 11008.
+    """
+    hidden = int(2 * (4 * hidden_size) / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * math.ceil(hidden / multiple_of)
 
 
 @strict
@@ -58,9 +73,9 @@ class DecoderConfig(PreTrainedConfig):
 
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = dict(DECODER_ALIASES)
-    # registered attention layouts (``sparse_layouts.LAYOUTS``) this model type does not offer: GPT-3's factorized
-    # kinds belong to llmsys_gpt3, whose code ships them (``factorized_layouts.py``)
-    excluded_layouts = ("strided", "fixed")
+    # the attention layout kinds this model type offers (``config_kinds.LayoutKind``); its model class runs each with
+    # the layout class of the same name (``DecoderModel.layout_classes``)
+    layout_kinds = (DenseKind, LocalKind, LinearKind)
 
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -153,8 +168,11 @@ class DecoderConfig(PreTrainedConfig):
     def layer_layouts(self) -> list[str]:
         """One attention layout kind per layer (``attention_layout`` repeated over the layers)."""
         layout = ["dense"] if self.attention_layout is None else self.attention_layout
-        known = [kind for kind in LAYOUTS if kind not in self.excluded_layouts]
-        return resolve_layer_layouts(layout, self.num_hidden_layers, known)
+        return resolve_layer_layouts(layout, self.num_hidden_layers, [kind.name for kind in self.layout_kinds])
+
+    def layout_kind(self, kind: str) -> type[LayoutKind]:
+        """The class declaring layout ``kind`` (one of ``layout_kinds``)."""
+        return registered({cls.name: cls for cls in self.layout_kinds}, kind, "attention_layout", "layout kind")
 
     def derived_layer_types(self) -> list[str] | None:
         """transformers' cache kind of each layer, from the layouts and the encoding's capabilities.
@@ -162,15 +180,13 @@ class DecoderConfig(PreTrainedConfig):
         None when the layouts or the encoding are unknown (``validate_attention_layout`` / ``validate_choices`` then
         name the problem).
         """
-        encoding = POSITIONAL_ENCODINGS.get(self.position_embedding_type)
         try:
             kinds = self.layer_layouts()
         except ValueError:
             return None
-        if encoding is None:
+        if self.position_embedding_type not in SCORE_BIAS:
             return None
-        cache_kinds = {WINDOWED_CACHE: FULL if encoding.adds_score_bias else SLIDING, LINEAR_CACHE: LINEAR}
-        return [cache_kinds.get(LAYOUTS[kind].cache_kind, FULL) for kind in kinds]
+        return [self.layout_kind(kind).layer_type(self) for kind in kinds]
 
     def resolve_layer_types(self) -> None:
         """Derive ``layer_types`` if it is None and check it: models call this when built, so a config whose
@@ -187,7 +203,7 @@ class DecoderConfig(PreTrainedConfig):
             return  # validate_sizes names num_hidden_layers
         for kind in sorted(set(self.layer_layouts())):
             try:
-                layout_class(kind).from_config(self)
+                self.layout_kind(kind).from_config(self)
             except ValueError as error:
                 raise ValueError(f"{error} (config fields: sliding_window, alias local_window; sparse_stride; "
                                  "sparse_summary)") from None  # fmt: skip
@@ -262,7 +278,7 @@ class DecoderConfig(PreTrainedConfig):
             raise ValueError(f"head_dim must be even for RoPE (it rotates pairs of features), got {self.head_dim}.")
 
     def validate_relative_positions(self):
-        """T5 bucket and Shaw clipping settings are usable (see ``positions.py``)."""
+        """T5 bucket and Shaw clipping settings are usable (see ``positional_encodings.py``)."""
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance", "max_relative_position"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -312,8 +328,8 @@ class DecoderConfig(PreTrainedConfig):
 
     def validate_choices(self):
         """Names of norms, activations, positional encodings and rope types are known."""
-        if self.norm_type not in NORM_CLASSES:
-            raise ValueError(f"norm_type={self.norm_type!r} is unknown; choose one of {sorted(NORM_CLASSES)}.")
+        if self.norm_type not in NORM_KINDS:
+            raise ValueError(f"norm_type={self.norm_type!r} is unknown; choose one of {sorted(NORM_KINDS)}.")
         if self.norm_type == "rmsnorm" and self.norm_bias:
             raise ValueError("norm_bias=True needs norm_type='layernorm': RMSNorm has no bias.")
         if self.hidden_act not in ACT2FN and self.hidden_act not in GATED_VARIANTS:
@@ -321,10 +337,10 @@ class DecoderConfig(PreTrainedConfig):
                 f"hidden_act={self.hidden_act!r} is unknown; use a transformers ACT2FN name (silu, gelu, gelu_new, "
                 f"relu, ...) or one of {sorted(GATED_VARIANTS)}."
             )
-        if self.position_embedding_type not in POSITIONAL_ENCODINGS:
+        if self.position_embedding_type not in SCORE_BIAS:
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is unknown; choose one of "
-                f"{sorted(POSITIONAL_ENCODINGS)}."
+                f"{sorted(SCORE_BIAS)}."
             )
         rope_type = (self.rope_parameters or {}).get("rope_type", "default")
         if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
@@ -334,4 +350,4 @@ class DecoderConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["DECODER_ALIASES", "DecoderConfig"]
+__all__ = ["DECODER_ALIASES", "DecoderConfig", "llama_intermediate_size"]

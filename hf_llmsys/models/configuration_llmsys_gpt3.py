@@ -11,8 +11,31 @@ from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
 
+from .config_kinds import LayoutKind
 from .configuration_decoder import DecoderConfig
-from .factorized_layouts import FixedLayout, StridedLayout  # noqa: F401  (registers the strided and fixed layouts)
+
+
+class StridedKind(LayoutKind):
+    """Child et al. 2019's strided factorisation (run by ``factorized_layouts.StridedLayout``): ``sparse_stride``."""
+
+    name = "strided"
+    parameters = ("sparse_stride",)
+    min_heads = 2
+
+
+class FixedKind(LayoutKind):
+    """Child et al. 2019's fixed factorisation (``factorized_layouts.FixedLayout``): ``sparse_stride``, ``sparse_summary``."""
+
+    name = "fixed"
+    parameters = ("sparse_stride", "sparse_summary")
+
+    def validate(self) -> None:
+        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
+        if summary > stride:
+            raise ValueError(
+                f"sparse_summary: layout 'fixed' needs 0 < sparse_summary <= sparse_stride, got "
+                f"sparse_summary={summary} with sparse_stride={stride}."
+            )
 
 
 @strict
@@ -25,7 +48,7 @@ class LlmsysGPT3Config(DecoderConfig):
 
     model_type = "llmsys_gpt3"
     attribute_map = dict(DecoderConfig.attribute_map)
-    excluded_layouts = ()
+    layout_kinds = (*DecoderConfig.layout_kinds, StridedKind, FixedKind)  # the factorized kinds: GPT-3's code only
     # a config.json of another model type (its ``model_type``) -> a reader mapping its fields onto ours, in place:
     # empty here, filled by hf_llmsys (checkpoints/gpt_sources.py)
     source_readers = {}
@@ -68,4 +91,4 @@ class LlmsysGPT3Config(DecoderConfig):
         return 4 * self.hidden_size
 
 
-__all__ = ["LlmsysGPT3Config"]
+__all__ = ["FixedKind", "LlmsysGPT3Config", "StridedKind"]

@@ -1,7 +1,7 @@
 """A decoder-only Transformer assembled from the shared blocks, and its causal-LM head.
 
 Legend: B batch, S new tokens, K cached + new tokens, V vocabulary.
-``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positions.py``) -> N
+``DecoderModel``: token embeddings -> positional encoding (the one swappable point, ``positional_encodings.py``) -> N
 ``DecoderLayer``, each holding its layout object (``sparse_layouts.py``, built once from ``config.attention_layout``),
 which answers once per forward with a mask or a kernel -> final norm. ``DecoderForCausalLM`` adds the LM head, the
 loss (transformers' causal-LM loss, honouring the Trainer's ``num_items_in_batch``) and an optional z-loss (PaLM,
@@ -25,15 +25,15 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .attention import GroupedQueryAttention
-from .configuration_decoder import LINEAR
+from .config_kinds import LINEAR
 from .decoder_layer import DecoderLayer
 from .linear_attention import GatedDeltaNet
 from .mask_inputs import MaskInputs
 from .modeling_base import LlmsysPreTrainedModel, embed_token_ids
 from .norms import build_norm
-from .positions import build_positional_encoding
+from .positional_encodings import build_positional_encoding
 from .rotary import RotaryEmbedding
-from .sparse_layouts import layouts_from_config
+from .sparse_layouts import PLAIN_LAYOUTS, layouts_from_config
 
 
 class DecoderPreTrainedModel(LlmsysPreTrainedModel):
@@ -56,12 +56,17 @@ class DecoderPreTrainedModel(LlmsysPreTrainedModel):
 class DecoderModel(DecoderPreTrainedModel):
     """Embeddings, positions, decoder layers and final norm; returns hidden states (B, S, hidden) and the cache."""
 
+    # the layout classes this model runs, one per kind its config class offers (``layout_kinds``, same names)
+    layout_classes = PLAIN_LAYOUTS
+
     def __init__(self, config):
         super().__init__(config)
         config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
-        layouts = layouts_from_config(config)  # built once: one object per distinct kind, shared by its layers
+        layouts = layouts_from_config(
+            config, self.layout_classes
+        )  # built once: one object per distinct kind, shared by its layers
         self.layers = nn.ModuleList(DecoderLayer(config, i, layouts[i]) for i in range(config.num_hidden_layers))
         self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False
@@ -97,12 +102,18 @@ class DecoderModel(DecoderPreTrainedModel):
         )  # fmt: skip
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         # once per forward, shared by all layers
-        positions = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
+        position_state = self.positions.prepare(hidden_states, position_ids, mask_inputs.token_positions)
         # each distinct layout answers once, before any layer writes the cache: its mask or its kernel
-        answers = {layout: layout.attention(self.config, mask_inputs) for layout in self.layouts()}
+        answers = {layout: layout.mask_or_kernel(self.config, mask_inputs) for layout in self.layouts()}
         for layer in self.layers:
-            attention = answers[layer.layout]
-            hidden_states = layer(hidden_states, positions, attention, positions.attention_bias, cache=cache, **kwargs)
+            hidden_states = layer(
+                hidden_states,
+                position_state,
+                answers[layer.layout],
+                position_state.attention_bias,
+                cache=cache,
+                **kwargs,
+            )
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
 
     def layouts(self) -> list:

@@ -15,8 +15,8 @@ from .attention import GroupedQueryAttention
 from .feed_forward import build_feed_forward
 from .linear_attention import GatedDeltaNet
 from .norms import build_norm
-from .position_state import PositionState
-from .sparse_layouts import AttentionLayout, LayerAttention, layout_class
+from .positional_encoding_base import PositionState
+from .sparse_layouts import AttentionLayout, MaskOrKernel
 
 # layout.mixer -> (attribute, class): attention keeps transformers' ``self_attn``, Gated DeltaNet Qwen3-Next's name
 MIXERS = {"attention": ("self_attn", GroupedQueryAttention), "linear": ("linear_attn", GatedDeltaNet)}
@@ -25,11 +25,10 @@ MIXERS = {"attention": ("self_attn", GroupedQueryAttention), "linear": ("linear_
 class DecoderLayer(GradientCheckpointingLayer):
     """Pre-norm residual block: self-attention then feed-forward."""
 
-    def __init__(self, config, layer_idx: int, layout: AttentionLayout | None = None):
-        """``layout``: this layer's attention layout, built once (``sparse_layouts.layouts_from_config``); None
-        builds it from ``config.layer_layouts()[layer_idx]``."""
+    def __init__(self, config, layer_idx: int, layout: AttentionLayout):
+        """``layout``: this layer's attention layout, built once (``sparse_layouts.layouts_from_config``)."""
         super().__init__()
-        self.layout = layout or layout_class(config.layer_layouts()[layer_idx]).from_config(config)
+        self.layout = layout
         self.mixer_name, mixer_class = MIXERS[self.layout.mixer]
         setattr(self, self.mixer_name, mixer_class(config, layer_idx))
         self.mlp = build_feed_forward(
@@ -47,20 +46,20 @@ class DecoderLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        positions: PositionState,
-        attention: LayerAttention,
+        position_state: PositionState,
+        mask_or_kernel: MaskOrKernel,
         position_bias: torch.Tensor | None = None,
         cache=None,
         **kwargs,
     ) -> torch.Tensor:
-        """``attention``: what ``self.layout.attention`` answered for this forward (its mask, or its kernel).
+        """``mask_or_kernel``: what ``self.layout.mask_or_kernel`` answered for this forward.
         ``position_bias``: the shared score bias (B or 1, H, S, K) or None, passed positionally so that gradient
         checkpointing with use_reentrant=True recomputes the layer from it (gradients reach the bias table)."""
-        positions = positions.with_attention_bias(position_bias)
+        position_state = position_state.with_attention_bias(position_bias)
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         hidden_states, _ = self.mixer(
-            hidden_states, positions, attention.mask, cache, kernel=attention.kernel, **kwargs
+            hidden_states, position_state, mask_or_kernel.mask, cache, kernel=mask_or_kernel.kernel, **kwargs
         )
         hidden_states = residual + hidden_states
         residual = hidden_states

@@ -23,7 +23,7 @@ from .attention import GroupedQueryAttention
 from .cross_attention import CrossAttention
 from .feed_forward import build_feed_forward
 from .norms import build_norm
-from .position_state import PositionState
+from .positional_encoding_base import PositionState
 
 
 def _norm(config) -> nn.Module:
@@ -51,14 +51,16 @@ class EncoderLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        positions: PositionState,
+        position_state: PositionState,
         attention_mask=None,
         position_bias: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
         """``position_bias``: the stack's shared bias (B or 1, H, S, S), positional so checkpointing tracks it."""
-        positions = positions.with_attention_bias(position_bias)
-        attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), positions, attention_mask, None, **kwargs)
+        position_state = position_state.with_attention_bias(position_bias)
+        attn_out, _ = self.self_attn(
+            self.input_layernorm(hidden_states), position_state, attention_mask, None, **kwargs
+        )
         return self.feed_forward(hidden_states + self.dropout(attn_out))
 
 
@@ -75,7 +77,7 @@ class CrossAttentionDecoderLayer(EncoderLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        positions: PositionState,
+        position_state: PositionState,
         attention_mask=None,
         position_bias: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
@@ -85,10 +87,10 @@ class CrossAttentionDecoderLayer(EncoderLayer):
     ) -> torch.Tensor:
         """Tensors that need gradients (hidden states, bias, encoder states) come positionally (checkpointing);
         without encoder states (the decoder used alone) the cross-attention sublayer is skipped."""
-        positions = positions.with_attention_bias(position_bias)
+        position_state = position_state.with_attention_bias(position_bias)
         self_cache = cache.self_attention_cache if cache is not None else None
         normed = self.input_layernorm(hidden_states)
-        attn_out, _ = self.self_attn(normed, positions, attention_mask, self_cache, **kwargs)
+        attn_out, _ = self.self_attn(normed, position_state, attention_mask, self_cache, **kwargs)
         hidden_states = hidden_states + self.dropout(attn_out)
         if encoder_hidden_states is None:
             return self.feed_forward(hidden_states)

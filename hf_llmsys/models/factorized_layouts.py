@@ -1,8 +1,8 @@
 """Child et al. 2019's factorized sparse layouts ("Generating Long Sequences with Sparse Transformers", sections
 4.2-4.3), which GPT-3 (Brown et al. 2020, section 2.1) alternates with dense layers: ``strided`` and ``fixed``.
 
-Registered into ``sparse_layouts.LAYOUTS`` when this file is imported, by the model types that offer them
-(``configuration_llmsys_gpt3.py``). With q the query position, kv the key position, l = ``sparse_stride`` and
+The kinds are declared by the model type that offers them (``configuration_llmsys_gpt3.py``: ``StridedKind``,
+``FixedKind``, their parameters and checks), and run by its model (``LlmsysGPT3Model.layout_classes``). With q the query position, kv the key position, l = ``sparse_stride`` and
 c = ``sparse_summary``:
 
 - ``strided``: Child et al.'s strided factorisation across heads. Heads ``h < num_heads // 2`` attend to the
@@ -25,8 +25,9 @@ from __future__ import annotations
 import torch
 from transformers.masking_utils import and_masks, create_causal_mask
 
+from .configuration_llmsys_gpt3 import FixedKind, StridedKind
 from .mask_inputs import MaskInputs
-from .sparse_layouts import LAYOUTS, AttentionLayout, MaskFunction, _band
+from .sparse_layouts import AttentionLayout, MaskFunction, _band
 
 
 class FactorizedLayout(AttentionLayout):
@@ -71,12 +72,8 @@ def at_positions(mask_function, token_positions: torch.Tensor):
     return inner
 
 
-class StridedLayout(FactorizedLayout):
+class StridedLayout(StridedKind, FactorizedLayout):
     """Child et al.'s strided factorisation: heads h < H // 2 the previous l tokens, the others every l-th."""
-
-    name = "strided"
-    parameters = ("sparse_stride",)
-    min_heads = 2
 
     def predicate(self) -> MaskFunction:
         stride = self.params["sparse_stride"]
@@ -93,19 +90,8 @@ class StridedLayout(FactorizedLayout):
         return [slice(0, half), slice(half, self.num_heads)]
 
 
-class FixedLayout(FactorizedLayout):
+class FixedLayout(FixedKind, FactorizedLayout):
     """The current block of l tokens plus the last c positions of every earlier block (Child et al., merged heads)."""
-
-    name = "fixed"
-    parameters = ("sparse_stride", "sparse_summary")
-
-    def validate(self) -> None:
-        stride, summary = self.params["sparse_stride"], self.params["sparse_summary"]
-        if summary > stride:
-            raise ValueError(
-                f"sparse_summary: layout 'fixed' needs 0 < sparse_summary <= sparse_stride, got "
-                f"sparse_summary={summary} with sparse_stride={stride}."
-            )
 
     def predicate(self) -> MaskFunction:
         block, first_summary = (
@@ -120,6 +106,3 @@ class FixedLayout(FactorizedLayout):
             return same_block | summary
 
         return fixed
-
-
-LAYOUTS.update({cls.name: cls for cls in (StridedLayout, FixedLayout)})

@@ -12,25 +12,11 @@ A memory-saving SwiGLU autograd function lives in the speed layer (``hf_llmsys.k
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-# Named gated variants -> the activation applied to the gate.
-GATED_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
-
-
-def llama_intermediate_size(hidden_size: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
-    """LLaMA's SwiGLU hidden size: int(2/3 * 4d), times ``ffn_dim_multiplier``, rounded up to ``multiple_of``.
-
-    Meta's ``FeedForward.__init__`` (llama/model.py); dim 4096 -> 11008.
-    """
-    hidden = int(2 * (4 * hidden_size) / 3)
-    if ffn_dim_multiplier is not None:
-        hidden = int(ffn_dim_multiplier * hidden)
-    return multiple_of * math.ceil(hidden / multiple_of)
+from .config_checks import GATED_VARIANTS
 
 
 class MLP(nn.Module):

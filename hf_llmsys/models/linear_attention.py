@@ -126,9 +126,9 @@ class GatedDeltaNet(nn.Module):
         """The mixing, ``gated_delta_rule`` (kernels.apply swaps in flash-linear-attention's kernels on CUDA)."""
         return gated_delta_rule(q, k, v, g, beta, state, chunk_size)
 
-    def forward(self, hidden_states, positions=None, mask=None, cache=None, kernel=None, **kwargs):
+    def forward(self, hidden_states, position_state=None, mask=None, cache=None, kernel=None, **kwargs):
         """hidden_states (B, S, hidden); mask (B, S) with 0 at padded tokens, or None; cache: a transformers Cache
-        whose layer ``layer_idx`` is a ``LinearAttentionLayer``. ``positions`` and ``kernel`` (attention's) are
+        whose layer ``layer_idx`` is a ``LinearAttentionLayer``. ``position_state`` and ``kernel`` (attention's) are
         unused: order reaches this layer through the recurrence and the convolution. Returns (output, None)."""
         if mask is not None:
             hidden_states = hidden_states * mask[:, :, None].to(hidden_states.dtype)

@@ -18,6 +18,7 @@ from transformers.generation import GenerationMixin
 from .configuration_llmsys_gpt3 import LlmsysGPT3Config
 from .decoder import DecoderForCausalLM, DecoderModel, DecoderPreTrainedModel
 from .decoder_layer import DecoderLayer
+from .factorized_layouts import FixedLayout, StridedLayout
 from .gpt2_checkpoint_conversion import gpt2_conversions  # noqa: F401  (registers "gpt2", the layout stored)
 from .weight_conversion import ConvertedCheckpoints
 
@@ -51,6 +52,8 @@ class LlmsysGPT3PreTrainedModel(ConvertedCheckpoints, DecoderPreTrainedModel):
 
 class LlmsysGPT3Model(LlmsysGPT3PreTrainedModel, DecoderModel):
     """GPT-3-style decoder stack returning hidden states; each layer attends with its own layout."""
+
+    layout_classes = (*DecoderModel.layout_classes, StridedLayout, FixedLayout)
 
 
 class LlmsysGPT3ForCausalLM(LlmsysGPT3PreTrainedModel, DecoderForCausalLM, GenerationMixin):

@@ -4,7 +4,7 @@ Legend: B batch, T encoder tokens, S new decoder tokens, K cached + new decoder 
 
 - ``T5EncoderStack``: shared embedding -> dropout -> N ``EncoderLayer`` (bidirectional self-attention) -> RMS norm
   -> dropout. ``T5DecoderStack``: the same with ``CrossAttentionDecoderLayer`` (causal self-attention, then
-  cross-attention over the encoder output). Each stack owns ONE relative bias (``positions.py``, "t5" buckets:
+  cross-attention over the encoder output). Each stack owns ONE relative bias (``positional_encodings.py``, "t5" buckets:
   bidirectional in the encoder, causal in the decoder), built once per forward and shared by all its layers, as
   in T5 where layer 0 owns it.
 - Attention has no 1/sqrt(d) scaling (``config.attention_scale = 1.0``); the relative positions are arange over
@@ -41,7 +41,7 @@ from .cross_attention import CrossAttention
 from .feed_forward import MLP, GatedMLP
 from .modeling_base import LlmsysPreTrainedModel
 from .norms import RMSNorm
-from .position_state import T5RelativePositionalEncoding
+from .positional_encoding_base import T5RelativePositionalEncoding
 from .t5_checkpoint_conversion import T5_FORMAT, T5_UNUSED_KEYS, t5_conversions
 from .t5_stacks import T5DecoderStack, T5EncoderStack, T5Stack
 from .weight_conversion import ConvertedCheckpoints

@@ -1,4 +1,4 @@
-"""Pure functions behind the positional encodings of ``positions.py``: tables, slopes, buckets, distances.
+"""Pure functions behind the positional encodings of ``positional_encodings.py``: tables, slopes, buckets, distances.
 
 Legend: B batch (or 1 when shared), Q query tokens, K key tokens (cached + new), H heads, d hidden size.
 Positions are integer tensors: query positions (B or 1, Q), key positions (B or 1, K). Every relative quantity

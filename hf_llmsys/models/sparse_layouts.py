@@ -1,4 +1,4 @@
-"""Attention layouts of the decoders' layers (GPT-3's sparse attention): one class per kind, one registry row each.
+"""Attention layouts of the decoders' layers (GPT-3's sparse attention): one class per kind.
 
 GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", section 2.1) "uses alternating dense and
 locally banded sparse attention patterns in the layers, similar to the Sparse Transformer" (Child et al. 2019,
@@ -17,12 +17,12 @@ so it is correct on its own; passed as ``and_mask_function=`` to ``create_causal
 transformers' causal part and harmless.
 
 
-The object (``AttentionLayout``; ``LAYOUTS``: kind -> class, as ``positions.POSITIONAL_ENCODINGS``) owns everything
-a layer needs to know about its layout: its parameters (config field names) and their validation, its predicate
-and head groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses, its cache kind ("windowed": transformers' sliding-window cache and mask), whether it is
-position-anchored (the model card's words for it: ``hf_llmsys/hub/architecture.py``). ``DecoderModel`` builds each
-layer's layout once, from the config (``layouts_from_config``); in a forward each distinct layout answers one question,
-``layout.attention(config, mask_inputs)``: its mask (or a kernel). A new layout is one subclass and one row.
+The object (``AttentionLayout``) subclasses the kind the config declares (``config_kinds.LayoutKind``: name,
+parameters and their checks, mixer, ``layer_type``) and adds what a layer needs to attend: its predicate and head
+groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses. ``DecoderModel`` builds
+each layer's layout once, from the config and its ``layout_classes`` (``layouts_from_config``); in a forward each
+distinct layout answers one question, ``layout.mask_or_kernel(config, mask_inputs)``: its mask (or a kernel). A new layout
+is one subclass, named by its model type (the config class's ``layout_kinds``, the model class's ``layout_classes``).
 Under sdpa and eager every layout runs as its mask (O(S^2) memory for the scores); under flex_attention as its
 BlockMask (Dong et al. 2024, "Flex Attention"; the fused kernel skips the empty 128 x 128 blocks), run by
 transformers' flex function. Hand-written sub-quadratic block kernels of the same predicates are part of the speed
@@ -38,20 +38,12 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.masking_utils import and_masks, create_causal_mask, create_sliding_window_causal_mask
 
-from .config_checks import registered
+from .config_kinds import SLIDING, DenseKind, LayoutKind, LinearKind, LocalKind, adds_score_bias
 from .mask_inputs import MaskInputs
 from .modeling_base import attention_backend
-from .positions import encoding_class
 
 MaskFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Kernel = Callable[..., tuple[torch.Tensor, None]]
-FULL_CACHE, WINDOWED_CACHE, LINEAR_CACHE = "full", "windowed", "linear"
-
-
-def _check_int(name: str, value: object, minimum: int, kind: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}: layout {kind!r} needs an integer >= {minimum}, got {value!r}.")
-    return value
 
 
 def _band(width: int) -> MaskFunction:
@@ -61,47 +53,9 @@ def _band(width: int) -> MaskFunction:
     return band
 
 
-class AttentionLayout:
-    """One layout kind with its parameters bound: what a decoder layer asks about how it attends.
-
-    Class attributes (the capabilities, read by the config, the model card, the demo and the tools):
-        name: the registry kind ("dense", "local", ...), as written in ``config.attention_layout``.
-        parameters: the config fields it reads (``sliding_window``, ``sparse_stride``, ``sparse_summary``).
-        mixer: what mixes tokens in its layers (``decoder_layer.MIXERS``): "attention", or "linear" (Gated DeltaNet).
-        cache_kind: "linear" for linear layers (transformers' "linear_attention" cache layers); "windowed" when the layout is a band of the last ``sliding_window`` keys: with an encoding
-            that adds no score bias its layers are transformers' "sliding_attention" layers (a window-sized KV
-            cache, transformers' sliding-window mask, flash attention's own band); else "full".
-        min_heads: the fewest heads the layout is defined for.
-    """
-
-    name: str = ""
-    parameters: tuple[str, ...] = ()
-    mixer: str = "attention"
-    cache_kind: str = FULL_CACHE
-    min_heads: int = 1
-
-    def __init__(self, num_heads: int = 1, **params: int | None):
-        """Bind and validate the parameters (those not in ``parameters`` are ignored)."""
-        self.num_heads = _check_int("num_heads", num_heads, self.min_heads, self.name)
-        self.params = {name: _check_int(name, params.get(name), 1, self.name) for name in self.parameters}
-        self.validate()
-
-    @classmethod
-    def from_config(cls, config) -> AttentionLayout:
-        """The layout with this config's head count and parameters."""
-        return cls(config.num_attention_heads, **{name: getattr(config, name) for name in cls.parameters})
-
-    def validate(self) -> None:
-        """Checks between parameters (each is already an integer >= 1)."""
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and (self.num_heads, self.params) == (other.num_heads, other.params)
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.num_heads, tuple(self.params.items())))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_heads={self.num_heads}, {self.params})"
+class AttentionLayout(LayoutKind):
+    """One layout kind with its parameters bound: what a decoder layer asks about how it attends. What the config
+    knows of the kind (name, parameters and their checks, mixer, ``layer_type``) is its ``config_kinds`` base."""
 
     # --- the pattern ---------------------------------------------------------------------------------------------
     def predicate(self) -> MaskFunction:
@@ -132,17 +86,13 @@ class AttentionLayout:
             "kernel takes no mask. Use attn_implementation='sdpa' (layout kernels), 'flex_attention' or 'eager'."
         )
 
-    def windowed(self, config) -> bool:
-        """Its layers are transformers' "sliding_attention" layers (window-sized cache) under this config."""
-        return self.cache_kind == WINDOWED_CACHE and not encoding_class(config.position_embedding_type).adds_score_bias
-
     def mask(self, config, mask_inputs: MaskInputs):
         """transformers' causal mask AND the layout's predicate, packed examples apart (a window-sized layout: its
         sliding-window mask, sized against its window-sized cache)."""
         mask_kwargs, segment_fn = mask_inputs.mask_kwargs, mask_inputs.segment_mask_function()
         if (block_mask := self.block_mask(config, mask_inputs)) is not None:
             return block_mask
-        if self.windowed(config):
+        if self.layer_type(config) == SLIDING:
             return create_sliding_window_causal_mask(**mask_kwargs, and_mask_function=segment_fn)
         if (message := self.refusal(config._attn_implementation)) is not None:
             raise ValueError(message)
@@ -155,7 +105,7 @@ class AttentionLayout:
         only where the layout differs per head). Else None."""
         if attention_backend(config._attn_implementation).layout_kernels != "flex" or not mask_inputs.is_plain:
             return None
-        if encoding_class(config.position_embedding_type).adds_score_bias:
+        if adds_score_bias(config.position_embedding_type):
             return None
         return layout_block_mask(self, mask_inputs.token_positions.shape[-1], str(mask_inputs.token_positions.device))
 
@@ -169,16 +119,14 @@ class AttentionLayout:
                     f"set {name} before building the model, or build a new one from the changed config."
                 )
 
-    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+    def mask_or_kernel(self, config, mask_inputs: MaskInputs) -> MaskOrKernel:
         """This forward's one question: the layout as a kernel, else as a mask."""
         self.check_unchanged(config)
         kernel = self.kernel(config, mask_inputs)
-        return (
-            LayerAttention(kernel=kernel) if kernel is not None else LayerAttention(mask=self.mask(config, mask_inputs))
-        )
+        return MaskOrKernel(kernel=kernel) if kernel is not None else MaskOrKernel(mask=self.mask(config, mask_inputs))
 
 
-class LayerAttention:
+class MaskOrKernel:
     """A layer's attention in one forward: ``mask`` for the configured attention function (bool or additive
     (B, 1 or H, S, K), a flex ``BlockMask``, or None: sdpa's ``is_causal``), or ``kernel``, an attention function
     (transformers' interface signature) that replaces it. Shared by the layers of one layout."""
@@ -207,10 +155,8 @@ def layout_block_mask(layout: AttentionLayout, seq_len: int, device: str):
 
 
 # --- the layouts ----------------------------------------------------------------------------------------------
-class DenseLayout(AttentionLayout):
+class DenseLayout(DenseKind, AttentionLayout):
     """Every kv <= q: transformers' own causal mask (None under sdpa: its ``is_causal`` kernel), never a kernel."""
-
-    name = "dense"
 
     def predicate(self) -> MaskFunction:
         def dense(batch_idx, head_idx, q_idx, kv_idx):
@@ -225,78 +171,33 @@ class DenseLayout(AttentionLayout):
         return create_causal_mask(**mask_inputs.mask_kwargs, and_mask_function=mask_inputs.segment_mask_function())
 
 
-class LocalLayout(AttentionLayout):
+class LocalLayout(LocalKind, AttentionLayout):
     """A band of ``sliding_window`` tokens including the current one (GPT-3's local layers; GPT-Neo's window)."""
-
-    name = "local"
-    parameters = ("sliding_window",)
-    cache_kind = WINDOWED_CACHE
 
     def predicate(self) -> MaskFunction:
         return _band(self.params["sliding_window"])
 
 
-class LinearLayout(DenseLayout):
+class LinearLayout(LinearKind, DenseLayout):
     """A linear layer (Gated DeltaNet, ``linear_attention.py``): every earlier token reaches it through a fixed-size
     state (the dense predicate), and it takes no attention mask: its answer is the (B, S) padding mask of this
     forward's tokens (zeroed before the mixer), or None."""
 
-    name = "linear"
-    mixer = "linear"
-    cache_kind = LINEAR_CACHE
-
-    def attention(self, config, mask_inputs: MaskInputs) -> LayerAttention:
+    def mask_or_kernel(self, config, mask_inputs: MaskInputs) -> MaskOrKernel:
         mask, seq_len = mask_inputs.mask_kwargs["attention_mask"], mask_inputs.mask_kwargs["inputs_embeds"].shape[1]
         if mask is None or mask.dim() != 2 or seq_len == 1:  # one new token is never padding
-            return LayerAttention()
-        return LayerAttention(mask=mask.narrow(1, mask_inputs.past_seen, seq_len))
+            return MaskOrKernel()
+        return MaskOrKernel(mask=mask.narrow(1, mask_inputs.past_seen, seq_len))
 
 
-# kind -> class: the one registry of layouts (each class carries its kind as ``name``)
-# (``factorized_layouts.py`` adds GPT-3's strided and fixed kinds for the model types that use them)
-LAYOUTS: dict[str, type[AttentionLayout]] = {cls.name: cls for cls in (DenseLayout, LocalLayout, LinearLayout)}
+# the layout classes every decoder runs; a model class lists those it offers (``DecoderModel.layout_classes``)
+PLAIN_LAYOUTS: tuple[type[AttentionLayout], ...] = (DenseLayout, LocalLayout, LinearLayout)
 
 
 # --- building layouts ----------------------------------------------------------------------------------------------
-def layout_class(kind: str) -> type[AttentionLayout]:
-    """The class registered under ``kind`` (an attention layout)."""
-    return registered(LAYOUTS, kind, "kind", "attention layout")
-
-
-def layout(kind: str, num_heads: int = 1, **params: int | None) -> AttentionLayout:
-    """The layout ``kind`` with its parameters bound and validated (unneeded parameters are ignored)."""
-    return layout_class(kind)(num_heads, **params)
-
-
-def resolve_layer_layouts(
-    attention_layout: Sequence[str], num_layers: int, known: Sequence[str] | None = None
-) -> list[str]:
-    """One layout kind per layer; a shorter list is repeated (["dense", "local"] is GPT-3's alternation).
-    ``known``: the kinds the model type offers (default: every registered one)."""
-    if isinstance(attention_layout, str):
-        raise ValueError(f"attention_layout: expected a list of kinds, got the string {attention_layout!r}.")
-    kinds = list(attention_layout)
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}.")
-    if not kinds:
-        raise ValueError("attention_layout: empty; give one kind per layer or a pattern to repeat, e.g. ['dense'].")
-    known = sorted(LAYOUTS if known is None else known)
-    unknown = [kind for kind in kinds if kind not in known]
-    if unknown:
-        raise ValueError(f"attention_layout: unknown kinds {unknown}; choose from {known}.")
-    if len(kinds) > num_layers:
-        raise ValueError(
-            f"attention_layout: {len(kinds)} entries for num_layers={num_layers}; give at most one per layer."
-        )
-    if num_layers % len(kinds):
-        raise ValueError(
-            f"attention_layout: a pattern of {len(kinds)} kinds does not divide num_layers={num_layers}; "
-            f"give one kind per layer or a pattern whose length divides {num_layers}."
-        )
-    return kinds * (num_layers // len(kinds))
-
-
-def layouts_from_config(config) -> list[AttentionLayout]:
-    """One layout object per layer (``config.layer_layouts()``), a single object per distinct kind."""
-    built = {kind: layout_class(kind).from_config(config) for kind in dict.fromkeys(config.layer_layouts())}
+def layouts_from_config(config, layout_classes: Sequence[type[AttentionLayout]]) -> list[AttentionLayout]:
+    """One layout object per layer (``config.layer_layouts()``), a single object per distinct kind, each of the class
+    of that name among ``layout_classes``."""
+    classes = {cls.name: cls for cls in layout_classes}
+    built = {kind: classes[kind].from_config(config) for kind in dict.fromkeys(config.layer_layouts())}
     return [built[kind] for kind in config.layer_layouts()]

@@ -29,7 +29,7 @@ from .cross_attention import CrossAttention
 from .encoder_layer import CrossAttentionDecoderLayer, EncoderLayer
 from .modeling_base import embed_token_ids
 from .norms import build_norm
-from .position_state import T5RelativePositionalEncoding
+from .positional_encoding_base import T5RelativePositionalEncoding
 
 
 def arange_positions(length: int, offset, device) -> torch.Tensor:
@@ -98,10 +98,12 @@ class T5EncoderStack(T5Stack):
         check_input_length(embeds.shape[1], self.config.max_input_length)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
         positions = arange_positions(embeds.shape[1], 0, embeds.device)
-        state = self.positions.prepare(embeds, positions, positions)  # once, shared by all layers
+        position_state = self.positions.prepare(embeds, positions, positions)  # once, shared by all layers
         hidden_states = self.dropout(embeds)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, state, mask, state.attention_bias, **attention_kwargs(kwargs))
+            hidden_states = layer(
+                hidden_states, position_state, mask, position_state.attention_bias, **attention_kwargs(kwargs)
+            )
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
 
 
@@ -152,11 +154,11 @@ class T5DecoderStack(T5Stack):
         if self_cache is not None and self_cache.is_compileable:
             key_length = self_cache.get_mask_sizes(embeds.shape[1], 0)[0]
         key_positions = arange_positions(key_length, 0, embeds.device)
-        state = self.positions.prepare(embeds, query_positions, key_positions)
+        position_state = self.positions.prepare(embeds, query_positions, key_positions)
         hidden_states = self.dropout(embeds)
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states, state, mask, state.attention_bias, encoder_hidden_states, cross_mask, cache=cache,
+                hidden_states, position_state, mask, position_state.attention_bias, encoder_hidden_states, cross_mask, cache=cache,
                 **attention_kwargs(kwargs),
             )  # fmt: skip
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=self.finish(hidden_states), cache=cache)

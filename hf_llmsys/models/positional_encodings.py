@@ -11,9 +11,9 @@ A decoder owns one ``PositionalEncoding`` (chosen by ``config.position_embedding
    computed once and shared by all of them: a rotation for q/k heads (RoPE) and/or an additive attention bias
    (ALiBi, T5 buckets: (B or 1, H, Q, K)), or the table indices of Shaw's relative embeddings.
 
-Each attention layer then calls ``state.rotate(heads)`` on its q and k heads laid out (B, S, n, D), passes
-``state.attention_bias_for(query, layer_idx)`` to the attention kernel as ``position_bias`` and, for Shaw's
-relative values, ``state.value_term(layer_idx)`` to the eager kernel. Query positions are ``position_ids``
+Each attention layer then calls ``position_state.rotate(heads)`` on its q and k heads laid out (B, S, n, D), passes
+``position_state.attention_bias_for(query, layer_idx)`` to the attention kernel as ``position_bias`` and, for Shaw's
+relative values, ``position_state.value_term(layer_idx)`` to the eager kernel. Query positions are ``position_ids``
 (generate derives them from the attention mask, so left padding is handled); key positions cover the cached
 tokens too and come from the 2D attention mask (``DecoderModel.forward``).
 """
@@ -29,7 +29,7 @@ from transformers.utils import is_torchdynamo_compiling
 
 from .config_checks import registered
 from .position_biases import alibi_bias, alibi_slopes, relative_distance, shaw_relative_index, sinusoidal_table
-from .position_state import (
+from .positional_encoding_base import (
     BiasPositionalEncoding,
     NoPositionalEncoding,
     PositionalEncoding,
@@ -122,8 +122,6 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     computed as q @ a^K^T (B, H, Q, 2k+1) gathered at the table indices: an additive bias, so every kernel that
     takes a bias works. The output gains sum_j p_ij a^V_ij (eq. 3), which needs the probabilities: eager only.
     """
-
-    adds_score_bias = True
 
     def __init__(self, config):
         super().__init__()

@@ -2,10 +2,10 @@
 
 Legend: B batch (or 1 when shared), Q new (query) tokens, K cached + new (key) tokens, H heads, D head_dim.
 
-``PositionState`` is what an encoding hands the layers once per forward (``positions.py`` explains the protocol);
+``PositionState`` is what an encoding hands the layers once per forward (``positional_encodings.py`` explains the protocol);
 ``PositionalEncoding`` is the base class of every encoding (itself NoPE); ``BiasPositionalEncoding`` the base of
 those that add one score bias to every layer, of which T5's bucketed bias (Raffel et al. 2020) is here because
-the T5 architecture uses it alone; the decoders' other encodings are in ``positions.py``.
+the T5 architecture uses it alone; the decoders' other encodings are in ``positional_encodings.py``.
 """
 
 from __future__ import annotations
@@ -59,15 +59,12 @@ class PositionState:
 class PositionalEncoding(nn.Module):
     """Base class: no positional information at all (``position_embedding_type="none"``, NoPE).
 
-    Capabilities, read through ``POSITIONAL_ENCODINGS`` (``encoding_class``) by models and tools instead of lists
-    of names, so a new encoding is one class plus one registry row:
-        has_length_limit: positions past a fixed table size are refused (learned absolute positions only).
-        adds_score_bias: adds a bias to the attention scores (ALiBi, T5, Shaw): flash attention cannot take it, a
-            sparse layout kernel cannot run it, and a window-sized KV cache would drop keys the bias is built for.
+    ``has_length_limit``: positions past a fixed table size are refused (learned absolute positions only), read by
+    evaluation tools on the module. Whether an encoding adds a score bias is the config's fact
+    (``config_kinds.SCORE_BIAS``).
     """
 
     has_length_limit: bool = False
-    adds_score_bias: bool = False
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -103,8 +100,6 @@ def check_bias_support(config, needs_eager: bool = False) -> None:
 
 class BiasPositionalEncoding(PositionalEncoding):
     """Base of encodings that add one bias (B or 1, H, Q, K), built once per forward, to every layer's scores."""
-
-    adds_score_bias = True
 
     def __init__(self, config):
         super().__init__()
