@@ -97,7 +97,7 @@ def test_a_linear_first_layer_keeps_the_token_count_and_the_plain_path():
     with torch.no_grad():
         model(torch.randint(1, 64, (1, 9)), cache=cache)
     seen = []
-    model.model.layouts()[1].attention = lambda config, mask_inputs, seen=seen: seen.append(mask_inputs) or None
+    model.model.layouts()[1].mask_or_kernel = lambda config, mask_inputs, seen=seen: seen.append(mask_inputs) or None
     with torch.no_grad(), pytest.raises(AttributeError):
         model(torch.randint(1, 64, (1, 1)), cache=cache)
     assert seen[0].past_seen == 9 and isinstance(seen[0].past_seen, int)
