@@ -423,9 +423,9 @@ def main(argv=None) -> dict:
     try:
         for name in args.part:
             parts[name] = {**measure[name](args), "environment": environment()}
+        results = write(args.json, parts)  # the file's environment shows the threads the parts ran with
     finally:
         torch.set_num_threads(threads)
-    results = write(args.json, parts)
     print(args.json.with_suffix(".md").read_text(encoding="utf-8"))
     return results
 
