@@ -64,9 +64,7 @@ class DecoderModel(DecoderPreTrainedModel):
         config.resolve_layer_types()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.positions = build_positional_encoding(config)
-        layouts = layouts_from_config(
-            config, self.layout_classes
-        )  # built once: one object per distinct kind, shared by its layers
+        layouts = layouts_from_config(config, self.layout_classes)  # one object per distinct kind, shared by its layers
         self.layers = nn.ModuleList(DecoderLayer(config, i, layouts[i]) for i in range(config.num_hidden_layers))
         self.norm = build_norm(config.norm_type, config.hidden_size, config.norm_eps, config.norm_bias)
         self.gradient_checkpointing = False
@@ -107,13 +105,9 @@ class DecoderModel(DecoderPreTrainedModel):
         answers = {layout: layout.mask_or_kernel(self.config, mask_inputs) for layout in self.layouts()}
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states,
-                position_state,
-                answers[layer.layout],
-                position_state.attention_bias,
-                cache=cache,
+                hidden_states, position_state, answers[layer.layout], position_state.attention_bias, cache=cache,
                 **kwargs,
-            )
+            )  # fmt: skip
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
 
     def layouts(self) -> list:
@@ -176,14 +170,9 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> CausalLMOutputWithPast:
         outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
+        )  # fmt: skip
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
         logits = self.lm_head(hidden_states)
         loss = None
@@ -193,9 +182,6 @@ class DecoderForCausalLM(DecoderPreTrainedModel, GenerationMixin):
                 z = z_loss(logits, labels, kwargs.get("num_items_in_batch"))
                 loss = loss + self.config.z_loss_coefficient * z
         return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
+            loss=loss, logits=logits, cache=outputs.cache, hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-        )
+        )  # fmt: skip
