@@ -81,11 +81,8 @@ class GroupedQueryAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias if out_bias is None else out_bias)
 
     def sliding_window(self) -> int | None:
-        """The band width of this layer when the config marks it "sliding_attention" (local layers), else None.
-
-        The config's value equals the one the layer's layout was built with: a forward refuses a changed one
-        (``sparse_layouts.AttentionLayout.check_unchanged``).
-        """
+        """The band width of this layer when the config marks it "sliding_attention" (local layers), else None
+        (the value its layout was built with: ``sparse_layouts.AttentionLayout.check_unchanged``)."""
         layer_types = getattr(self.config, "layer_types", None)
         if not layer_types or layer_types[self.layer_idx] != "sliding_attention":
             return None
@@ -107,10 +104,9 @@ class GroupedQueryAttention(nn.Module):
         the configured one (a sparse layout's kernel, ``sparse_layouts.AttentionLayout.kernel``).
         """
         batch, seq_len, _ = hidden_states.shape
-        query = position_state.rotate(
-            self.q_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)
-        )  # (B, S, H, D)
-        key = position_state.rotate(self.k_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))  # (B, S, G, D)
+        # query (B, S, H, D), key and value (B, S, G, D)
+        query = position_state.rotate(self.q_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))
+        key = position_state.rotate(self.k_proj(hidden_states).view(batch, seq_len, -1, self.head_dim))
         value = self.v_proj(hidden_states).view(batch, seq_len, -1, self.head_dim)
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         if cache is not None:
@@ -127,13 +123,7 @@ class GroupedQueryAttention(nn.Module):
         if (window := self.sliding_window()) is not None:
             kwargs["sliding_window"] = window  # flash attention bands the layer itself (it takes no mask), as Mistral
         output, probs = attention_function(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
+            self, query, key, value, attention_mask, dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling, **kwargs,
+        )  # fmt: skip
         return self.o_proj(output.reshape(batch, seq_len, -1)), probs
