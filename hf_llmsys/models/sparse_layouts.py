@@ -16,7 +16,6 @@ predicate uses only elementwise tensor ops so both expansions work. Each predica
 so it is correct on its own; passed as ``and_mask_function=`` to ``create_causal_mask`` that is redundant with
 transformers' causal part and harmless.
 
-
 The object (``AttentionLayout``) subclasses the kind the config declares (``config_kinds.LayoutKind``: name,
 parameters and their checks, mixer, ``layer_type``) and adds what a layer needs to attend: its predicate and head
 groups, its FlexAttention BlockMask (derived from the predicate) and the backends it refuses. ``DecoderModel`` builds
@@ -54,8 +53,7 @@ def _band(width: int) -> MaskFunction:
 
 
 class AttentionLayout(LayoutKind):
-    """One layout kind with its parameters bound: what a decoder layer asks about how it attends. What the config
-    knows of the kind (name, parameters and their checks, mixer, ``layer_type``) is its ``config_kinds`` base."""
+    """One layout kind with its parameters bound: what a decoder layer asks about how it attends."""
 
     # --- the pattern ---------------------------------------------------------------------------------------------
     def predicate(self) -> MaskFunction:
