@@ -32,9 +32,7 @@ from transformers.masking_utils import find_packed_sequence_indices
 from transformers.utils import is_torchdynamo_compiling
 
 
-def key_positions(
-    attention_mask: torch.Tensor | None, key_length: int, device, preallocated: bool = False
-) -> torch.Tensor:
+def key_positions(attention_mask: torch.Tensor | None, key_length: int, device, preallocated: bool = False):
     """Positions of all K = cached + new keys: counted over real tokens of a 2D mask (B, K), else arange (1, K).
 
     Relative encodings (ALiBi, T5, Shaw) need them for cached tokens too; left padding shifts each row, as
@@ -93,10 +91,8 @@ class MaskInputs:
 
     @property
     def is_plain(self) -> bool:
-        """No padding, no packing, no cached prefix, positions 0 .. S-1, and keys as long as the queries: a layout
-        kernel computes this forward. A pre-allocated cache (transformers' static caches, ``is_compileable``) hands
-        back keys of its full length even at prefill, so it takes the mask path. Under torch.compile the data is not
-        looked at: no mask and the model's own positions (see the module docstring)."""
+        """No padding, no packing, no cached prefix, positions 0 .. S-1, and keys as long as the queries (never with a
+        pre-allocated cache): a layout kernel computes this forward. Under torch.compile: see the module docstring."""
         mask = self.mask_kwargs["attention_mask"]
         cache = self.mask_kwargs["cache"]
         if cache is not None and getattr(cache, "is_compileable", False):
