@@ -21,10 +21,9 @@ tensor-parallel plans and the field names of their source formats (``attribute_m
   encodings (learned, sinusoidal) enter at the embeddings and so reach every layer; score-bias and rotary ones (rope,
   alibi, t5, relative) reach attention layers only, linear layers carry order through their recurrence and
   convolution; all-linear layouts are valid with any encoding;
-- ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_type`` read it). None
-  derives it from the layouts (``config_kinds.LayoutKind.layer_type``, the rule the masks read too): "local" layers
-  are "sliding_attention" when the encoding adds no score bias, linear layers "linear_attention" (transformers'
-  ``LinearAttentionLayer``: conv and recurrent state), every other layer "full_attention". A given list must equal that.
+- ``layer_types``: transformers' per-layer cache kinds, stored (caches and ``validate_layer_types`` read it). None
+  derives it from the layouts (``config_kinds.LayoutKind.layer_type``, the rule the masks read too); a given list
+  must equal that.
 - training: initializer_range, z_loss_coefficient.
 """
 
