@@ -4,9 +4,8 @@ The model blocks implement these names (``norms.NORM_CLASSES``, ``positional_enc
 the layout classes of ``sparse_layouts.py``); this file imports none of them, as transformers' configuration files
 import none of their modeling code. ``tests/test_capabilities.py`` ties each table to the registry that implements it.
 
-Attention layouts: a ``LayoutKind`` subclass declares a kind's name, the config fields it reads (``parameters``) and
-their checks, its mixer and whether it is a band of the last ``sliding_window`` keys; ``layer_type`` turns that into
-transformers' cache kind of its layers, the one rule the config (``layer_types``) and the masks read. Each decoder
+Attention layouts: a ``LayoutKind`` subclass declares one kind (its class attributes); its ``layer_type`` is the one
+rule for transformers' cache kind of its layers, read by the config (``layer_types``) and the masks. Each decoder
 config class lists the kinds it offers (``DecoderConfig.layout_kinds``); the layout classes that run them subclass
 these (``sparse_layouts.py``, ``factorized_layouts.py``).
 """
@@ -69,8 +68,7 @@ class LayoutKind:
     def layer_type(cls, config) -> str:
         """transformers' cache kind of this kind's layers: "linear_attention" for linear layers; "sliding_attention"
         (a window-sized KV cache, transformers' sliding-window mask, flash attention's own band) for a windowed kind
-        under an encoding that adds no score bias (ALiBi, T5 and Shaw biases are built for every cached key);
-        "full_attention" otherwise."""
+        under an encoding that adds no score bias (``SCORE_BIAS``); "full_attention" otherwise."""
         if cls.mixer == "linear":
             return LINEAR
         return SLIDING if cls.windowed and not adds_score_bias(config.position_embedding_type) else FULL
