@@ -1,9 +1,8 @@
 """One pre-norm Transformer decoder block (GPT-2/GPT-3, LLaMA): x + mix(norm(x)), then x + ffn(norm(x)).
 
-The mixer is attention, or Gated DeltaNet in a "linear" layer (``MIXERS``, picked by the layer's layout).
-
-The norm kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and
-GPT-3-style (LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
+The mixer is attention, or Gated DeltaNet in a "linear" layer (``MIXERS``, picked by the layer's layout). The norm
+kind, feed-forward kind and attention come from the config, so LLaMA-style (RMSNorm + SwiGLU) and GPT-3-style
+(LayerNorm + GELU MLP) decoders share this block. Shapes: (B, S, hidden) in and out.
 """
 
 from __future__ import annotations
