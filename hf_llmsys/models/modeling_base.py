@@ -6,13 +6,12 @@ package installed, ``from_pretrained`` is strict and ``save_pretrained`` crash-s
 this file, which ships beside saved checkpoints, keeps transformers' own loading and saving.
 
 Attention backends (``config._attn_implementation``): a small registry, not name tests. A layout or a positional
-encoding asks ``attention_backend(name)`` whether the kernel takes a 4-D mask (flash attention takes none: only a
-padding mask and its own ``sliding_window`` band), whether it takes an additive score bias, and which family of
-layout kernels may replace the mask for sparse layers ("flex": FlexAttention BlockMasks, here; "blocks": the block
-kernels of the speed layer, ``hf_llmsys.kernels``, under sdpa; None: always a mask). Implementations registered with
-transformers but not listed here (a custom ``AttentionInterface`` entry, paged variants) are read from transformers'
-own mask registry: an implementation whose mask function builds 4-D masks (``sdpa_mask``, ``eager_mask``) takes
-masks and biases; one with ``flash_attention_mask`` or no mask function (paged attention) takes neither.
+encoding asks ``attention_backend(name)`` what the kernel takes (``AttentionBackend``; flash attention takes no 4-D
+mask, only a padding mask and its own ``sliding_window`` band; the "blocks" layout kernels are the speed layer's,
+``hf_llmsys.kernels``). Implementations registered with transformers but not listed here (a custom
+``AttentionInterface`` entry, paged variants) are read from transformers' own mask registry: one whose mask function
+builds 4-D masks (``sdpa_mask``, ``eager_mask``) takes masks and biases, one with ``flash_attention_mask`` or none
+(paged attention) takes neither.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ class AttentionBackend:
     name: str
     takes_mask: bool = True  # a 4-D (or BlockMask) attention mask: layouts can run as masks
     takes_score_bias: bool = True  # an additive ``position_bias`` (ALiBi, T5, Shaw)
-    layout_kernels: str | None = None  # "blocks" / "flex": sparse layouts run as kernels; None: as masks
+    layout_kernels: str | None = None  # sparse layouts as kernels: "flex" BlockMasks, "blocks" (sdpa); None: masks
 
 
 _FLASH = {"takes_mask": False, "takes_score_bias": False}
