@@ -259,10 +259,15 @@ def test_every_benchmark_runs_as_a_module_of_the_package():
     runnable = [p.stem for p in paths if 'if __name__ == "__main__":' in p.read_text()]
     assert all("sys.path" not in p.read_text() for p in paths)
     assert {"llama_vs_hf", "t5_vs_hf", "sft_vs_trl", "ppl", "results_files"} <= set(runnable)
-    for name in runnable:
-        done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=REPO, capture_output=True,
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run_help(name):  # each import of torch takes seconds: the children run side by side, one per core
+        return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=REPO, capture_output=True,
                               text=True, timeout=120)  # fmt: skip
-        assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m benchmarks.{name} "), name
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for name, done in zip(runnable, pool.map(run_help, runnable), strict=True):
+            assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m benchmarks.{name} "), name
 
 
 def test_a_childs_peak_rss_is_its_own_not_its_parents(tmp_path, monkeypatch):

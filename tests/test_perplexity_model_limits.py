@@ -12,6 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from hf_llmsys import LlmsysLlamaConfig, LlmsysLlamaForCausalLM
 from hf_llmsys.evaluation import corpus_perplexity
 from hf_llmsys.evaluation.model_limits import declared_length_limit, has_length_limit, resolve_max_length
+from hf_llmsys.models.config_kinds import SCORE_BIAS
 from hf_llmsys.models.positional_encodings import POSITIONAL_ENCODINGS, PositionalEncoding
 
 TEXT = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2 w3 w4 w5 w6 w7 w8 w9 w1 w2"
@@ -99,6 +100,7 @@ class _RegisteredTestEncoding(PositionalEncoding):
 
 def test_a_registered_encoding_reaches_corpus_perplexity_without_changes_here(tokenizer, monkeypatch):
     monkeypatch.setitem(POSITIONAL_ENCODINGS, "test_only", _RegisteredTestEncoding)
+    monkeypatch.setitem(SCORE_BIAS, "test_only", False)  # what the config knows of a new encoding (config_kinds.py)
     config = LlmsysLlamaConfig(
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         max_position_embeddings=8, position_embedding_type="test_only",

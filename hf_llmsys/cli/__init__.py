@@ -64,7 +64,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("hf_llmsys.cli.verify:main", "check every weight file of a saved folder against its sha256"),
     "demo": (
         "hf_llmsys.cli.demo:main",
-        "open the Gradio demo: positional encodings, perplexity, sparse attention, generation, cleaning",
+        "open the Gradio demo: positional encodings, perplexity, attention layouts, generation, cleaning",
     ),
     "chat": ("hf_llmsys.cli.chat:main", "talk to a causal LM in the terminal (chat template, streamed)"),
     "export": ("hf_llmsys.cli.export:main", "write a model as transformers' own classes (no remote code) or as GGUF"),
