@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from ..training.dpo import ARGUMENT_CLASSES, run_dpo
 from ..training.job import is_world_process_zero
-from .jobs import job_help, parse_job_args
-from .parsing import dataclass_parser
+from .jobs import JobCommand
 
 PROG = "llmsys dpo"
 DESCRIPTION = (
@@ -15,20 +14,8 @@ DESCRIPTION = (
     "base, an SFT folder or an SFT adapter folder, prompts rendered as llmsys sft renders them."
 )
 
-
-def parse_args(argv: list[str] | None) -> tuple:
-    """Parse `llmsys dpo` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, PROG, DESCRIPTION)
-
-
-def build_parser():
-    """The flags of `llmsys dpo` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, PROG, DESCRIPTION)
-
-
-def help_text() -> str:
-    """`llmsys dpo --help`: the job's own options, grouped, and one line for TRL's and the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+COMMAND = JobCommand(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+parse_args, build_parser, help_text = COMMAND.parse_args, COMMAND.build_parser, COMMAND.help_text
 
 
 def print_dpo_results(results: dict, output_dir: str) -> None:

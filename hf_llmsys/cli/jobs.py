@@ -30,6 +30,27 @@ def job_help(dataclass_types: tuple, prog: str, description: str | None = None) 
     return command_help(dataclass_parser(dataclass_types, prog, description), dataclass_types)
 
 
+class JobCommand:
+    """The command line of one job: its argument dataclasses, ``prog`` and description. A command module binds the
+    three methods as its ``parse_args`` / ``build_parser`` / ``help_text`` (what `stored_help.py` and the reference
+    pages read)."""
+
+    def __init__(self, dataclass_types: tuple, prog: str, description: str):
+        self.dataclass_types, self.prog, self.description = dataclass_types, prog, description
+
+    def parse_args(self, argv: list[str] | None) -> tuple:
+        """`argv` parsed into the argument dataclasses (-h: `help_text`, --help-all: every flag)."""
+        return parse_job_args(self.dataclass_types, argv, self.prog, self.description)
+
+    def build_parser(self):
+        """The command's flags (transformers' HfArgumentParser over the job's dataclasses)."""
+        return dataclass_parser(self.dataclass_types, self.prog, self.description)
+
+    def help_text(self) -> str:
+        """``--help``: the job's own options, grouped, and one line for the Trainer's (and TRL's)."""
+        return job_help(self.dataclass_types, self.prog, self.description)
+
+
 def describe_compile(report: dict) -> str:
     """One summary line about ``--torch_compile``."""
     if not report["compiled"]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from ..training.job import is_world_process_zero
 from ..training.sft import ARGUMENT_CLASSES, run_sft
-from .jobs import job_help, parse_job_args, print_compile_report
-from .parsing import dataclass_parser
+from .jobs import JobCommand, print_compile_report
 
 PROG = "llmsys sft"
 DESCRIPTION = (
@@ -14,20 +13,8 @@ DESCRIPTION = (
     "the responses, optional LoRA and packing."
 )
 
-
-def parse_args(argv: list[str] | None) -> tuple:
-    """Parse `llmsys sft` flags into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, PROG, DESCRIPTION)
-
-
-def build_parser():
-    """The flags of `llmsys sft` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, PROG, DESCRIPTION)
-
-
-def help_text() -> str:
-    """`llmsys sft --help`: the job's own options, grouped, and one line for the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+COMMAND = JobCommand(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+parse_args, build_parser, help_text = COMMAND.parse_args, COMMAND.build_parser, COMMAND.help_text
 
 
 def print_sft_results(results: dict, output_dir: str) -> None:

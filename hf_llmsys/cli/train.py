@@ -12,26 +12,14 @@ import sys
 from ..training.job import is_world_process_zero
 from ..training.model_type_flags import flags_given
 from ..training.train import ARGUMENT_CLASSES, run_training
-from .jobs import job_help, parse_job_args, print_compile_report
-from .parsing import apply_config_file, dataclass_parser, take_config_file
+from .jobs import JobCommand, print_compile_report
+from .parsing import apply_config_file, take_config_file
 
 PROG = "llmsys train"
 DESCRIPTION = __doc__.split("\n\n")[0]
 
-
-def parse_args(argv: list[str] | None) -> tuple:
-    """Parse command-line arguments into the three argument dataclasses (-h: `help_text`, --help-all: every flag)."""
-    return parse_job_args(ARGUMENT_CLASSES, argv, PROG, DESCRIPTION)
-
-
-def build_parser():
-    """The flags of `llmsys train` (transformers' HfArgumentParser over the job's dataclasses)."""
-    return dataclass_parser(ARGUMENT_CLASSES, PROG, DESCRIPTION)
-
-
-def help_text() -> str:
-    """`llmsys train --help`: the job's own options, grouped, and one line for the Trainer's."""
-    return job_help(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+COMMAND = JobCommand(ARGUMENT_CLASSES, PROG, DESCRIPTION)
+parse_args, build_parser, help_text = COMMAND.parse_args, COMMAND.build_parser, COMMAND.help_text
 
 
 def given_flags(argv: list[str] | None) -> frozenset[str]:
