@@ -233,6 +233,9 @@ def test_every_tab_in_chromium(page, demo_server, tmp_path):  # noqa: F811  (the
     page.locator("#draw-layouts").click()
     page.get_by_text("kept blocks + recompute", exact=True).wait_for()
     screenshot_is_not_blank(page, shots / "sparse.png")
+    page.locator("#measure-layout-costs").click()  # dense, local, strided, linear and a 3:1 hybrid, timed here
+    page.locator("#costs-measured").filter(has_text="hybrid 3:1").wait_for()
+    screenshot_is_not_blank(page, shots / "layout-costs.png")
 
     open_tab(page, "Generation")
     page.locator("#prompt textarea").fill("A hacker")
