@@ -1,7 +1,7 @@
 """Hybrid decoders: "linear" (Gated DeltaNet) layers mixed with dense, local and sparse attention layers.
 
 The model agrees with itself: prefill-then-decode equals the full forward (left-padded batches too), greedy
-``generate`` with the cache equals it without; the cache holds per linear layer transformers' ``LinearAttentionLayer``
+``generate`` with the cache (dynamic or static) equals it without; the cache holds per linear layer transformers' ``LinearAttentionLayer``
 (conv and recurrent state, fixed size) and per attention layer its keys and values, as before.
 """
 
@@ -60,6 +60,8 @@ def test_greedy_generate_with_the_cache_equals_it_without(case):
     kwargs = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
     cached = model.generate(ids, **kwargs)
     assert torch.equal(cached, model.generate(ids, use_cache=False, **kwargs))
+    # a pre-allocated cache: transformers' static layers, LinearAttentionAndStatic*Layer for the linear ones
+    assert torch.equal(cached, model.generate(ids, cache_implementation="static", **kwargs))
 
 
 def test_the_cache_keeps_fixed_state_for_linear_layers_and_keys_for_attention():
