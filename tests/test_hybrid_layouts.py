@@ -108,3 +108,16 @@ def test_a_linear_first_layer_keeps_the_token_count_and_the_plain_path():
 def test_bad_linear_head_counts_are_named():
     with pytest.raises((ValueError, StrictDataclassError), match="linear_num_value_heads"):
         LlmsysLlamaConfig(**TINY, num_hidden_layers=2, linear_num_key_heads=3, attention_layout=["linear"])
+
+
+@pytest.mark.parametrize("case", ["llama 3:1", "gpt3 linear-local-strided-dense"])
+def test_a_hybrid_compiles_in_one_graph_and_equals_eager(case):
+    """torch.compile(fullgraph=True) of the training forward (no cache): the chunked delta rule and the masks of the
+    attention layers trace without a graph break."""
+    model = build(case)
+    ids = torch.randint(1, 64, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    compiled = torch.compile(model, fullgraph=True, backend="eager")  # dynamo tracing: no graph break
+    torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits,
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
