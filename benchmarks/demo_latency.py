@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import argument_parser, machine_limits, results_files
+from . import argument_parser, results_files
 
 os.environ.update({"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
                    "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"})  # fmt: skip
@@ -235,9 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         demo.close()
         scratch.cleanup()
     table = results_table(results)
-    print(f"\n{table.title} (load {machine_limits.fmt_load(machine_limits.load())})\n{results_files.table_text(table)}")
-    if args.json:
-        results_files.write(args.json, "demo_latency", results, table)
+    results_files.report(args.json, "demo_latency", results, table)
     return results
 
 

@@ -180,6 +180,13 @@ def write(
     return saved
 
 
+def report(path, benchmark: str, results: dict, table: Table, device: str | None = None, say=print) -> dict:
+    """A bench's ending: ``say`` its table (with the load it finished at) and, when ``path`` is given, write the results
+    file (``write``). Returns the results."""
+    say(f"\n{table.title} (load {machine_limits.fmt_load(machine_limits.load())})\n{table_text(table)}")
+    return write(path, benchmark, results, table, device) if path else results
+
+
 def _table_function(benchmark: str):
     return importlib.import_module(f"benchmarks.{benchmark}").results_table
 

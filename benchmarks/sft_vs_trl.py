@@ -625,9 +625,7 @@ def main(argv=None) -> dict:
         elif args.part == "learn":  # minutes of training: only when asked for
             results["learn"] = learn_part(args, Path(tmp))
     table = results_table(results)
-    log(f"\n{table.title}\n{results_files.table_text(table)}")
-    if args.json:
-        results_files.write(args.json, "sft_vs_trl", results, table)
+    results_files.report(args.json, "sft_vs_trl", results, table, say=log)
     return results
 
 

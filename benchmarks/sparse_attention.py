@@ -364,9 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.skip_model_level:
         results["model"] = run_model_level(args)
     table = results_table(results)
-    print(f"\n{table.title} (load {machine_limits.fmt_load(machine_limits.load())})\n{results_files.table_text(table)}")
-    if args.json:
-        results_files.write(args.json, "sparse_attention", results, table, args.device)
+    results_files.report(args.json, "sparse_attention", results, table, args.device)
     return results
 
 

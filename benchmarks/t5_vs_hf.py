@@ -310,9 +310,7 @@ def main(argv=None) -> dict:
     results["training"]["flops_per_step"] = flops
     results["beam_search"] = bench_beam(models, args, vocab_size)
     table = results_table(results)
-    log(f"\n{table.title}\n{results_files.table_text(table)}")
-    if args.json:
-        results_files.write(args.json, "t5_vs_hf", results, table, args.device)
+    results_files.report(args.json, "t5_vs_hf", results, table, args.device, say=log)
     return results
 
 
