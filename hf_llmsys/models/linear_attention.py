@@ -37,19 +37,21 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, state=None):
     if state is None:
         state = q.new_zeros(*k.shape[:2], k.shape[-1], v.shape[-1])
     outputs = []
-    for t in range(q.shape[2]):
-        state = state * g[:, :, t, None, None].exp()
-        predicted = (state * k[:, :, t, :, None]).sum(-2)  # S^T k: (B, H, Dv)
-        delta = (v[:, :, t] - predicted) * beta[:, :, t, None]
-        state = state + k[:, :, t, :, None] * delta[:, :, None, :]
-        outputs.append((state * q[:, :, t, :, None]).sum(-2))
+    for q_t, k_t, v_t, g_t, beta_t in zip(*(x.unbind(2) for x in (q, k, v, g, beta)), strict=True):
+        state = state * g_t[..., None, None].exp()
+        predicted = (state * k_t[..., None]).sum(-2)  # S^T k: (B, H, Dv)
+        delta = (v_t - predicted) * beta_t[..., None]
+        state = state + k_t[..., None] * delta[..., None, :]
+        outputs.append((state * q_t[..., None]).sum(-2))
     return torch.stack(outputs, dim=2), state
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size: int = 64):
     """The same recurrence over chunks of C tokens (Yang et al. 2024, section 3.3): within a chunk the C delta
     updates collapse to one triangular solve (the UT transform), so only N = S / C sequential steps remain.
-    Shapes as ``recurrent_gated_delta_rule``; S is zero-padded to a multiple of C (beta = 0 there: no write)."""
+    Shapes as ``recurrent_gated_delta_rule``; S is zero-padded to a multiple of C (beta = 0 there: no write).
+    The loop walks the chunks with ``unbind`` (one backward node for all N chunks): indexing chunk n with ``x[:, :, n]``
+    would make each index's backward write a zero tensor as large as x, N times, and the backward grow as N^2."""
     batch, heads, seq_len, key_dim = k.shape
     pad = -seq_len % chunk_size
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, chunk_size)) for x in (q, k, v))  # (B, H, N, C, D)
@@ -68,10 +70,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size: int = 64):
     if state is None:
         state = q.new_zeros(batch, heads, key_dim, v.shape[-1])
     outputs = []
-    for n in range(q.shape[2]):
-        new_values = values[:, :, n] - keys_read[:, :, n] @ state  # what the state does not predict yet
-        outputs.append(q_decayed[:, :, n] @ state + intra[:, :, n] @ new_values)
-        state = state * decay[:, :, n, -1, None, None].exp() + k_to_end[:, :, n].transpose(-1, -2) @ new_values
+    chunks = (x.unbind(2) for x in (values, keys_read, q_decayed, intra, k_to_end, decay[..., -1].exp()))
+    for chunk_values, chunk_keys_read, chunk_q, chunk_intra, chunk_k_to_end, chunk_decay in zip(*chunks, strict=True):
+        new_values = chunk_values - chunk_keys_read @ state  # what the state does not predict yet
+        outputs.append(chunk_q @ state + chunk_intra @ new_values)
+        state = state * chunk_decay[..., None, None] + chunk_k_to_end.transpose(-1, -2) @ new_values
     return torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :seq_len], state
 
 
