@@ -38,6 +38,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .config_checks import GATED_VARIANTS, check_finite_non_negative, drop_speed_layer_fields, registered
 from .config_kinds import (
+    LINEAR,
     NORM_KINDS,
     SCORE_BIAS,
     DenseKind,
@@ -162,6 +163,21 @@ class DecoderConfig(PreTrainedConfig):
     def default_intermediate_size(self) -> int:
         """The feed-forward width when ``intermediate_size`` is None: LLaMA's rule (Meta's ``FeedForward``)."""
         return llama_intermediate_size(self.hidden_size, self.multiple_of, self.ffn_dim_multiplier)
+
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """transformers' tensor-parallel plan (``tp_plan="auto"``) for the modules this config builds: attention and
+        MLP split by heads and columns, as Llama's; a linear layer splits its projections' weights and gathers their
+        outputs, so its mixing runs whole on every rank (Qwen3-Next's plan for its Gated DeltaNet)."""
+        plan, layer_types = {}, set(self.layer_types or [])
+        if layer_types - {LINEAR}:
+            plan.update({f"layers.*.self_attn.{name}": "colwise" for name in ("q_proj", "k_proj", "v_proj")})
+            plan["layers.*.self_attn.o_proj"] = "rowwise"
+        if LINEAR in layer_types:
+            names = ("q_proj", "k_proj", "v_proj", "z_proj", "b_proj", "a_proj", "o_proj")
+            plan.update({f"layers.*.linear_attn.{name}": "colwise_gather_output" for name in names})
+        mlp_in = ("gate_proj", "up_proj") if self.mlp_gated else ("up_proj",)
+        return {**plan, **{f"layers.*.mlp.{name}": "colwise" for name in mlp_in}, "layers.*.mlp.down_proj": "rowwise"}
 
     # --- per-layer attention -------------------------------------------------------------------------------------
     def layer_layouts(self) -> list[str]:

@@ -52,14 +52,6 @@ class LlmsysGPT3Config(DecoderConfig):
     # a config.json of another model type (its ``model_type``) -> a reader mapping its fields onto ours, in place:
     # empty here, filled by hf_llmsys (checkpoints/gpt_sources.py)
     source_readers = {}
-    base_model_tp_plan = {
-        "layers.*.self_attn.q_proj": "colwise",
-        "layers.*.self_attn.k_proj": "colwise",
-        "layers.*.self_attn.v_proj": "colwise",
-        "layers.*.self_attn.o_proj": "rowwise",
-        "layers.*.mlp.up_proj": "colwise",
-        "layers.*.mlp.down_proj": "rowwise",
-    }
 
     vocab_size: int = 50257
     hidden_size: int = 768

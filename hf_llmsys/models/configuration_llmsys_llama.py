@@ -32,15 +32,6 @@ class LlmsysLlamaConfig(DecoderConfig):
 
     model_type = "llmsys_llama"
     attribute_map = {**DecoderConfig.attribute_map, **META_ARG_NAMES}
-    base_model_tp_plan = {
-        "layers.*.self_attn.q_proj": "colwise",
-        "layers.*.self_attn.k_proj": "colwise",
-        "layers.*.self_attn.v_proj": "colwise",
-        "layers.*.self_attn.o_proj": "rowwise",
-        "layers.*.mlp.gate_proj": "colwise",
-        "layers.*.mlp.up_proj": "colwise",
-        "layers.*.mlp.down_proj": "rowwise",
-    }
 
 
 __all__ = ["LlmsysLlamaConfig"]
