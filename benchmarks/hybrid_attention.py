@@ -177,8 +177,11 @@ def measure_cost(args) -> dict:
 
 
 def recall_batch(batch: int, pairs: int, keys: int, values: int, generator: torch.Generator):
-    """Multi-query associative recall: [k1 v1 ... kP vP | kπ1 vπ1 ... kπP vπP]; labels only on the query part's
-    values (-100 elsewhere). Keys are 1..keys (distinct within a sequence), values keys+1..keys+values."""
+    """Multi-query associative recall: [k1 v1 ... kP vP | kπ1 0 ... kπP 0]; the label after each queried key is its
+    value (-100 elsewhere). Keys are 1..keys (distinct within a sequence), values keys+1..keys+values, 0 a blank.
+    As in Zoology, the query part does not show the values it asks for: with them shown, a model scores 1/P, 1/(P-1),
+    ... by answering with a context value not yet given, without binding keys to values (at 8 pairs that plateau,
+    0.34, held dense models for 2,400 steps)."""
     chosen = torch.rand(batch, keys, generator=generator).argsort(-1)[:, :pairs] + 1
     vals = torch.randint(keys + 1, keys + values + 1, (batch, pairs), generator=generator)
     order = torch.rand(batch, pairs, generator=generator).argsort(-1)
@@ -187,6 +190,7 @@ def recall_batch(batch: int, pairs: int, keys: int, values: int, generator: torc
     ids = torch.cat([context, queries], 1)
     labels = torch.full_like(ids, -100)
     labels[:, 2 * pairs + 1 :: 2] = ids[:, 2 * pairs + 1 :: 2]
+    ids[:, 2 * pairs + 1 :: 2] = 0
     return ids, labels
 
 
@@ -220,10 +224,10 @@ def recall_accuracy(model, ids: torch.Tensor, labels: torch.Tensor) -> float:
     return float((predicted[scored] == target[scored]).float().mean())
 
 
-def elimination_bound(pairs: int) -> float:
-    """The accuracy of a model that knows which values the context holds but not which key each belongs to, and
-    answers each query with a value not yet queried: the mean of 1/P, 1/(P-1), ..., 1/1. Clearing it needs binding."""
-    return sum(1 / n for n in range(1, pairs + 1)) / pairs
+def unbound_guess(pairs: int) -> float:
+    """The accuracy of a model that knows which values the context holds but not which key each belongs to: 1/P.
+    Clearing it needs binding keys to values."""
+    return 1 / pairs
 
 
 def measure_recall(args) -> dict:
@@ -247,14 +251,12 @@ def measure_recall(args) -> dict:
             "train_seconds": time.perf_counter() - start,
         }
         print(f"recall {name}: {models[name]}", flush=True)
-    dense, hybrid, linear = (models[name]["accuracy"] for name in LAYOUTS)
     return {
         "pairs": args.recall_pairs, "keys": args.recall_keys, "values": args.recall_values,
         "hidden": args.recall_hidden, "layers": args.recall_layers, "heads": args.recall_heads,
         "steps": args.recall_steps, "batch": args.recall_batch, "lr": args.recall_lr, "eval_sequences": args.recall_eval,
         "models": models,
-        "gap_recovered": (hybrid - linear) / (dense - linear) if dense != linear else None,
-        "elimination_bound": elimination_bound(args.recall_pairs),
+        "unbound_guess": unbound_guess(args.recall_pairs),
     }  # fmt: skip
 
 
@@ -346,15 +348,18 @@ def table_rows(parts: dict) -> tuple[list[dict], list[str]]:
         for name in ("hybrid 3:1", "linear"):
             row(f"associative recall accuracy, {name}", f"{recall[name]['accuracy']:.3f}",
                 f"{recall['dense']['accuracy']:.3f}", recall[name]["accuracy"] / recall["dense"]["accuracy"])  # fmt: skip
-        gap = parts["recall"]["gap_recovered"]
-        notes.append(f"recall: the hybrid recovers {'n/a' if gap is None else f'{gap:.0%}'} of the dense - linear gap "
-                     "(claim: dense >= hybrid > linear).")  # fmt: skip
-        bound = parts["recall"].get("elimination_bound")
-        if bound is not None:
-            cleared = [name for name, r in recall.items() if r["accuracy"] > bound + 0.05]
-            notes.append(f"recall: answering each query with a context value not yet queried, without binding keys to "
-                         f"values, scores {bound:.3f}; models clearly above it (binding learned): "
-                         f"{', '.join(cleared) or 'none at these steps'}.")  # fmt: skip
+        dense, hybrid, linear = (recall[name]["accuracy"] for name in LAYOUTS)
+        if dense - linear > 0.01:
+            notes.append(f"recall: the hybrid recovers {(hybrid - linear) / (dense - linear):.0%} of the dense - linear "
+                         "gap (claim: dense >= hybrid > linear).")  # fmt: skip
+        else:
+            notes.append(f"recall: no dense - linear gap at these sizes (all-linear {linear:.3f}, dense {dense:.3f}); "
+                         "the claim dense >= hybrid > linear expects one.")  # fmt: skip
+        guess = parts["recall"].get("unbound_guess")
+        if guess is not None:
+            cleared = [name for name, r in recall.items() if r["accuracy"] > guess + 0.05]
+            notes.append(f"recall: a context value picked without binding keys to values scores {guess:.3f}; models "
+                         f"clearly above it (binding learned): {', '.join(cleared) or 'none at these steps'}.")  # fmt: skip
     if "ppl" in parts:
         ppl = parts["ppl"]["models"]
         for name in ("hybrid 3:1", "linear"):
@@ -409,9 +414,9 @@ def parse_args(argv=None):
     add("--recall-hidden", type=int, default=64)
     add("--recall-heads", type=int, default=4)
     add("--recall-layers", type=int, default=4)
-    add("--recall-steps", type=int, default=600)
+    add("--recall-steps", type=int, default=1600)
     add("--recall-batch", type=int, default=64)
-    add("--recall-lr", type=float, default=1e-3)
+    add("--recall-lr", type=float, default=3e-3)
     add("--recall-eval", type=int, default=512)
     add("--ppl-chars", type=int, default=600_000)
     add("--ppl-vocab", type=int, default=1024)
