@@ -83,6 +83,8 @@ class Architecture:
     preset_family: the family name ``from_preset``'s errors use ("LLaMA", "GPT-3", "T5").
     load_mismatch_hint: appended to a strict load's error when tensor shapes do not fit the config
         (``checkpoints/strict_loading.py``): the usual cause for this type.
+    tensor_parallel_refusal: why this type does not load with tensor parallelism (``tp_plan``), or "" where it
+        does; strict loading then refuses such a load in one line, before any weight is read.
     """
 
     model_type: str
@@ -98,6 +100,7 @@ class Architecture:
     presets: Mapping[str, dict] = field(default_factory=dict)
     preset_family: str = ""
     load_mismatch_hint: str = ""
+    tensor_parallel_refusal: str = ""
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -155,6 +158,10 @@ ARCHITECTURES: dict[str, Architecture] = _rows(
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         training_flags=DECODER_TRAINING_FLAGS,
         training_flag_defaults={"intermediate_size": None},  # None: GPT-3's 4d MLP (the flag's default is 384)
+        tensor_parallel_refusal=(
+            "its checkpoints keep GPT-2's layout (Conv1D weights, a fused c_attn), which transformers splits before "
+            "transposing. Load it without tp_plan, or shard it with FSDP (torchrun / accelerate)."
+        ),
     ),
     Architecture(
         model_type=LlmsysT5Config.model_type,

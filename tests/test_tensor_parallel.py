@@ -1,8 +1,8 @@
 """Tensor parallelism through transformers' ``tp_plan="auto"`` (``DecoderConfig.base_model_tp_plan``): 2 ranks
 (torchrun, gloo on the CPU) give the logits and greedy tokens of the whole model for a llmsys_llama hybrid whose
-linear layer's projections are split and gathered (Qwen3-Next's plan) beside split attention and MLP layers. Slow.
-(llmsys_gpt3 does not load this way: its checkpoints keep GPT-2's Conv1D layout, which transformers would slice
-before transposing.)"""
+linear layer's projections are split and gathered (Qwen3-Next's plan) beside split attention and MLP layers (slow).
+llmsys_gpt3 is refused in one line: its checkpoints keep GPT-2's Conv1D layout, which transformers would split before
+transposing."""
 
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+from transformers.distributed import DistributedConfig
 
 import hf_llmsys
-
-pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("tensor_parallel_worker.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
 
 
+@pytest.mark.slow
 def test_two_tensor_parallel_ranks_equal_the_whole_hybrid(tmp_path):
     if not TORCHRUN.exists():
         pytest.skip("torchrun not installed")
@@ -46,3 +47,11 @@ def test_two_tensor_parallel_ranks_equal_the_whole_hybrid(tmp_path):
     for layer, projection in [(1, "self_attn.k_proj"), (2, "self_attn.q_proj"), (2, "mlp.gate_proj")]:  # and the rest
         local, full = sharded[f"model.layers.{layer}.{projection}.weight"]
         assert local[0] * 2 == full[0], (projection, local, full)
+
+
+def test_a_gpt3_checkpoint_is_refused_under_tensor_parallelism_in_one_line(tmp_path):
+    config = hf_llmsys.LlmsysGPT3Config(**TINY, attention_layout=["dense"], bos_token_id=0, eos_token_id=0)
+    hf_llmsys.LlmsysGPT3ForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"llmsys_gpt3 does not load with tensor parallelism \(tp_plan\): .*FSDP"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, distributed_config=DistributedConfig(tp_plan="auto"))
+    assert AutoModelForCausalLM.from_pretrained(tmp_path).config.model_type == "llmsys_gpt3"  # whole, it loads

@@ -34,6 +34,11 @@ FOLDER_KEY_MAPPINGS: list[Callable[[type, Path], dict[str, str] | None]] = []
 def strict_from_pretrained(cls, *args, strict: bool = True, verify_checksums: bool | None = None, **kwargs):
     """``PreTrainedModel.from_pretrained`` that refuses checkpoints that do not fit (``strict=True``); see the module
     docstring. ``verify_checksums=True`` hashes every byte of a local folder's weight files against its manifest."""
+    row = ARCHITECTURES.get(getattr(cls.config_class, "model_type", None))
+    tp_plan = kwargs.get("tp_plan") or getattr(kwargs.get("distributed_config"), "tp_plan", None)
+    if tp_plan is not None and row is not None and row.tensor_parallel_refusal:
+        raise ValueError(f"{row.model_type} does not load with tensor parallelism (tp_plan): "
+                         f"{row.tensor_parallel_refusal}")  # fmt: skip
     lenient = not strict or kwargs.get("ignore_mismatched_sizes") or kwargs.get("output_loading_info")
     source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
     foreign = None
