@@ -11,7 +11,7 @@ and records per part the machine, torch version, cpu count, load average and dat
   gated delta rule vs causal SDPA), plus the linear layer's projections and convolution alone (where its time goes).
   Median of ``--reps``; the exponent is the slope of a least-squares fit of log(time) on log(length).
 - ``recall``: multi-query associative recall (Arora et al. 2023, "Zoology"): key-value pairs, then the keys again in
-  another order, each to be followed by its value. All-dense, 3:1 hybrid and all-linear models of the same width
+  another order, each followed by a blank where its value is to be predicted. All-dense, 3:1 hybrid and all-linear models of the same width
   and depth train at equal steps on fresh random sequences; accuracy is over the values of held-out sequences.
 - ``ppl``: perplexity on held-out text of the embedded corpus (``hf_llmsys.data.corpus``, BPE trained on the
   training part) after equal steps, all-dense vs 3:1 hybrid vs all-linear.

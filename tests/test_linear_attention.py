@@ -217,6 +217,7 @@ def backward_elements(chunks: int, chunk_size: int = 4) -> int:
 
 
 def test_the_chunked_backward_grows_linearly_with_the_number_of_chunks():
-    # 4x the chunks -> about 4x the backward's work; indexing each chunk (x[:, :, n]) made it grow as chunks^2 (~16x)
-    ratio = backward_elements(64) / backward_elements(16)
-    assert 3.5 < ratio < 4.5, ratio
+    # counted elements, not time: 4x the chunks -> about 4x the elements the backward writes; indexing each chunk
+    # (x[:, :, n]) made it grow as chunks^2 (11.2x here)
+    growth = backward_elements(64) / backward_elements(16)
+    assert 3.5 < growth < 4.5, growth
